@@ -1,0 +1,163 @@
+"""The ``bench`` command line. Bad input -> one clear paragraph on stderr and exit code 2."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from harness.errors import BenchError
+
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
+DEFAULT_PROTOCOL = "tiny_cil"
+DEFAULT_METHOD = "vanilla"
+
+
+class BenchGroup(click.Group):
+    """Turns BenchError into a one-paragraph message and exit code 2 (never a traceback)."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except BenchError as err:
+            click.secho(f"Error: {err}", err=True, fg="red")
+            ctx.exit(err.exit_code)
+        except KeyboardInterrupt:
+            click.echo("\nInterrupted: nothing was written for the unfinished run.", err=True)
+            ctx.exit(130)
+
+
+@click.group(cls=BenchGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="bench-stability-gap")
+def main() -> None:
+    """bench: measure the stability gap of continual learners under identical budgets."""
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def print_summary(result, path: Path) -> None:
+    m = result.metrics
+    click.echo(f"\n{result.protocol.name} | {result.method.spec} | seed {result.seed} | "
+               f"{result.wall_time_s:.1f} s | result: {path}")
+    if m is None:
+        click.echo("joint reference (A_joint per session):")
+        click.echo(f"  {'session':>7} {'old':>7} {'new':>7} {'all':>7}")
+        for r in result.reference:
+            click.echo(f"  {r.session:>7} {r.old:>7.3f} {r.new:>7.3f} {r.all:>7.3f}")
+        return
+    rows = [("#P (M)", f"{result.trainable_params / 1e6:.3f}", "trainable parameters"),
+            ("S_delta", _fmt(m.S_delta), "stability gap (lower is better)"),
+            ("P_delta", _fmt(m.P_delta), "plasticity gap (lower is better)"),
+            ("CK_delta", _fmt(m.CK_delta), "continual knowledge gap (lower is better)"),
+            ("sigma", _fmt(m.sigma), "final accuracy on pre-training classes"),
+            ("mu", _fmt(m.mu), "mean end-of-session accuracy, sessions 2..N"),
+            ("alpha", _fmt(m.alpha), "final accuracy on all classes"),
+            ("min-ACC", _fmt(m.min_acc), "De Lange et al. worst-case old-task accuracy"),
+            ("WC-ACC", _fmt(m.wc_acc), "De Lange et al. worst-case accuracy")]
+    for name, value, what in rows:
+        click.echo(f"  {name:<9}{value:>9}   {what}")
+    rec = " ".join(str(v) if v is not None else "-" for v in m.recovery_updates["99"])
+    click.echo(f"  updates to recover 99% of joint old-class accuracy, per session: {rec}")
+
+
+@main.command()
+@click.option("--protocol", "-p", default=DEFAULT_PROTOCOL, show_default=True, help="built-in name or YAML path")
+@click.option("--method", "-m", default=DEFAULT_METHOD, show_default=True, help="base(+modifier)*, e.g. vanilla+sgm")
+@click.option("--seed", "-s", default=0, show_default=True, type=int)
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="override a method setting")
+@click.option("--results-dir", type=click.Path(path_type=Path), envvar="BENCH_RESULTS_DIR",
+              help="where results and the MLflow store go [default: ./bench-results]")
+@click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI", help="MLflow tracking URI [default: sqlite in results dir]")
+@click.option("--no-mlflow", is_flag=True, help="write the JSON result only")
+@click.option("--device", default="cpu", show_default=True, help="cpu, cuda, cuda:N or auto")
+@click.option("--trunk-cache/--no-trunk-cache", default=True, show_default=True,
+              help="compute frozen-trunk outputs once (exact; same numbers)")
+@click.option("--progress/--no-progress", default=True, show_default=True)
+@click.option("--allow-download", is_flag=True, help="let timm fetch pretrained weights from the hub")
+def run(protocol: str, method: str, seed: int, overrides: tuple[str, ...], results_dir: Path | None,
+        tracking_uri: str | None, no_mlflow: bool, device: str, trunk_cache: bool, progress: bool,
+        allow_download: bool) -> None:
+    """Run METHOD on PROTOCOL (default: vanilla on the embedded tiny_cil) and print its gap metrics."""
+    from harness.paths import results_dir as resolve_results
+    from harness.protocol import load_protocol
+    from harness.registry import parse_overrides
+    from harness.runner import RunOptions, execute
+
+    spec = load_protocol(protocol)
+    options = RunOptions(results_dir=resolve_results(results_dir), device=device, trunk_cache=trunk_cache,
+                         progress=progress, allow_download=allow_download, overrides=parse_overrides(list(overrides)))
+    result, path = execute(spec, method, seed, options)
+    print_summary(result, path)
+    if not no_mlflow:
+        from harness.tracking import log_run
+        rid = log_run(result, path, options.results_dir, tracking_uri)
+        click.echo(f"  MLflow run {rid} in {tracking_uri or 'sqlite:///' + str(options.results_dir / 'mlflow.db')}")
+
+
+@main.command(name="ls")
+@click.argument("what", type=click.Choice(["protocols", "methods"]))
+def ls(what: str) -> None:
+    """List built-in and installed protocols or methods (with the package that supplied each)."""
+    if what == "protocols":
+        from harness.protocol import builtin_protocol_names, load_protocol
+
+        for name in builtin_protocol_names():
+            p = load_protocol(name)
+            tag = "embedded" if p.embedded else "needs data"
+            click.echo(f"{name:<28} v{p.version}  {tag:<10}  {p.description}")
+        return
+    from harness.registry import METHOD_GROUP, MODIFIER_GROUP, entries
+
+    for title, group in (("methods", METHOD_GROUP), ("modifiers (compose as base+modifier)", MODIFIER_GROUP)):
+        click.echo(f"{title}:")
+        for name, entry in sorted(entries(group).items()):
+            try:
+                summary = getattr(entry.load(), "summary", "")
+            except BenchError as err:
+                summary = f"[fails to import] {err}"
+            click.echo(f"  {name:<14} {entry.distribution} {entry.version:<8} {summary}")
+
+
+@main.group()
+def show() -> None:
+    """Show a protocol's full spec."""
+
+
+@show.command(name="protocol")
+@click.argument("name")
+def show_protocol(name: str) -> None:
+    """Print the validated spec (defaults filled in) and its hash."""
+    import yaml
+
+    from harness.protocol import load_protocol
+
+    p = load_protocol(name)
+    click.echo(f"# {p.name} v{p.version}  hash {p.spec_hash}")
+    click.echo(yaml.safe_dump(p.model_dump(mode="json"), sort_keys=False))
+
+
+@main.command()
+@click.argument("file", type=click.Path(path_type=Path))
+def validate(file: Path) -> None:
+    """Validate a protocol YAML file (or a result JSON) without running anything."""
+    if file.suffix == ".json":
+        from harness.results import load_result
+
+        r = load_result(file)
+        click.echo(f"OK: result {r.run_id} ({r.protocol.name}, {r.method.spec}, seed {r.seed}, {r.status})")
+        return
+    from harness.protocol import load_protocol
+
+    if not file.is_file():
+        raise BenchError(f"Protocol file {file} does not exist.")
+    p = load_protocol(str(file))
+    click.echo(f"OK: protocol {p.name} v{p.version}, hash {p.spec_hash}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

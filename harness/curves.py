@@ -1,0 +1,53 @@
+"""Accuracy curves recorded during a run: the raw material of every metric and plot."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class SessionCurve(BaseModel):
+    """Accuracies of one learning session j (2..N) at each eval point, update 0 included.
+
+    ``tasks[k][p]`` is the accuracy at point ``p`` on the test classes first introduced in session
+    ``k + 1`` (task 1 = the pre-training classes), for k = 0..j-1; De Lange's min-ACC and the
+    paper's sigma read it.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    session: int = Field(ge=2)
+    total_updates: int = Field(gt=0, description="U_j, the number of updates in this session")
+    updates: list[int] = Field(description="eval points (updates done so far), first is 0")
+    old: list[float] = Field(description="A_i(E_1:j-1)")
+    new: list[float] = Field(description="A_i(E_j)")
+    all: list[float] = Field(description="A_i(E_1:j)")
+    tasks: list[list[float]] = Field(description="per-task accuracy, tasks[k][p]")
+    # cumulative training FLOPs at each eval point (filled when FLOP accounting is on)
+    train_flops: list[float] | None = None
+
+    @model_validator(mode="after")
+    def _aligned(self) -> SessionCurve:
+        n = len(self.updates)
+        if n == 0 or self.updates[0] != 0:
+            raise ValueError("a session curve starts with the eval point at update 0")
+        if any(b <= a for a, b in zip(self.updates, self.updates[1:])):
+            raise ValueError("eval points must be strictly increasing")
+        if self.updates[-1] > self.total_updates:
+            raise ValueError("an eval point lies beyond the session's last update")
+        if not (len(self.old) == len(self.new) == len(self.all) == n):
+            raise ValueError("old/new/all must have one value per eval point")
+        if len(self.tasks) != self.session or any(len(t) != n for t in self.tasks):
+            raise ValueError("tasks must hold one curve per task 1..j, one value per eval point")
+        return self
+
+
+class ReferenceSession(BaseModel):
+    """End-of-session accuracies of the joint model trained on S1..Sj (the paper's A_joint)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    session: int = Field(ge=2)
+    old: float
+    new: float
+    all: float
+    tasks: list[float]

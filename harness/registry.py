@@ -1,0 +1,135 @@
+"""Methods and modifiers from entry points (``bench.methods``, ``bench.modifiers``), built-ins included.
+
+Loading is lazy: listing names imports nothing. Each entry records the distribution and version that
+supplied it, and every result carries that. A plugin that fails to import, or two distributions that
+claim one name, is a clear error naming both, never a silent disappearance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from importlib import metadata, resources
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from harness.errors import BenchError, did_you_mean
+
+METHOD_GROUP = "bench.methods"
+MODIFIER_GROUP = "bench.modifiers"
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    group: str
+    target: str           # "module:attr"
+    distribution: str
+    version: str
+
+    def load(self) -> Any:
+        try:
+            return metadata.EntryPoint(self.name, self.target, self.group).load()
+        except Exception as exc:
+            raise BenchError(
+                f"Plugin {self.name!r} ({self.group} entry point {self.target!r} from distribution "
+                f"{self.distribution} {self.version}) failed to import: {type(exc).__name__}: {exc}"
+            ) from None
+
+
+@cache
+def entries(group: str) -> dict[str, Entry]:
+    found: dict[str, Entry] = {}
+    for ep in metadata.entry_points(group=group):
+        dist = ep.dist
+        entry = Entry(ep.name, group, ep.value, dist.name if dist else "unknown", dist.version if dist else "unknown")
+        prior = found.get(ep.name)
+        if prior is not None and (prior.distribution, prior.target) != (entry.distribution, entry.target):
+            raise BenchError(
+                f"Two packages claim the {group} name {ep.name!r}: {prior.distribution} {prior.version} "
+                f"({prior.target}) and {entry.distribution} {entry.version} ({entry.target}). "
+                f"Uninstall one of them or rename its entry point."
+            )
+        found[ep.name] = entry
+    return found
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """A parsed method string ``base(+modifier)*``."""
+
+    text: str
+    base: Entry
+    modifiers: tuple[Entry, ...]
+
+
+def parse_method(text: str) -> MethodSpec:
+    parts = [p.strip() for p in text.split("+")]
+    if not all(parts):
+        raise BenchError(f"Method string {text!r} is malformed: use base(+modifier)*, e.g. vanilla+sgm.")
+    methods, modifiers = entries(METHOD_GROUP), entries(MODIFIER_GROUP)
+    base, *mods = parts
+    if base not in methods:
+        if base in modifiers:
+            raise BenchError(f"{base!r} is a modifier, not a method: put a base first, e.g. vanilla+{base}.")
+        raise did_you_mean(base, methods, "method")
+    for m in mods:
+        if m not in modifiers:
+            raise did_you_mean(m, modifiers, "modifier")
+    if len(set(mods)) != len(mods):
+        raise BenchError(f"Method string {text!r} repeats a modifier.")
+    return MethodSpec(text, methods[base], tuple(modifiers[m] for m in mods))
+
+
+@cache
+def _defaults() -> dict:
+    return yaml.safe_load((resources.files("methods") / "defaults.yaml").read_text()) or {}
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, Any]:
+    """``--set key=value`` pairs, values parsed as YAML scalars (1e-3, true, 48)."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        if not eq or not key.strip():
+            raise BenchError(f"--set {pair!r} must look like key=value (e.g. --set lr=0.001).")
+        out[key.strip()] = yaml.safe_load(value)
+    return out
+
+
+def method_config(cls: type, name: str, protocol: str, overrides: dict[str, Any]) -> BaseModel:
+    """Config defaults < defaults.yaml `default` < defaults.yaml[protocol] < --set overrides."""
+    table = _defaults().get(name, {})
+    values = {**table.get("default", {}), **table.get(protocol, {}), **overrides}
+    try:
+        return cls.Config(**values)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        known = ", ".join(cls.Config.model_fields)
+        raise BenchError(f"Invalid configuration for method {name!r}: {problems}. Its settings are: {known}.") from None
+
+
+def build_method(text: str, protocol: str, overrides: dict[str, Any] | None = None):
+    """Instantiate ``base+mod+mod`` with its resolved config; an unsupported combination is an error."""
+    spec = parse_method(text)
+    overrides = dict(overrides or {})
+    mod_overrides: dict[str, dict[str, Any]] = {}
+    for key in [k for k in overrides if "." in k]:
+        owner, _, field = key.partition(".")
+        mod_overrides.setdefault(owner, {})[field] = overrides.pop(key)
+    cls = spec.base.load()
+    if spec.modifiers and not getattr(cls, "uses_standard_step", False):
+        raise BenchError(
+            f"Method {spec.base.name!r} does not use the standard training step, so modifiers "
+            f"({', '.join(m.name for m in spec.modifiers)}) cannot be applied to it."
+        )
+    modifiers = []
+    for entry in spec.modifiers:
+        mod_cls = entry.load()
+        modifiers.append(mod_cls(method_config(mod_cls, entry.name, protocol, mod_overrides.pop(entry.name, {}))))
+    if mod_overrides:
+        raise BenchError(f"--set names modifier(s) {', '.join(mod_overrides)} not in method {text!r}.")
+    config = method_config(cls, spec.base.name, protocol, overrides)
+    return spec, cls(config, modifiers)

@@ -1,0 +1,152 @@
+"""RunResult: the JSON file that is the source of truth for a run (MLflow is a mirror of it)."""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from harness.atomic import atomic_write_text
+from harness.curves import ReferenceSession, SessionCurve
+from harness.errors import BenchError
+from harness.metrics import Metrics
+
+SCHEMA_VERSION = 1
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ProtocolStamp(Strict):
+    name: str
+    version: int
+    hash: str
+
+
+class MethodStamp(Strict):
+    spec: str = Field(description="the method string as given, e.g. vanilla+sgm")
+    base: str
+    modifiers: list[str]
+    distribution: str
+    version: str
+    modifier_distributions: dict[str, str] = Field(default_factory=dict, description="modifier -> dist==version")
+
+
+class Budget(Strict):
+    """Every budget figure the run used, as the harness counted them."""
+
+    updates_per_session: list[int]
+    batch_new: int
+    batch_old: int
+    samples_trained: int
+    optimizer_steps: int
+    memory_policy: str
+    memory_capacity: int | None
+    memory_peak_samples: int
+    memory_peak_bytes: int
+    train_flops: float | None = None
+    eval_flops: float | None = None
+
+
+class References(Strict):
+    """Which runs the normalising references came from (recomputed by the leaderboard)."""
+
+    joint_run: str | None
+    best_new: dict[int, float]
+
+
+class RunResult(Strict):
+    schema_version: int = SCHEMA_VERSION
+    run_id: str
+    status: Literal["complete", "failed"]
+    protocol: ProtocolStamp
+    method: MethodStamp
+    config: dict[str, Any]
+    seed: int
+    trainable_params: int
+    curves: list[SessionCurve] = Field(default_factory=list)
+    reference: list[ReferenceSession] = Field(default_factory=list, description="joint runs only")
+    references: References | None = None
+    metrics: Metrics | None = None
+    budget: Budget
+    versions: dict[str, str]
+    git_commit: str | None
+    started_at: str
+    wall_time_s: float
+    options: dict[str, Any] = Field(default_factory=dict, description="run options (device, caching)")
+
+    @property
+    def is_reference(self) -> bool:
+        return bool(self.reference)
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def library_versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for dist in ("bench-stability-gap", "torch", "torchvision", "timm", "peft", "fvcore", "mlflow", "numpy", "pydantic"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def git_commit() -> str | None:
+    """The commit of the harness checkout, when it is one (a pip install from PyPI has none)."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                             cwd=Path(__file__).resolve().parent)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def result_path(root: Path, result: RunResult) -> Path:
+    safe_method = result.method.spec.replace("+", "__")
+    return root / "runs" / result.protocol.name / safe_method / f"seed{result.seed}-{result.run_id}.json"
+
+
+def save_result(root: Path, result: RunResult) -> Path:
+    """Write the JSON atomically: a reader never sees half a file, an interrupt leaves none."""
+    path = result_path(root, result)
+    atomic_write_text(path, result.model_dump_json(indent=1))
+    return path
+
+
+def load_result(path: Path) -> RunResult:
+    try:
+        return RunResult.model_validate_json(path.read_text())
+    except (ValidationError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BenchError(f"Result file {path} is corrupt or not a bench result: {str(exc).splitlines()[0]}") from None
+
+
+def iter_results(root: Path, protocol: str | None = None) -> list[tuple[Path, RunResult | BenchError]]:
+    """Every result file under ``root`` (a corrupt one comes back as its error, never silently dropped)."""
+    base = root / "runs" / protocol if protocol else root / "runs"
+    out: list[tuple[Path, RunResult | BenchError]] = []
+    for path in sorted(base.rglob("*.json")) if base.is_dir() else []:
+        try:
+            out.append((path, load_result(path)))
+        except BenchError as err:
+            out.append((path, err))
+    return out
+
+
+def find_joint(root: Path, protocol_name: str, protocol_hash: str, seed: int) -> tuple[Path, RunResult] | None:
+    """The newest complete joint reference run for this protocol spec and seed."""
+    found = [
+        (p, r) for p, r in iter_results(root, protocol_name)
+        if isinstance(r, RunResult) and r.is_reference and r.status == "complete"
+        and r.protocol.hash == protocol_hash and r.seed == seed
+    ]
+    return max(found, key=lambda pr: pr[1].started_at) if found else None

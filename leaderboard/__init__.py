@@ -1,0 +1,1 @@
+"""Builds the static HTML leaderboard from stored results."""

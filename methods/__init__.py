@@ -1,0 +1,1 @@
+"""Built-in continual learning methods and the SGM modifiers, registered through entry points."""

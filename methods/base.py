@@ -1,0 +1,230 @@
+"""The method contract, and the standard training step that modifiers hook into.
+
+A method is one object with a small contract (Mammoth's ``observe`` is the model): the harness owns
+the stream, the batches, the memory and the budget; the method turns one batch into exactly one
+optimizer update.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from pydantic import BaseModel, ConfigDict, Field
+from torch import Tensor, nn
+
+if TYPE_CHECKING:
+    from harness.backbone import SplitModel
+    from harness.inputs import InputStore
+    from harness.memory import Memory
+    from harness.protocol import Protocol
+    from harness.stream import Session, Stream
+
+
+@dataclass
+class Context:
+    """What the harness lends a method for the run."""
+
+    protocol: Protocol
+    stream: Stream
+    device: torch.device
+    memory: Memory
+    inputs: InputStore              # train inputs by global id (methods that replay from memory use it)
+    rng: np.random.Generator
+    generator: torch.Generator      # seeded torch RNG for any parameter init a method does
+    counters: dict[str, float] = field(default_factory=dict)  # extra forwards a method makes, by part
+
+
+@dataclass
+class TrainBatch:
+    x: Tensor              # inputs (trunk features when the trunk is cached)
+    y: Tensor              # stream labels
+    ids: np.ndarray        # global train ids
+    is_new: Tensor         # bool mask: sample comes from the current session
+
+
+@dataclass
+class StepStats:
+    loss: float
+
+
+class MethodConfig(BaseModel):
+    """Hyper-parameters shared by methods using the standard step; subclasses add their own."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    lr: float = Field(1e-3, gt=0)
+    weight_decay: float = Field(0.05, ge=0)
+    layer_decay: float = Field(0.9, gt=0, le=1, description="lr multiplier per layer below the head")
+    trainable: str = Field("body+head", pattern="^(head|body\\+head)$")
+
+
+class Method(ABC):
+    """Base of every method, built-in or plugin."""
+
+    name: ClassVar[str]
+    summary: ClassVar[str] = ""
+    Config: ClassVar[type[BaseModel]] = MethodConfig
+    rehearsal: ClassVar[bool] = True            # False: the whole batch comes from the current session
+    uses_standard_step: ClassVar[bool] = False  # True: every modifier composes with it
+
+    def __init__(self, config: BaseModel, modifiers: list[Modifier] | None = None) -> None:
+        self.config = config
+        self.modifiers = modifiers or []
+        if self.modifiers and not self.uses_standard_step:
+            names = ", ".join(m.name for m in self.modifiers)
+            raise ValueError(f"{self.name} does not use the standard step; modifiers {names} cannot apply")
+
+    @abstractmethod
+    def setup(self, model: SplitModel, ctx: Context) -> None: ...
+
+    def begin_session(self, session: Session) -> None:  # noqa: B027 - optional hook
+        pass
+
+    @abstractmethod
+    def observe(self, batch: TrainBatch) -> StepStats:
+        """Exactly one optimizer update on ``batch``."""
+
+    def end_session(self, session: Session) -> None:  # noqa: B027 - optional hook
+        pass
+
+    @abstractmethod
+    def predict(self, x: Tensor) -> Tensor:
+        """Logits over every class seen so far; called in eval mode under no_grad."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:  # noqa: B027
+        pass
+
+
+class NoConfig(BaseModel):
+    """For a modifier with no settings: any ``--set`` for it is an error."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class Modifier:
+    """A change to the standard step (SGM's components). Every hook is optional."""
+
+    name: ClassVar[str]
+    summary: ClassVar[str] = ""
+    Config: ClassVar[type[BaseModel]] = NoConfig
+
+    def __init__(self, config: BaseModel | None = None) -> None:
+        self.config = config if config is not None else self.Config()
+
+    def setup(self, method: StandardMethod) -> None: ...
+    def begin_session(self, method: StandardMethod, session: Session) -> None: ...
+    def targets(self, method: StandardMethod, batch: TrainBatch, logits: Tensor) -> Tensor | None:
+        return None
+    def after_backward(self, method: StandardMethod) -> None: ...
+    def param_groups(self, method: StandardMethod, groups: list[dict]) -> list[dict]:
+        return groups
+    def scheduler(self, method: StandardMethod, optimizer: torch.optim.Optimizer, total_steps: int):
+        return None
+    def end_session(self, method: StandardMethod, session: Session) -> None: ...
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+def layerwise_groups(model: SplitModel, lr: float, weight_decay: float, layer_decay: float,
+                     train_body: bool) -> list[dict]:
+    """One parameter group per body layer, lr decayed by ``layer_decay`` per layer below the head."""
+    groups = [{"name": "head", "params": [p for p in model.head.parameters() if p.requires_grad],
+               "lr": lr, "weight_decay": weight_decay}]
+    if train_body:
+        layers = list(model.body)
+        for depth, layer in enumerate(reversed(layers), start=1):
+            params = [p for p in layer.parameters() if p.requires_grad]
+            if params:
+                groups.append({"name": f"body.{len(layers) - depth}", "params": params,
+                               "lr": lr * layer_decay**depth, "weight_decay": weight_decay})
+    return groups
+
+
+class StandardMethod(Method):
+    """Cross-entropy on the batch, AdamW with layer-wise lr decay, with modifier hook points.
+
+    Hooks, in order: setup -> begin_session -> (per update) targets, after_backward -> end_session;
+    param_groups and scheduler shape the optimizer built at each session start.
+    """
+
+    uses_standard_step = True
+    Config = MethodConfig
+
+    def setup(self, model: SplitModel, ctx: Context) -> None:
+        self.model, self.ctx = model, ctx
+        train_body = self.config.trainable == "body+head"
+        for p in model.body.parameters():
+            p.requires_grad_(train_body)
+        for m in self.modifiers:
+            m.setup(self)
+
+    def begin_session(self, session: Session) -> None:
+        self.session = session
+        for m in self.modifiers:
+            m.begin_session(self, session)
+        self.optimizer, self.scheduler = self.build_optimizer(self.session_updates(session))
+
+    def session_updates(self, session: Session) -> int:
+        u = self.ctx.protocol.training.updates
+        return len(session.train_ids) if u == "per_sample" else u
+
+    def build_optimizer(self, total_steps: int):
+        cfg = self.config
+        groups = layerwise_groups(self.model, cfg.lr, cfg.weight_decay, cfg.layer_decay,
+                                  train_body=any(p.requires_grad for p in self.model.body.parameters()))
+        for m in self.modifiers:
+            groups = m.param_groups(self, groups)
+        groups = [g for g in groups if g["params"]]
+        optimizer = torch.optim.AdamW(groups)
+        scheduler = None
+        for m in self.modifiers:
+            scheduler = m.scheduler(self, optimizer, total_steps) or scheduler
+        return optimizer, scheduler
+
+    def loss(self, batch: TrainBatch, logits: Tensor, targets: Tensor) -> Tensor:
+        """Cross-entropy against class indices or a probability vector (soft targets)."""
+        return F.cross_entropy(logits, targets)
+
+    def observe(self, batch: TrainBatch) -> StepStats:
+        self.model.train()
+        logits = self.model(batch.x)
+        targets: Tensor = batch.y
+        for m in self.modifiers:
+            replaced = m.targets(self, batch, logits)
+            targets = targets if replaced is None else replaced
+        loss = self.loss(batch, logits, targets)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        for m in self.modifiers:
+            m.after_backward(self)
+        self.optimizer.step()
+        if self.scheduler is not None:
+            self.scheduler.step()
+        return StepStats(loss=float(loss.detach()))
+
+    def end_session(self, session: Session) -> None:
+        for m in self.modifiers:
+            m.end_session(self, session)
+
+    def predict(self, x: Tensor) -> Tensor:
+        return self.model(x)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"modifiers": {m.name: m.state_dict() for m in self.modifiers}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for m in self.modifiers:
+            m.load_state_dict(state["modifiers"].get(m.name, {}))
+
+
+def count_trainable(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)

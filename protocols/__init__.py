@@ -1,0 +1,1 @@
+"""Protocol specs shipped as package data, one YAML file each."""

@@ -1,0 +1,380 @@
+"""Every metric pinned against a hand-computed case; the arithmetic is in the comments."""
+
+from __future__ import annotations
+
+import pydantic
+import pytest
+
+from harness.curves import ReferenceSession, SessionCurve
+from harness.metrics import (
+    Metrics,
+    alpha,
+    best_new_accuracy,
+    compute_metrics,
+    continual_knowledge_gap,
+    flops_to_best_new,
+    min_acc,
+    mu,
+    omega,
+    plasticity_gap,
+    recovery_flops,
+    recovery_updates,
+    sigma,
+    stability_gap,
+    updates_to_best_new,
+    wc_acc,
+)
+
+
+def curve(
+    session: int,
+    updates: list[int],
+    old: list[float],
+    new: list[float] | None = None,
+    all: list[float] | None = None,  # noqa: A002 - the field's name
+    tasks: list[list[float]] | None = None,
+    train_flops: list[float] | None = None,
+) -> SessionCurve:
+    """A session curve; by default every old task follows ``old`` and the last task is ``new``."""
+    n = len(updates)
+    new = new if new is not None else [0.0] * n
+    return SessionCurve(
+        session=session,
+        total_updates=updates[-1],
+        updates=updates,
+        old=old,
+        new=new,
+        all=all if all is not None else old,
+        tasks=tasks if tasks is not None else [old] * (session - 1) + [new],
+        train_flops=train_flops,
+    )
+
+
+def ref(session: int, old: float = 1.0, new: float = 1.0, all: float = 1.0) -> ReferenceSession:  # noqa: A002
+    return ReferenceSession(session=session, old=old, new=new, all=all, tasks=[])
+
+
+# ------------------------------------------------------------------------------------------ Ω
+
+
+def test_omega_evenly_spaced_is_the_plain_mean() -> None:
+    # points 2, 4, 6 (weights 2/6 each = 1/3): (0.4 + 0.6 + 0.8) / 3 = 0.6; / 0.8 = 0.75
+    assert omega([0, 2, 4, 6], [0.1, 0.4, 0.6, 0.8], 0.8) == pytest.approx(0.75)
+
+
+def test_omega_ignores_the_update_zero_point() -> None:
+    # same curve as above with the update-0 accuracy changed from 0.1 to 0.9: still 0.75
+    # (had it counted: (0.9 + 0.4 + 0.6 + 0.8) / 4 / 0.8 = 0.84375)
+    assert omega([0, 2, 4, 6], [0.9, 0.4, 0.6, 0.8], 0.8) == pytest.approx(0.75)
+
+
+def test_omega_weights_uneven_points_by_updates_since_previous() -> None:
+    # points 1, 2, 4, 8 -> weights (1, 1, 2, 4) / 8:
+    # (1*0.2 + 1*0.4 + 2*0.6 + 4*0.8) / 8 = (0.2 + 0.4 + 1.2 + 3.2) / 8 = 5.0 / 8 = 0.625
+    # (the plain mean would be (0.2 + 0.4 + 0.6 + 0.8) / 4 = 0.5)
+    assert omega([0, 1, 2, 4, 8], [0.0, 0.2, 0.4, 0.6, 0.8], 1.0) == pytest.approx(0.625)
+
+
+@pytest.mark.parametrize(
+    ("updates", "acc", "reference", "match"),
+    [
+        ([0, 5], [0.5, 0.5], 0.0, "reference"),
+        ([0], [0.5], 1.0, "after update 0"),
+        ([1, 5], [0.5, 0.5], 1.0, "update 0"),
+        ([0, 5, 5], [0.5, 0.5, 0.5], 1.0, "increasing"),
+        ([0, 5], [0.5], 1.0, "accuracies"),
+    ],
+)
+def test_omega_rejects_bad_input(updates: list[int], acc: list[float], reference: float, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        omega(updates, acc, reference)
+
+
+# ------------------------------------------------------------------------------- the three gaps
+
+
+def test_stability_gap_averages_omega_over_sessions() -> None:
+    curves = [
+        # Ω_2 = (0.6 + 0.8) / 2 / 0.8 = 0.7 / 0.8 = 0.875
+        curve(2, [0, 5, 10], old=[0.9, 0.6, 0.8]),
+        # Ω_3 = (0.7 + 0.7) / 2 / 0.7 = 1.0
+        curve(3, [0, 5, 10], old=[0.1, 0.7, 0.7]),
+    ]
+    # joint refs given out of order: matched by session, not position
+    joint = [ref(3, old=0.7), ref(2, old=0.8)]
+    # S = 1 - (0.875 + 1.0) / 2 = 1 - 0.9375 = 0.0625
+    assert stability_gap(curves, joint) == pytest.approx(0.0625)
+
+
+def test_gap_is_negative_when_better_than_joint() -> None:
+    # Ω_2 = (0.9 + 0.9) / 2 / 0.75 = 1.2 -> S = 1 - 1.2 = -0.2 (backward transfer)
+    curves = [curve(2, [0, 5, 10], old=[0.75, 0.9, 0.9])]
+    assert stability_gap(curves, [ref(2, old=0.75)]) == pytest.approx(-0.2)
+
+
+def test_continual_knowledge_gap_reads_all_and_joint_all() -> None:
+    curves = [
+        # Ω_2 = (0.3 + 0.6) / 2 / 0.6 = 0.75
+        curve(2, [0, 5, 10], old=[0.9, 0.9, 0.9], all=[0.5, 0.3, 0.6]),
+        # Ω_3 = (0.4 + 0.4) / 2 / 0.8 = 0.5
+        curve(3, [0, 5, 10], old=[0.9, 0.9, 0.9], all=[0.5, 0.4, 0.4]),
+    ]
+    joint = [ref(2, old=0.9, all=0.6), ref(3, old=0.9, all=0.8)]
+    # CK = 1 - (0.75 + 0.5) / 2 = 0.375; old matches joint exactly, so S = 0
+    assert continual_knowledge_gap(curves, joint) == pytest.approx(0.375)
+    assert stability_gap(curves, joint) == pytest.approx(0.0)
+
+
+def test_plasticity_gap_normalizes_by_best_new() -> None:
+    curves = [
+        # Ω_2 = (0.4 + 0.8) / 2 / 0.8 = 0.75
+        curve(2, [0, 5, 10], old=[0.9] * 3, new=[0.0, 0.4, 0.8]),
+        # Ω_3 = (0.25 + 0.5) / 2 / 0.5 = 0.75
+        curve(3, [0, 5, 10], old=[0.9] * 3, new=[0.0, 0.25, 0.5]),
+    ]
+    # P = 1 - (0.75 + 0.75) / 2 = 0.25
+    assert plasticity_gap(curves, {2: 0.8, 3: 0.5}) == pytest.approx(0.25)
+
+
+def test_missing_reference_is_an_error_naming_the_session() -> None:
+    curves = [curve(2, [0, 5], old=[0.5, 0.5]), curve(3, [0, 5], old=[0.5, 0.5])]
+    with pytest.raises(ValueError, match="session 3"):
+        stability_gap(curves, [ref(2)])
+    with pytest.raises(ValueError, match="session 3"):
+        continual_knowledge_gap(curves, [ref(2)])
+    with pytest.raises(ValueError, match="session 2"):
+        plasticity_gap(curves, {3: 0.5})
+    with pytest.raises(ValueError, match="session 2"):
+        stability_gap(curves, [ref(2), ref(2), ref(3)])
+
+
+@pytest.mark.parametrize("sessions", [[2, 4], [3], [2, 2], []])
+def test_curves_must_be_sessions_two_to_n_once_each(sessions: list[int]) -> None:
+    curves = [curve(s, [0, 5], old=[0.5, 0.5]) for s in sessions]
+    with pytest.raises(ValueError, match="session"):
+        stability_gap(curves, [ref(s) for s in set(sessions)])
+
+
+def test_best_new_accuracy_is_max_over_runs_and_points() -> None:
+    run_a = [curve(2, [0, 5, 10], old=[0.9] * 3, new=[0.0, 0.5, 0.7]),
+             curve(3, [0, 5, 10], old=[0.9] * 3, new=[0.0, 0.4, 0.6])]
+    run_b = [curve(2, [0, 5, 10], old=[0.9] * 3, new=[0.0, 0.8, 0.6]),
+             curve(3, [0, 5, 10], old=[0.9] * 3, new=[0.0, 0.3, 0.5])]
+    # session 2: max(0.7, 0.8) = 0.8 (run B, mid-session); session 3: max(0.6, 0.5) = 0.6 (run A)
+    assert best_new_accuracy([run_a, run_b]) == pytest.approx({2: 0.8, 3: 0.6})
+    assert best_new_accuracy([]) == {}
+
+
+# ------------------------------------------------------------------------------- σ, μ, α
+
+
+def test_sigma_mu_alpha_read_end_of_session_values() -> None:
+    s2 = curve(2, [0, 5], old=[0.9, 0.7], all=[0.5, 0.6], tasks=[[0.9, 0.7], [0.0, 0.4]])
+    s3 = curve(3, [0, 5], old=[0.6, 0.65], all=[0.5, 0.4],
+               tasks=[[0.6, 0.75], [0.6, 0.55], [0.0, 0.3]])
+    curves = [s3, s2]  # order does not matter
+    assert sigma(curves) == pytest.approx(0.75)  # last session's task 1 at its last point
+    assert mu(curves) == pytest.approx(0.5)  # (0.6 + 0.4) / 2
+    assert alpha(curves) == pytest.approx(0.4)  # last session's all[-1]
+
+
+# ------------------------------------------------------------------------------- recovery
+
+
+RECOVERY = curve(2, [0, 10, 20, 30, 40], old=[0.80, 0.50, 0.70, 0.79, 0.82],
+                 train_flops=[1000.0, 1100.0, 1200.0, 1300.0, 1400.0])
+
+
+@pytest.mark.parametrize(
+    ("fraction", "expected"),
+    [
+        (0.97, 30),  # threshold 0.776: first below at 10 (0.50), back at 30 (0.79)
+        (0.98, 30),  # threshold 0.784: 0.79 >= 0.784 at 30
+        (0.99, 40),  # threshold 0.792: 0.79 is still below, 0.82 at 40
+        (1.00, 40),  # threshold 0.80: the update-0 0.80 is not below (>=); 0.82 at 40
+    ],
+)
+def test_recovery_updates_counts_updates_to_get_back(fraction: float, expected: int) -> None:
+    assert recovery_updates(RECOVERY, 0.8, fraction) == expected
+
+
+def test_recovery_is_zero_without_a_dip_and_none_without_recovery() -> None:
+    flat = curve(2, [0, 10, 20], old=[0.80, 0.79, 0.81])
+    # threshold 0.98 * 0.8 = 0.784: never below -> 0 (no stability gap)
+    assert recovery_updates(flat, 0.8, 0.98) == 0
+    # threshold 1.0 * 0.85 = 0.85: below at 0 and never back -> None
+    assert recovery_updates(flat, 0.85, 1.0) is None
+
+
+def test_recovery_counts_the_update_zero_point() -> None:
+    # below at update 0 (0.5 < 0.784): not "no gap"; back at the next point, 10
+    started_low = curve(2, [0, 10, 20], old=[0.5, 0.9, 0.9])
+    assert recovery_updates(started_low, 0.8, 0.98) == 10
+
+
+def test_recovery_is_the_first_return_after_the_first_dip() -> None:
+    # threshold 0.8: dips at 10, back at 20, dips again at 30, back at 40 -> 20
+    twice = curve(2, [0, 10, 20, 30, 40], old=[0.9, 0.5, 0.8, 0.5, 0.9])
+    assert recovery_updates(twice, 0.8, 1.0) == 20
+
+
+def test_recovery_flops_are_spent_in_session_at_the_recovery_point() -> None:
+    # 0.97 recovers at point 3: 1300 - 1000 (the session's start) = 300
+    assert recovery_flops(RECOVERY, 0.8, 0.97) == pytest.approx(300.0)
+    # 1.0 * 0.5 = 0.5: the minimum 0.50 is not below -> point 0 -> 0 FLOPs (not 1000)
+    assert recovery_updates(RECOVERY, 0.5, 1.0) == 0
+    assert recovery_flops(RECOVERY, 0.5, 1.0) == pytest.approx(0.0)
+    # 1.0 * 0.9: never back -> None
+    assert recovery_flops(RECOVERY, 0.9, 1.0) is None
+    no_flops = curve(2, [0, 10], old=[0.5, 0.9])
+    assert recovery_updates(no_flops, 0.8, 1.0) == 10
+    assert recovery_flops(no_flops, 0.8, 1.0) is None
+
+
+def test_updates_and_flops_to_best_new() -> None:
+    c = curve(2, [0, 10, 20, 30], old=[0.9] * 4, new=[0.0, 0.5, 0.79, 0.8],
+              train_flops=[0.0, 5.0, 10.0, 15.0])
+    # default 0.99 * 0.8 = 0.792: 0.79 is short, 0.8 at 30
+    assert updates_to_best_new(c, 0.8) == 30
+    assert flops_to_best_new(c, 0.8) == pytest.approx(15.0)
+    # 0.98 * 0.8 = 0.784: 0.79 at 20
+    assert updates_to_best_new(c, 0.8, 0.98) == 20
+    assert flops_to_best_new(c, 0.8, 0.98) == pytest.approx(10.0)
+    # 0.99 * 0.9 = 0.891: never
+    assert updates_to_best_new(c, 0.9) is None
+    assert flops_to_best_new(c, 0.9) is None
+
+
+# ------------------------------------------------------------------------ De Lange et al.
+
+
+DE_LANGE = [
+    curve(2, [0, 5, 10], old=[0.9, 0.6, 0.8],
+          tasks=[[0.9, 0.6, 0.8],     # T1
+                 [0.0, 0.5, 0.7]]),   # T2 (being learned: does not count)
+    curve(3, [0, 5, 10], old=[0.7, 0.6, 0.7],
+          tasks=[[0.75, 0.7, 0.8],    # T1
+                 [0.4, 0.55, 0.65],   # T2 (learned at the end of session 2)
+                 [0.0, 0.3, 0.6]]),   # T3 = T_k
+]
+
+
+def test_min_acc_takes_each_task_worst_after_it_was_learned() -> None:
+    # T1: every point of sessions 2 and 3: min(0.9, 0.6, 0.8, 0.75, 0.7, 0.8) = 0.6
+    # T2: points of session 3 only, update 0 included: min(0.4, 0.55, 0.65) = 0.4
+    #     (session 2's 0.0 is before T2 was learned)
+    # min-ACC = (0.6 + 0.4) / 2 = 0.5
+    assert min_acc(DE_LANGE) == pytest.approx(0.5)
+
+
+def test_wc_acc_weights_final_task_by_one_over_k() -> None:
+    # k = 3, a(T_3, final) = 0.6: 0.6 / 3 + (2 / 3) * 0.5 = 0.2 + 0.3333... = 0.5333...
+    assert wc_acc(DE_LANGE) == pytest.approx(0.6 / 3 + 2 * 0.5 / 3)
+
+
+def test_min_and_wc_acc_with_one_session() -> None:
+    one = [curve(2, [0, 5, 10], old=[0.9, 0.3, 0.8], tasks=[[0.9, 0.3, 0.8], [0.0, 0.6, 0.7]])]
+    # only T1, over session 2's points: min = 0.3; WC = 0.7 / 2 + 0.3 / 2 = 0.5
+    assert min_acc(one) == pytest.approx(0.3)
+    assert wc_acc(one) == pytest.approx(0.5)
+
+
+def test_s_delta_and_min_acc_rank_runs_differently() -> None:
+    """The paper's appendix "Reasons for New Metrics": only a joint reference tells them apart."""
+    joint = [ref(2, old=0.8)]
+    # A dips once to 0.2 but otherwise matches joint (0.8)
+    run_a = [curve(2, [0, 10, 20, 30, 40], old=[0.8, 0.2, 0.8, 0.8, 0.8])]
+    # B never dips but sits at 0.5 throughout
+    run_b = [curve(2, [0, 10, 20, 30, 40], old=[0.5, 0.5, 0.5, 0.5, 0.5])]
+    # S_A = 1 - (0.2 + 3 * 0.8) / 4 / 0.8 = 1 - 0.65 / 0.8 = 0.1875; S_B = 1 - 0.5 / 0.8 = 0.375
+    assert stability_gap(run_a, joint) == pytest.approx(0.1875)
+    assert stability_gap(run_b, joint) == pytest.approx(0.375)
+    # min-ACC_A = 0.2, min-ACC_B = 0.5 (higher is better)
+    assert min_acc(run_a) == pytest.approx(0.2)
+    assert min_acc(run_b) == pytest.approx(0.5)
+    # S_Δ prefers A (smaller gap), min-ACC prefers B
+    assert stability_gap(run_a, joint) < stability_gap(run_b, joint)
+    assert min_acc(run_a) < min_acc(run_b)
+
+
+# ------------------------------------------------------------------------------- all together
+
+
+FULL = [
+    curve(2, [0, 5, 10], old=[0.9, 0.6, 0.8], new=[0.0, 0.5, 0.7], all=[0.6, 0.6, 0.8],
+          tasks=[[0.9, 0.6, 0.8], [0.0, 0.5, 0.7]], train_flops=[0.0, 40.0, 90.0]),
+    curve(3, [0, 5, 10], old=[0.74, 0.73, 0.74], new=[0.0, 0.6, 0.55], all=[0.5, 0.5, 0.7],
+          tasks=[[0.75, 0.7, 0.8], [0.4, 0.55, 0.65], [0.0, 0.6, 0.55]],
+          train_flops=[90.0, 130.0, 170.0]),
+]
+FULL_JOINT = [ref(2, old=0.8, new=0.9, all=0.8), ref(3, old=0.75, new=0.8, all=0.7)]
+FULL_BEST = {2: 0.7, 3: 0.6}
+
+# S:  Ω2 = (0.6 + 0.8) / 2 / 0.8 = 7/8;  Ω3 = (0.73 + 0.74) / 2 / 0.75 = 0.98
+#     S = 1 - (0.875 + 0.98) / 2 = 0.0725
+# P:  Ω2 = (0.5 + 0.7) / 2 / 0.7 = 6/7;  Ω3 = (0.6 + 0.55) / 2 / 0.6 = 23/24
+#     P = 1 - (144/168 + 161/168) / 2 = 1 - 305/336 = 31/336
+# CK: Ω2 = (0.6 + 0.8) / 2 / 0.8 = 7/8;  Ω3 = (0.5 + 0.7) / 2 / 0.7 = 6/7
+#     CK = 1 - (49/56 + 48/56) / 2 = 1 - 97/112 = 15/112
+# σ = 0.8 (s3 T1 last);  μ = (0.8 + 0.7) / 2 = 0.75;  α = 0.7
+# min-ACC: T1 min(0.9, 0.6, 0.8, 0.75, 0.7, 0.8) = 0.6, T2 min(0.4, 0.55, 0.65) = 0.4 -> 0.5
+# WC-ACC = 0.55 / 3 + (2/3) * 0.5 = 1.55 / 3
+# recovery s2 (joint 0.8, old 0.9 0.6 0.8): below at 5 for every fraction, back at 10 (0.8 >= 0.8)
+#   -> 10 and 90 - 0 = 90 FLOPs
+# recovery s3 (joint 0.75, old 0.74 0.73 0.74):
+#   97: 0.7275, never below -> 0, 0 FLOPs
+#   98: 0.735, below at 5 (0.73), back at 10 (0.74) -> 10, 170 - 90 = 80 FLOPs
+#   99: 0.7425 and 100: 0.75, never reached -> None
+# best new: s2 0.99 * 0.7 = 0.693 -> 10 (0.7), 90 FLOPs; s3 0.99 * 0.6 = 0.594 -> 5 (0.6), 40 FLOPs
+FULL_SCALARS = {
+    "S_delta": 0.0725, "P_delta": 31 / 336, "CK_delta": 15 / 112,
+    "sigma": 0.8, "mu": 0.75, "alpha": 0.7, "min_acc": 0.5, "wc_acc": 1.55 / 3,
+    "recovery_97_s2": 10, "recovery_97_s3": 0,
+    "recovery_98_s2": 10, "recovery_98_s3": 10,
+    "recovery_99_s2": 10,
+    "recovery_100_s2": 10,
+    "recovery_flops_97_s2": 90, "recovery_flops_97_s3": 0,
+    "recovery_flops_98_s2": 90, "recovery_flops_98_s3": 80,
+    "recovery_flops_99_s2": 90,
+    "recovery_flops_100_s2": 90,
+    "updates_to_best_new_s2": 10, "updates_to_best_new_s3": 5,
+    "flops_to_best_new_s2": 90, "flops_to_best_new_s3": 40,
+}
+
+
+def test_compute_metrics_fills_everything() -> None:
+    m = compute_metrics(FULL, FULL_JOINT, FULL_BEST)
+    assert m.recovery_updates == {"97": [10, 0], "98": [10, 10], "99": [10, None], "100": [10, None]}
+    # whole-number FLOP differences are exact in floating point
+    assert m.recovery_flops == {"97": [90.0, 0.0], "98": [90.0, 80.0], "99": [90.0, None], "100": [90.0, None]}
+    assert m.updates_to_best_new == [10, 5]
+    assert m.flops_to_best_new == pytest.approx([90.0, 40.0])
+    assert m.scalars() == pytest.approx(FULL_SCALARS)
+
+
+def test_compute_metrics_without_flops_leaves_them_out() -> None:
+    no_flops = [c.model_copy(update={"train_flops": None}) for c in FULL]
+    m = compute_metrics(list(reversed(no_flops)), FULL_JOINT, FULL_BEST)
+    assert m.recovery_flops is None
+    assert m.flops_to_best_new is None
+    assert m.S_delta == pytest.approx(0.0725)
+    expected = {k: v for k, v in FULL_SCALARS.items() if "flops" not in k}
+    assert m.scalars() == pytest.approx(expected)
+
+
+def test_compute_metrics_needs_every_reference() -> None:
+    with pytest.raises(ValueError, match="session 3"):
+        compute_metrics(FULL, FULL_JOINT, {2: 0.7})
+    with pytest.raises(ValueError, match="session 2"):
+        compute_metrics(FULL, FULL_JOINT[1:], FULL_BEST)
+
+
+def test_metrics_model_rejects_extra_fields_and_bad_shapes() -> None:
+    good = compute_metrics(FULL, FULL_JOINT, FULL_BEST).model_dump()
+    with pytest.raises(pydantic.ValidationError, match="extra"):
+        Metrics(**good, omega=1.0)
+    with pytest.raises(pydantic.ValidationError, match="keyed"):
+        Metrics(**{**good, "recovery_updates": {"99": [10, None]}})
+    with pytest.raises(pydantic.ValidationError, match="one value per session"):
+        Metrics(**{**good, "flops_to_best_new": [1.0]})
+    assert Metrics(**good) == compute_metrics(FULL, FULL_JOINT, FULL_BEST)
