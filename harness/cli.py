@@ -159,5 +159,16 @@ def validate(file: Path) -> None:
     click.echo(f"OK: protocol {p.name} v{p.version}, hash {p.spec_hash}")
 
 
+def _register_subcommands() -> None:
+    """Command groups that live beside their package (the leaderboard builder)."""
+    try:
+        from leaderboard.cli import leaderboard
+    except ImportError:  # the leaderboard package ships with the project; absent only mid-development
+        return
+    main.add_command(leaderboard)
+
+
+_register_subcommands()
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -78,8 +78,8 @@ class Stream:
 
 def build_stream(protocol: Protocol, seed: int) -> Stream:
     """Open the protocol's sources and lay out the sessions for this seed (CIL or IID order)."""
-    pre_train, pre_test = open_source(protocol.pretrain_data)
-    opened = [open_source(src) for src in protocol.stream_data]
+    pre_train, pre_test = open_source(protocol.pretrain_data, field="pretrain_data.root")
+    opened = [open_source(src, field=f"stream_data[{i}].root") for i, src in enumerate(protocol.stream_data)]
     k = len(pre_train.class_names)
 
     # Raw class ids: pretrain 0..K-1, then each stream source shifted past the previous ones.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import logging
 import os
 import tempfile
 from pathlib import Path
@@ -39,6 +40,8 @@ def curves_csv(result: RunResult) -> str:
 def log_run(result: RunResult, json_path: Path, results_dir: Path, tracking_uri: str | None = None) -> str:
     """Log params, scalar metrics, step curves (step = update across sessions) and the JSON; returns the run id."""
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    logging.getLogger("mlflow").setLevel(logging.WARNING)  # no schema-migration chatter per run
+    logging.getLogger("alembic").setLevel(logging.WARNING)
     import mlflow  # slow import: only when logging
     from mlflow.entities import Metric, Param
     from mlflow.tracking import MlflowClient

@@ -1,0 +1,47 @@
+"""Shared fixtures: a reduced-budget copy of the embedded protocol, isolated caches and results."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness.protocol import Protocol, load_protocol
+
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
+
+def reduced_tiny(name: str = "tiny_cil", **training) -> dict:
+    """tiny_cil's structure (4 sessions of 5 classes) on a budget a unit test can afford."""
+    spec = load_protocol(name).model_dump(mode="json")
+    spec["name"] = f"{name}_reduced"
+    spec["pretrain_data"].update(train_per_class=60, test_per_class=10)
+    spec["stream_data"][0].update(train_per_class=40, test_per_class=10)
+    spec["stream_data"][1].update(train_per_class=40, test_per_class=10)
+    spec["pretrain"].update(updates=20, batch_size=32)
+    spec["training"].update(updates=6, batch={"new": 8, "old": 8}, **training)
+    spec["eval"] = {"every": 3, "dense_every": 1, "dense_until": 2, "batch_size": 256}
+    spec["joint"].update(updates=8, batch_size=16)
+    return spec
+
+
+@pytest.fixture(scope="session")
+def bench_cache(tmp_path_factory) -> Path:
+    """One cache for the whole session (deployed model and trunk features are reused, as for users)."""
+    path = tmp_path_factory.mktemp("bench-cache")
+    os.environ["BENCH_CACHE_DIR"] = str(path)
+    return path
+
+
+@pytest.fixture()
+def tiny_protocol_file(tmp_path, bench_cache) -> Path:
+    path = tmp_path / "tiny_cil_reduced.yaml"
+    path.write_text(yaml.safe_dump(reduced_tiny()))
+    return path
+
+
+@pytest.fixture()
+def tiny_protocol(tiny_protocol_file) -> Protocol:
+    return load_protocol(str(tiny_protocol_file))

@@ -1,0 +1,73 @@
+from __future__ import annotations
+
+import copy
+
+import pytest
+import timm
+import torch
+from torch import nn
+
+from harness.backbone import GrowingHead, create_network, split_network
+from harness.errors import BenchError
+from harness.fastconv import CroppingDepthwiseConv2d, crop_depthwise_convs
+from harness.protocol import load_protocol
+
+
+def test_packaged_imagenet_weights_load_into_timm_and_split_is_exact():
+    spec = load_protocol("tiny_cil").backbone
+    net = create_network(spec).eval()
+    reference = timm.create_model("tf_efficientnet_lite0", pretrained=False).eval()
+    assert not torch.equal(net.conv_stem.weight, reference.conv_stem.weight)  # weights really loaded
+    split = split_network(copy.deepcopy(net), spec, num_classes=None).eval()
+    x = torch.randn(4, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(split(x), net(x), rtol=1e-4, atol=1e-5)
+    assert all(not p.requires_grad for p in split.trunk.parameters())
+
+
+def test_convnext_split_paths_reproduce_the_full_model():
+    spec = load_protocol("cil_places_lt").backbone.model_copy(update={"weights": "none:"})
+    net = create_network(spec).eval()
+    split = split_network(copy.deepcopy(net), spec, num_classes=None).eval()
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(split(x), net(x), rtol=1e-4, atol=1e-5)
+
+
+def test_head_grows_keeping_old_rows():
+    head = GrowingHead(8, 3)
+    before = head.fc.weight.detach().clone()
+    head.grow(2, torch.Generator().manual_seed(0))
+    assert head.num_classes == 5
+    assert torch.equal(head.fc.weight[:3], before)
+    assert torch.equal(head.fc.bias[3:], torch.zeros(2))
+
+
+def test_trunk_stays_in_eval_mode():
+    spec = load_protocol("tiny_cil").backbone
+    model = split_network(create_network(spec), spec, 10)
+    model.train()
+    assert not any(m.training for m in model.trunk.modules())
+    assert model.body.training
+
+
+def test_bad_module_path_is_named():
+    spec = load_protocol("tiny_cil").backbone.model_copy(update={"trunk": ["conv_stem", "blocks.9"]})
+    with pytest.raises(BenchError, match="blocks.9"):
+        split_network(create_network(spec), spec, 10)
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 8])
+def test_cropped_depthwise_conv_is_exact(size):
+    conv = nn.Conv2d(6, 6, 5, padding=2, groups=6)
+    fast = copy.deepcopy(conv)
+    assert crop_depthwise_convs(fast) == 1 and isinstance(fast, CroppingDepthwiseConv2d)
+    x = torch.randn(3, 6, size, size, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_(True)
+    y, y2 = conv(x), fast(x2)
+    torch.testing.assert_close(y2, y, rtol=1e-6, atol=1e-6)
+    y.square().sum().backward()
+    y2.square().sum().backward()
+    torch.testing.assert_close(fast.weight.grad, conv.weight.grad, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(x2.grad, x.grad, rtol=1e-5, atol=1e-6)
+    assert fast.state_dict().keys() == conv.state_dict().keys()

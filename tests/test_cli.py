@@ -1,0 +1,77 @@
+"""Bad input: one clear paragraph naming the field, value or path, and exit code 2."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from harness.cli import main
+
+
+def invoke(*args: str, env: dict | None = None):
+    return CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
+
+
+def test_ls_protocols_lists_every_protocol():
+    out = invoke("ls", "protocols")
+    assert out.exit_code == 0
+    for name in ("tiny_cil", "tiny_iid", "cil_places_lt", "online_cub_20k", "cil_places_lt_norehearsal"):
+        assert name in out.output
+
+
+def test_ls_methods_names_the_supplying_distribution():
+    out = invoke("ls", "methods")
+    assert out.exit_code == 0
+    assert "vanilla" in out.output and "bench-stability-gap" in out.output
+
+
+def test_show_protocol_prints_spec_and_hash():
+    out = invoke("show", "protocol", "tiny_cil")
+    assert out.exit_code == 0 and "hash" in out.output and "classes_per_session: 5" in out.output
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("run", "--protocol", "tiny_cli"), "Did you mean: tiny_cil"),
+    (("run", "--method", "vanila"), "Did you mean: vanilla"),
+    (("run", "--method", "vanilla+sgmm"), "Unknown modifier 'sgmm'"),
+    (("run", "--method", "vanilla++"), "malformed"),
+    (("run", "--set", "lr"), "key=value"),
+    (("run", "--set", "lrr=0.1"), "lrr"),
+    (("show", "protocol", "nope"), "Unknown protocol 'nope'"),
+])
+def test_bad_input_exits_2_with_a_named_error(args, needle):
+    out = invoke(*args)
+    assert out.exit_code == 2, out.output
+    assert needle in out.output
+    assert "Traceback" not in out.output
+
+
+def test_malformed_protocol_file(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nversion: one\n")
+    out = invoke("validate", str(bad))
+    assert out.exit_code == 2 and "version" in out.output and "'one'" in out.output
+
+
+def test_validate_accepts_a_good_protocol(tmp_path):
+    out = invoke("validate", "protocols/tiny_cil.yaml")
+    assert out.exit_code == 0 and "OK" in out.output
+
+
+def test_missing_data_folder_names_folder_and_layout(tmp_path):
+    out = invoke("run", "--protocol", "online_cub_20k", "--results-dir", str(tmp_path),
+                 env={"BENCH_DATA": str(tmp_path / "data")})
+    assert out.exit_code == 2
+    assert str(tmp_path / "data" / "imagenet") in out.output and "train" in out.output
+
+
+def test_unset_data_variable_is_named(tmp_path):
+    out = invoke("run", "--protocol", "cil_places_lt", "--results-dir", str(tmp_path), env={"BENCH_DATA": None})
+    assert out.exit_code == 2 and "BENCH_DATA" in out.output
+
+
+def test_corrupt_result_file_is_named(tmp_path):
+    bad = tmp_path / "r.json"
+    bad.write_text("{not json")
+    out = invoke("validate", str(bad))
+    assert out.exit_code == 2 and str(bad) in out.output

@@ -1,0 +1,84 @@
+"""The whole pipeline on the embedded protocol with a reduced budget: CLI -> JSON -> MLflow."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from harness.cli import main
+from harness.results import iter_results
+
+
+def run_cli(*args: str):
+    return CliRunner().invoke(main, ["run", "--no-progress", *args], catch_exceptions=False)
+
+
+@pytest.mark.slow
+def test_vanilla_run_writes_result_and_mlflow_and_is_reproducible(tiny_protocol_file, tmp_path):
+    results = tmp_path / "results"
+    args = ("--protocol", str(tiny_protocol_file), "--method", "vanilla", "--seed", "0", "--results-dir", str(results))
+    first = run_cli(*args)
+    assert first.exit_code == 0, first.output
+    assert "No joint reference" in first.output  # trained and cached first, and said so
+    for name in ("S_delta", "P_delta", "CK_delta", "sigma", "mu", "alpha"):
+        assert name in first.output
+
+    second = run_cli(*args)
+    assert second.exit_code == 0 and "No joint reference" not in second.output
+
+    runs = [r for _, r in iter_results(results)]
+    joint = [r for r in runs if r.is_reference]
+    cl = [r for r in runs if not r.is_reference]
+    assert len(joint) == 1 and len(cl) == 2
+    a, b = cl
+    assert a.curves == b.curves  # same seed, same numbers
+    assert a.metrics.S_delta == b.metrics.S_delta and a.metrics.alpha == b.metrics.alpha
+    assert a.references.joint_run == joint[0].run_id
+    assert a.budget.updates_per_session == [6, 6, 6, 6]
+    assert a.budget.optimizer_steps == 24 and a.budget.samples_trained == 24 * 16
+    assert [c.updates for c in a.curves] == [[0, 1, 2, 3, 6]] * 4
+    assert a.protocol.name == "tiny_cil_reduced" and a.method.distribution == "bench-stability-gap"
+    assert 0.0 <= a.metrics.alpha <= 1.0
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{results / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("bench/tiny_cil_reduced")
+    mruns = {r.data.tags["bench.run_id"]: r for r in client.search_runs([exp.experiment_id])}
+    assert set(mruns) == {a.run_id, b.run_id}  # joint runs are logged by `run` of joint only
+    m = mruns[a.run_id].data
+    assert m.metrics["S_delta"] == pytest.approx(a.metrics.S_delta)
+    assert m.metrics["alpha"] == pytest.approx(a.metrics.alpha)
+    history = client.get_metric_history(mruns[a.run_id].info.run_id, "acc_old")
+    assert [h.step for h in history] == [0, 1, 2, 3, 6, 6, 7, 8, 9, 12, 12, 13, 14, 15, 18, 18, 19, 20, 21, 24]
+    artifacts = {f.path for f in client.list_artifacts(mruns[a.run_id].info.run_id)}
+    assert any(p.endswith(".json") for p in artifacts) and "curves.csv" in artifacts
+
+
+@pytest.mark.slow
+def test_uncached_trunk_gives_the_same_curves(tiny_protocol_file, tmp_path):
+    results = tmp_path / "r"
+    base = ("--protocol", str(tiny_protocol_file), "--method", "finetune", "--results-dir", str(results), "--no-mlflow")
+    assert run_cli(*base).exit_code == 0
+    assert run_cli(*base, "--no-trunk-cache").exit_code == 0
+    cached, uncached = [r for _, r in iter_results(results) if not r.is_reference]
+    for c, u in zip(cached.curves, uncached.curves):
+        for key in ("old", "new", "all"):
+            assert getattr(c, key) == pytest.approx(getattr(u, key), abs=1e-6)
+
+
+def test_interrupted_run_leaves_no_result(tiny_protocol_file, tmp_path, monkeypatch):
+    import methods.baselines
+
+    def boom(self, batch):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(methods.baselines.StandardMethod, "observe", boom)
+    results = tmp_path / "r"
+    out = CliRunner().invoke(main, ["run", "--no-progress", "--protocol", str(tiny_protocol_file), "--method",
+                                    "vanilla", "--results-dir", str(results)])
+    assert out.exit_code == 130
+    files = list(results.rglob("*")) if results.exists() else []
+    assert not [f for f in files if f.suffix in (".json", ".tmp")]

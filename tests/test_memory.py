@@ -1,0 +1,54 @@
+from __future__ import annotations
+
+import numpy as np
+
+from harness.memory import Memory
+from harness.protocol import Memory as MemorySpec
+
+
+def _memory(policy: str, capacity: int | None, labels, seed: int = 0) -> Memory:
+    return Memory(MemorySpec(policy=policy, capacity=capacity), np.asarray(labels),
+                  lambda gid: 10 + gid, np.random.default_rng(seed))
+
+
+def test_unlimited_keeps_everything_and_counts_bytes():
+    m = _memory("unlimited", None, [0, 0, 1, 1])
+    m.add([0, 1, 2, 3])
+    assert m.ids == [0, 1, 2, 3]
+    assert m.bytes == 10 + 11 + 12 + 13 and m.peak_bytes == m.bytes and m.peak_samples == 4
+
+
+def test_reservoir_respects_the_cap_and_is_seeded():
+    labels = np.zeros(1000, dtype=int)
+    a, b = _memory("reservoir", 50, labels), _memory("reservoir", 50, labels)
+    a.add(range(1000))
+    b.add(range(1000))
+    assert len(a) == 50 and a.ids == b.ids
+    assert a.bytes == sum(10 + g for g in a.ids)
+    assert max(a.ids) > 500  # late samples do get in
+
+
+def test_class_balanced_evicts_from_the_largest_class():
+    # cap 4: after 0,1,2 (class 0) and 3 (class 1) the memory is full: {c0: 3, c1: 1}.
+    labels = [0, 0, 0, 1, 1, 0]
+    m = _memory("class_balanced", 4, labels)
+    m.add([0, 1, 2, 3])
+    m.add([4])  # class 1 sample: a class-0 sample is evicted -> {c0: 2, c1: 2}
+    stored = np.asarray(labels)[m.ids]
+    assert sorted(stored.tolist()) == [0, 0, 1, 1] and 4 in m.ids
+    m.add([5])  # class 0 is (jointly) the largest: the sample is not taken
+    assert 5 not in m.ids and len(m) == 4
+
+
+def test_none_policy_stores_nothing_and_sampling_is_empty():
+    m = _memory("none", None, [0, 1])
+    m.add([0, 1])
+    assert len(m) == 0 and len(m.sample(8)) == 0
+
+
+def test_state_dict_round_trip():
+    m = _memory("reservoir", 3, np.zeros(10, dtype=int))
+    m.add(range(10))
+    n = _memory("reservoir", 3, np.zeros(10, dtype=int))
+    n.load_state_dict(m.state_dict())
+    assert n.ids == m.ids and n.bytes == m.bytes and n.seen == 10

@@ -1,0 +1,81 @@
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from harness.errors import BenchError
+from harness.protocol import Evaluation, builtin_protocol_names, load_protocol, parse_protocol
+
+PAPER_PROTOCOLS = {"cil_places_lt", "iid_places_lt", "cil_places_lt_balanced", "cil_places_std_192k",
+                   "cil_places_std_24k", "online_cub_80k", "online_cub_20k", "cil_places_lt_norehearsal"}
+
+
+def test_every_issue_protocol_ships_and_validates():
+    names = set(builtin_protocol_names())
+    assert PAPER_PROTOCOLS | {"tiny_cil", "tiny_iid"} <= names
+    for name in names:
+        p = load_protocol(name)
+        assert p.name == name
+        assert len(p.spec_hash) == 16
+
+
+def test_paper_protocols_carry_the_papers_numbers():
+    main = load_protocol("cil_places_lt")
+    assert (main.sessions, main.classes_per_session, main.training.updates) == (5, 73, 600)
+    assert main.training.batch.size == 128 and main.eval.every == 50
+    assert main.backbone.model == "convnextv2_femto" and main.backbone.trunk == ["stem", "stages.0", "stages.1"]
+    std = load_protocol("cil_places_std_24k")
+    assert (std.training.updates, std.training.batch.size, std.memory.capacity) == (1200, 256, 24000)
+    online = load_protocol("online_cub_20k")
+    assert online.training.updates == "per_sample"
+    assert (online.training.batch.new, online.training.batch.old, online.memory.capacity) == (1, 50, 20000)
+    assert load_protocol("cil_places_lt_norehearsal").training.batch.old == 0
+
+
+def test_hash_changes_with_content_and_not_with_formatting():
+    text = (load_protocol("tiny_cil").model_dump_json())
+    data = yaml.safe_load(text)
+    a = parse_protocol(yaml.safe_dump(data), "a")
+    b = parse_protocol(yaml.safe_dump(data, default_flow_style=True), "b")
+    assert a.spec_hash == b.spec_hash
+    data["training"]["updates"] = 101
+    assert parse_protocol(yaml.safe_dump(data), "c").spec_hash != a.spec_hash
+
+
+def test_unknown_field_is_named():
+    data = yaml.safe_load(load_protocol("tiny_cil").model_dump_json())
+    data["training"]["updatez"] = 3
+    with pytest.raises(BenchError, match=r"training\.updatez"):
+        parse_protocol(yaml.safe_dump(data), "bad.yaml")
+
+
+def test_bad_value_is_named_with_its_value():
+    data = yaml.safe_load(load_protocol("tiny_cil").model_dump_json())
+    data["ordering"] = "random"
+    with pytest.raises(BenchError, match=r"ordering.*'random'"):
+        parse_protocol(yaml.safe_dump(data), "bad.yaml")
+
+
+def test_malformed_yaml_and_non_mapping():
+    with pytest.raises(BenchError, match="not valid YAML"):
+        parse_protocol("name: [unclosed", "x.yaml")
+    with pytest.raises(BenchError, match="mapping"):
+        parse_protocol("- a\n- b\n", "x.yaml")
+
+
+def test_unknown_protocol_suggests_nearest():
+    with pytest.raises(BenchError, match="Did you mean: tiny_cil"):
+        load_protocol("tiny_cll")
+
+
+def test_memory_capacity_must_match_policy():
+    data = yaml.safe_load(load_protocol("tiny_cil").model_dump_json())
+    data["memory"] = {"policy": "reservoir"}
+    with pytest.raises(BenchError, match="capacity is required"):
+        parse_protocol(yaml.safe_dump(data), "x")
+
+
+def test_eval_points_cadence_plus_dense_start():
+    ev = Evaluation(every=10, dense_every=2, dense_until=6)
+    assert ev.points(25) == [0, 2, 4, 6, 10, 20, 25]
+    assert Evaluation(every=50).points(100) == [0, 50, 100]
