@@ -191,6 +191,14 @@ def _curve_point(curve: dict, update: int, acc) -> None:
         curve["tasks"][k].append(a)
 
 
+def memory_spec(protocol: Protocol, method: Method):
+    """The protocol's storage cap, under the method's own eviction policy when it has one (GDumb)."""
+    spec = protocol.memory
+    if method.memory_policy and spec.policy not in ("unlimited", "none") and method.memory_policy != spec.policy:
+        spec = spec.model_copy(update={"policy": method.memory_policy})
+    return spec
+
+
 def _session_updates(protocol: Protocol, session: Session) -> int:
     u = protocol.training.updates
     return len(session.train_ids) if u == "per_sample" else u
@@ -202,7 +210,8 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions) -> 
     generator = seed_everything(seed)
     rng = np.random.default_rng(seed)
     model = copy.deepcopy(bench.deployed)
-    memory = Memory(p.memory, stream.train.labels, stream.train.sample_bytes, rng)
+    memory = Memory(memory_spec(p, method), stream.train.labels,
+                    lambda gid: method.sample_bytes(gid) or stream.train.sample_bytes(gid), rng)
     if p.memory.include_pretrain:
         memory.add(stream.pretrain_ids)
     method.setup(model, _context(bench, memory, rng, generator))

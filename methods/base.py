@@ -70,6 +70,7 @@ class Method(ABC):
     summary: ClassVar[str] = ""
     Config: ClassVar[type[BaseModel]] = MethodConfig
     rehearsal: ClassVar[bool] = True            # False: the whole batch comes from the current session
+    memory_policy: ClassVar[str | None] = None  # e.g. "class_balanced" (GDumb); None: the protocol's policy
     uses_standard_step: ClassVar[bool] = False  # True: every modifier composes with it
 
     def __init__(self, config: BaseModel, modifiers: list[Modifier] | None = None) -> None:
@@ -95,6 +96,11 @@ class Method(ABC):
     @abstractmethod
     def predict(self, x: Tensor) -> Tensor:
         """Logits over every class seen so far; called in eval mode under no_grad."""
+
+    def sample_bytes(self, gid: int) -> int | None:
+        """Bytes one stored sample costs when the method stores something other than the raw sample
+        (REMIND: product-quantised codes); None means the raw sample's size."""
+        return None
 
     def state_dict(self) -> dict[str, Any]:
         return {}
