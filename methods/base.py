@@ -225,9 +225,18 @@ class StandardMethod(Method):
         return self.model(x)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"modifiers": {m.name: m.state_dict() for m in self.modifiers}}
+        """Optimizer, schedule and modifier state: with the model and memory, enough to resume mid-session."""
+        return {
+            "optimizer": self.optimizer.state_dict() if getattr(self, "optimizer", None) else None,
+            "scheduler": self.scheduler.state_dict() if getattr(self, "scheduler", None) else None,
+            "modifiers": {m.name: m.state_dict() for m in self.modifiers},
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("optimizer") is not None:
+            self.optimizer.load_state_dict(state["optimizer"])
+        if state.get("scheduler") is not None:
+            self.scheduler.load_state_dict(state["scheduler"])
         for m in self.modifiers:
             m.load_state_dict(state["modifiers"].get(m.name, {}))
 
