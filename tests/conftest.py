@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the CLI does; before torch is imported
 from pathlib import Path
 
 import pytest
