@@ -178,6 +178,7 @@ class StandardMethod(Method):
         for m in self.modifiers:
             m.begin_session(self, session)
         self.optimizer, self.scheduler = self.build_optimizer(self.session_updates(session))
+        self._restore_optimizer()
 
     def session_updates(self, session: Session) -> int:
         u = self.ctx.protocol.training.updates
@@ -195,6 +196,14 @@ class StandardMethod(Method):
         for m in self.modifiers:
             scheduler = m.scheduler(self, optimizer, total_steps) or scheduler
         return optimizer, scheduler
+
+    def _restore_optimizer(self) -> None:
+        optimizer_state, scheduler_state = getattr(self, "_pending_optimizer_state", (None, None))
+        if optimizer_state is not None:
+            self.optimizer.load_state_dict(optimizer_state)
+        if scheduler_state is not None and self.scheduler is not None:
+            self.scheduler.load_state_dict(scheduler_state)
+        self._pending_optimizer_state = (None, None)
 
     def loss(self, batch: TrainBatch, logits: Tensor, targets: Tensor) -> Tensor:
         """Cross-entropy against class indices or a probability vector (soft targets)."""
@@ -233,10 +242,10 @@ class StandardMethod(Method):
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state.get("optimizer") is not None:
-            self.optimizer.load_state_dict(state["optimizer"])
-        if state.get("scheduler") is not None:
-            self.scheduler.load_state_dict(state["scheduler"])
+        """Modifier state now; optimizer state now if built, else when the next session builds it."""
+        self._pending_optimizer_state = (state.get("optimizer"), state.get("scheduler"))
+        if getattr(self, "optimizer", None) is not None:
+            self._restore_optimizer()
         for m in self.modifiers:
             m.load_state_dict(state["modifiers"].get(m.name, {}))
 
