@@ -11,6 +11,10 @@ import click
 from harness.errors import BenchError
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+# OpenMP threads that spin while waiting make torch 10-20x slower as soon as two processes share the
+# cores (several seeds at once, a test suite beside a run); sleeping waiters cost ~nothing when alone.
+# Must be set before torch is imported; a user's own setting wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 DEFAULT_PROTOCOL = "tiny_cil"
 DEFAULT_METHOD = "vanilla"
@@ -160,12 +164,12 @@ def validate(file: Path) -> None:
 
 
 def _register_subcommands() -> None:
-    """Command groups that live beside their package (the leaderboard builder)."""
-    try:
-        from leaderboard.cli import leaderboard
-    except ImportError:  # the leaderboard package ships with the project; absent only mid-development
-        return
+    """Command groups that live beside their package (the leaderboard builder, the perf benchmark)."""
+    from harness.perf import perf
+    from leaderboard.cli import leaderboard
+
     main.add_command(leaderboard)
+    main.add_command(perf)
 
 
 _register_subcommands()

@@ -1,0 +1,257 @@
+"""Render the static leaderboard: HTML (Jinja2, autoescaped), hand-written SVG plots, run JSON copies.
+
+The site is self-contained: relative links only, no server, no CDN; it works from file:// and from
+any static host. JavaScript only adds sorting and the family filter; everything reads without it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from importlib import metadata, resources
+from pathlib import Path
+from urllib.parse import quote
+
+from jinja2 import Environment, PackageLoader, StrictUndefined
+
+from harness.errors import BenchError
+from harness.metrics import RECOVERY_FRACTIONS
+
+from leaderboard.aggregate import (
+    COLUMN_BY_KEY,
+    COLUMNS,
+    Board,
+    Entry,
+    MethodRow,
+    Stat,
+    assign_slugs,
+    fmt_number,
+    fmt_std,
+    marks,
+    rank_value,
+    run_values,
+    summarize,
+)
+from leaderboard.glossary import OMEGA_NOTE, TERMS
+from leaderboard.plots import board_plots, run_plot
+from leaderboard.reported import ReportedTable, load_reported
+from leaderboard.sources import Loaded
+
+MARKER = ".bench-leaderboard"
+OWNED = ("index.html", "glossary.html", "runs", "plots", "static")
+
+
+@dataclass
+class BuildReport:
+    out: Path
+    boards: list[Board]
+    skipped: list[tuple[str, str]]
+    pages: int
+    seconds: float
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def index(self) -> Path:
+        return self.out / "index.html"
+
+
+# ------------------------------------------------------------------------------------ helpers
+
+
+_SLUG = re.compile(r"^[a-z0-9_]{1,64}$")
+
+
+def protocol_slug(name: str, i: int) -> str:
+    return name if _SLUG.match(name) else f"protocol-{i}"
+
+
+def _cell(stat: Stat, key: str, mark: str = "", runs: int = 0) -> dict:
+    """One table cell; ``partial`` says how many of the row's runs had the value, when not all did."""
+    column = COLUMN_BY_KEY[key]
+    std = fmt_std(stat, column)
+    value = rank_value(stat, column)
+    return {"key": key, "text": fmt_number(stat.mean, column), "std": std, "mark": mark,
+            "value": "" if value is None else repr(value),
+            "partial": f"{stat.n} of {runs} runs" if 0 < stat.n < runs else None}
+
+
+def _row_view(row: MethodRow, run_href: dict[int, str], reference: bool = False) -> dict:
+    return {
+        "method": row.method, "family": row.family, "color": row.color, "reference": reference,
+        "n": len(row.runs), "distribution": row.distribution,
+        "runs": [{"seed": e.result.seed, "href": run_href[id(e)]} for e in row.runs],
+        "cells": [_cell(row.stats[c.key], c.key, "" if reference else row.marks.get(c.key, ""), len(row.runs))
+                  for c in COLUMNS],
+    }
+
+
+def _reported_view(table: ReportedTable) -> dict:
+    keys = table.columns
+    ranked = [r for r in table.rows if not r.reference]
+    col_marks = {k: marks([rank_value(r.stat(k), COLUMN_BY_KEY[k]) for r in ranked], COLUMN_BY_KEY[k].direction) for k in keys}
+    rows = []
+    for r in table.rows:
+        idx = ranked.index(r) if r in ranked else None
+        cells = []
+        for k in keys:
+            cell = _cell(r.stat(k), k, col_marks[k][idx] if idx is not None else "")
+            std = r.stat(k).std
+            cell["std"] = None if std is None else f"{std:g}"  # as the paper prints it
+            cells.append(cell)
+        rows.append({"name": r.name, "method": r.method, "reference": r.reference, "cells": cells})
+    has_std = any(r.stat(k).std is not None for r in table.rows for k in keys)
+    return {"table": table.table, "label": table.label, "caption": table.caption, "runs": table.runs,
+            "summary": ("mean ± std" if has_std else "mean") + f" over {table.runs} runs" if table.runs > 1 else "",
+            "columns": [COLUMN_BY_KEY[k] for k in keys], "rows": rows}
+
+
+def _mlflow_href(entry: Entry, ui: str | None) -> tuple[str | None, str | None]:
+    """(link to the run in the MLflow UI, how to open that UI) for an entry logged to MLflow."""
+    link = entry.mlflow
+    if link is None:
+        return None, None
+    base = ui or (link.tracking_uri if link.tracking_uri.startswith(("http://", "https://")) else None)
+    hint = None if base else f"mlflow ui --backend-store-uri {link.tracking_uri}"
+    base = (base or "http://127.0.0.1:5000").rstrip("/")
+    exp = quote(str(link.experiment_id or "0"), safe="")
+    return f"{base}/#/experiments/{exp}/runs/{quote(link.run_id, safe='')}", hint
+
+
+def _json_text(entry: Entry) -> str:
+    """The run's JSON as stored (byte for byte when it came from a file)."""
+    src = Path(entry.source)
+    if src.suffix == ".json" and src.is_file():
+        try:
+            return src.read_text()
+        except OSError:
+            pass
+    return entry.result.model_dump_json(indent=1)
+
+
+def _prepare_out(out: Path) -> None:
+    """Write into an empty folder or over an earlier leaderboard; never over anything else."""
+    if out.exists() and not out.is_dir():
+        raise BenchError(f"--out {out} is a file, not a folder.")
+    if out.is_dir() and any(out.iterdir()) and not (out / MARKER).exists():
+        raise BenchError(f"--out {out} is not empty and holds no earlier leaderboard; "
+                         "give an empty or new folder (nothing was written).")
+    out.mkdir(parents=True, exist_ok=True)
+    for name in OWNED:
+        target = out / name
+        if target.is_dir():
+            shutil.rmtree(target)
+        elif target.exists():
+            target.unlink()
+    (out / MARKER).write_text("Written by `bench leaderboard build`; the folder is rebuilt from scratch each time.\n")
+
+
+def environment() -> Environment:
+    env = Environment(loader=PackageLoader("leaderboard", "templates"), autoescape=True,
+                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters["tojson_pretty"] = lambda v: json.dumps(v, indent=2, sort_keys=True, default=str)
+    env.filters["num"] = lambda v, d=3: "–" if v is None else f"{v:.{d}f}"
+    env.filters["short"] = lambda h: (h or "")[:12]
+    return env
+
+
+# -------------------------------------------------------------------------------------- build
+
+
+def build_site(loaded: Loaded, out: Path, *, mlflow_ui: str | None = None, reported_path: Path | None = None,
+               title: str = "Stability-gap leaderboard") -> BuildReport:
+    t0 = time.perf_counter()
+    out = Path(out).expanduser()
+    reported = load_reported(reported_path)
+    assign_slugs(loaded.entries)
+    boards = summarize(loaded.entries)
+    _prepare_out(out)
+    for d in ("runs", "plots", "static"):
+        (out / d).mkdir()
+    static = resources.files("leaderboard") / "static"
+    for item in static.iterdir():
+        if item.is_file() and not item.name.startswith("."):
+            (out / "static" / item.name).write_bytes(item.read_bytes())
+
+    env = environment()
+    generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    try:
+        bench_version = metadata.version("bench-stability-gap")
+    except metadata.PackageNotFoundError:
+        bench_version = "unknown"
+    common = {"title": title, "generated": generated, "bench_version": bench_version, "origin": loaded.origin}
+
+    board_slug = {id(b): protocol_slug(b.name, i) for i, b in enumerate(boards)}
+    entry_board: dict[int, Board] = {id(e): b for b in boards for e in b.entries}
+    run_href = {id(e): f"runs/{e.slug}.html" for e in loaded.entries}
+
+    views = []
+    for board in boards:
+        slug = board_slug[id(board)]
+        plots = []
+        for stem, (plot_title, svg) in board_plots(board).items():
+            path = f"plots/{slug}-{stem}.svg"
+            (out / path).write_text(svg)
+            plots.append({"src": path, "title": plot_title, "stem": stem})
+        views.append({
+            "board": board, "slug": slug, "plots": plots,
+            "rows": [_row_view(r, run_href) for r in board.rows],
+            "reference": _row_view(board.reference_row, run_href, reference=True) if board.reference_row else None,
+            "reported": [_reported_view(t) for t in reported.get(board.name, [])],
+            "joints": [{"seed": s, "entry": e, "href": run_href[id(e)]} for s, e in sorted(board.joints.items())],
+            "best_new": [{"session": s, "value": v, "entry": board.best_new_from.get(s),
+                          "href": run_href[id(board.best_new_from[s])] if s in board.best_new_from else None}
+                         for s, v in sorted(board.best_new.items())],
+            "unranked": [{"entry": e, "href": run_href[id(e)]} for e in board.unranked],
+            "n_seeds": max((len(r.runs) for r in board.rows), default=0),
+        })
+    measured = {b.name for b in boards}
+    reported_only = [{"name": name, "tables": [_reported_view(t) for t in tables]}
+                     for name, tables in sorted(reported.items()) if name not in measured]
+
+    pages = 0
+    index = env.get_template("index.html").render(
+        **common, root="", boards=views, columns=COLUMNS, reported_only=reported_only, skipped=loaded.skipped,
+        n_runs=len(loaded.entries))
+    (out / "index.html").write_text(index)
+    (out / "glossary.html").write_text(env.get_template("glossary.html").render(**common, root="", terms=TERMS, omega_note=OMEGA_NOTE))
+    pages += 2
+
+    run_tpl = env.get_template("run.html")
+    for entry in loaded.entries:
+        board = entry_board[id(entry)]
+        r = entry.result
+        (out / "runs" / f"{entry.slug}.json").write_text(_json_text(entry))
+        svg = run_plot(entry)
+        if svg:
+            (out / "runs" / f"{entry.slug}.svg").write_text(svg)
+        href, hint = _mlflow_href(entry, mlflow_ui)
+        values = run_values(r, entry.metrics)
+        stored = r.metrics
+        compare = []
+        for key in ("S_delta", "P_delta", "CK_delta", "min_acc", "wc_acc"):
+            now = getattr(entry.metrics, key) if entry.metrics else None
+            then = getattr(stored, key) if stored else None
+            compare.append({"key": key, "now": now, "stored": then,
+                            "changed": now is not None and then is not None and abs(now - then) > 5e-4})
+        sessions = [c.session for c in sorted(r.curves, key=lambda c: c.session)]
+        m = entry.metrics or stored
+        recovery = ([{"p": p, "values": m.recovery_updates.get(p, [])} for p in sorted(RECOVERY_FRACTIONS, key=float)]
+                    if m else [])
+        html = run_tpl.render(
+            **common, root="../", entry=entry, r=r, board=board, board_slug=board_slug[id(board)],
+            values=[{"column": c, "text": fmt_number(values[c.key], c)} for c in COLUMNS],
+            compare=compare, sessions=sessions, recovery=recovery, metrics=m,
+            plot=f"{entry.slug}.svg" if svg else None, json_href=f"{entry.slug}.json",
+            mlflow_href=href, mlflow_hint=hint,
+            joint_href=("../" + run_href[id(entry.joint)]) if entry.joint else None,
+            stale=r.protocol.hash != board.current_hash,
+        )
+        (out / "runs" / f"{entry.slug}.html").write_text(html)
+        pages += 1
+
+    return BuildReport(out=out, boards=boards, skipped=list(loaded.skipped), pages=pages,
+                       seconds=time.perf_counter() - t0)

@@ -1,0 +1,214 @@
+"""Where the leaderboard reads RunResult JSON from: a results folder, or an MLflow tracking store.
+
+A file that is corrupt or not a bench result is skipped with a warning that names it; nothing here
+raises for one bad file. A missing folder or an unusable tracking store is a ``BenchError``.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.errors import BenchError
+from harness.results import RunResult, iter_results, load_result
+
+from leaderboard.aggregate import Entry, MlflowLink
+
+Warn = Callable[[str], None]
+
+
+@dataclass
+class Loaded:
+    """The runs found, and what was skipped (``(source, reason)``) on the way."""
+
+    origin: str
+    entries: list[Entry] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    tracking_uri: str | None = None
+    _by_id: dict[str, Entry] = field(default_factory=dict, repr=False)
+
+    def add(self, entry: Entry, warn: Warn) -> None:
+        """Keep the first copy of a run id; a second file with the same run is skipped (and said)."""
+        other = self._by_id.get(entry.run_id)
+        if other is not None:
+            self.skip(entry.source, f"duplicate of run {entry.run_id} already read from {other.source}", warn)
+            return
+        self._by_id[entry.run_id] = entry
+        self.entries.append(entry)
+
+    def skip(self, source: str, reason: str, warn: Warn) -> None:
+        self.skipped.append((source, reason))
+        warn(f"skipped {source}: {reason}")
+
+
+def _ignore(_: str) -> None:
+    return None
+
+
+# ------------------------------------------------------------------------------- results folder
+
+
+def _mlflow_index(db: Path) -> dict[str, MlflowLink]:
+    """bench run id -> MLflow run, read from the sqlite store ``bench run`` writes beside the results.
+
+    Read-only and best effort: the leaderboard must build without MLflow, so any problem (no store,
+    another schema) just means no links.
+    """
+    if not db.is_file():
+        return {}
+    try:
+        con = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=2)
+        try:
+            rows = con.execute(
+                "SELECT t.value, r.run_uuid, r.experiment_id FROM tags t JOIN runs r ON r.run_uuid = t.run_uuid "
+                "WHERE t.key = 'bench.run_id' AND r.lifecycle_stage = 'active' ORDER BY r.start_time"
+            ).fetchall()
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return {}
+    uri = f"sqlite:///{db.resolve()}"
+    return {str(bench_id): MlflowLink(str(run), str(exp), uri) for bench_id, run, exp in rows}
+
+
+def load_folder(root: Path, warn: Warn = _ignore) -> Loaded:
+    """Every ``*.json`` under ``root/runs`` (the layout ``bench run`` writes), else under ``root``."""
+    root = Path(root).expanduser()
+    if not root.is_dir():
+        raise BenchError(f"Results folder {root} does not exist (run `bench run ...` first, or pass --results DIR).")
+    loaded = Loaded(origin=f"results folder {root.resolve()}")
+    if (root / "runs").is_dir():
+        found = iter_results(root)
+    else:  # a folder of JSON files copied from somewhere
+        found = []
+        for path in sorted(root.rglob("*.json")):
+            try:
+                found.append((path, load_result(path)))
+            except BenchError as err:
+                found.append((path, err))
+    links = _mlflow_index(root / "mlflow.db")
+    if links:
+        loaded.tracking_uri = next(iter(links.values())).tracking_uri
+    for path, item in found:
+        if isinstance(item, RunResult):
+            loaded.add(Entry(result=item, source=str(path), mlflow=links.get(item.run_id)), warn)
+        else:
+            loaded.skip(str(path), _reason(item, path), warn)
+    return loaded
+
+
+def _reason(err: BaseException, path: Path) -> str:
+    """The error without the file name repeated (the warning names it already)."""
+    text = str(err)
+    prefix = f"Result file {path} is corrupt or not a bench result: "
+    return f"corrupt or not a bench result ({text[len(prefix):]})" if text.startswith(prefix) else text
+
+
+# ------------------------------------------------------------------------------------- MLflow
+
+
+def load_mlflow(tracking_uri: str, warn: Warn = _ignore) -> Loaded:
+    """The RunResult JSON artifact of every MLflow run tagged ``bench.json``.
+
+    ``bench run`` logs the CL run but not the joint reference it trained (that is cached as a JSON
+    file); a joint run named by a CL run's ``references.joint_run`` that is not in MLflow is read from
+    the results folder the CL run's ``bench.json`` tag points into, when that folder is reachable.
+    """
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    import mlflow
+    from mlflow.entities import ViewType
+    from mlflow.tracking import MlflowClient
+
+    loaded = Loaded(origin=f"MLflow tracking store {tracking_uri}", tracking_uri=tracking_uri)
+    if tracking_uri.startswith("sqlite:///"):
+        db = Path(tracking_uri[len("sqlite:///"):])
+        if not db.is_file():  # MLflow would create an empty store there: say it instead
+            raise BenchError(f"MLflow tracking store {tracking_uri}: no database file at {db}.")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")  # a dead server fails in seconds, not minutes
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    try:
+        client = MlflowClient(tracking_uri=tracking_uri)
+        experiments = client.search_experiments(view_type=ViewType.ACTIVE_ONLY)
+        runs = []
+        token = None
+        ids = [e.experiment_id for e in experiments]
+        while ids:
+            page = client.search_runs(ids, run_view_type=ViewType.ACTIVE_ONLY, max_results=1000, page_token=token)
+            runs.extend(page)
+            token = page.token
+            if not token:
+                break
+    except mlflow.exceptions.MlflowException as exc:
+        raise BenchError(f"MLflow tracking store {tracking_uri} cannot be read: {exc.message}") from None
+    except Exception as exc:  # noqa: BLE001 - MLflow raises many kinds for a bad URI
+        raise BenchError(f"MLflow tracking store {tracking_uri} cannot be read: {exc}") from None
+
+    local_roots: set[Path] = set()
+    with tempfile.TemporaryDirectory(prefix="bench-leaderboard-") as tmp:
+        for run in sorted(runs, key=lambda r: r.info.start_time or 0):
+            tags = run.data.tags
+            if "bench.json" not in tags:
+                continue
+            rid = run.info.run_id
+            source = f"mlflow run {rid}"
+            try:
+                names = [a.path for a in client.list_artifacts(rid) if a.path.endswith(".json") and not a.is_dir]
+            except Exception as exc:  # noqa: BLE001
+                loaded.skip(source, f"its artifacts cannot be listed: {exc}", warn)
+                continue
+            if not names:
+                loaded.skip(source, "tagged bench.json but has no JSON artifact", warn)
+                continue
+            try:
+                local = Path(client.download_artifacts(rid, names[0], os.path.join(tmp, rid)))
+            except Exception as exc:  # noqa: BLE001
+                loaded.skip(source, f"its JSON artifact cannot be downloaded: {exc}", warn)
+                continue
+            source = f"mlflow run {rid} artifact {names[0]}"
+            try:
+                result = load_result(local)
+            except BenchError as err:
+                loaded.skip(source, _reason(err, local), warn)
+                continue
+            link = MlflowLink(rid, run.info.experiment_id, tracking_uri)
+            loaded.add(Entry(result=result, source=source, mlflow=link), warn)
+            tag_path = Path(tags["bench.json"])
+            if len(tag_path.parents) >= 4 and tag_path.parents[2].name == "runs":
+                local_roots.add(tag_path.parents[3])
+
+    _add_local_joints(loaded, local_roots, warn)
+    return loaded
+
+
+def _add_local_joints(loaded: Loaded, roots: set[Path], warn: Warn) -> None:
+    have = {e.run_id for e in loaded.entries}
+    wanted = {e.result.references.joint_run for e in loaded.entries
+              if e.result.references and e.result.references.joint_run} - have
+    protocols = {e.result.protocol.name for e in loaded.entries}
+    if not wanted:
+        return
+    for root in sorted(roots):
+        if not (root / "runs").is_dir():
+            continue
+        for protocol in sorted(protocols):
+            for path, item in iter_results(root, protocol):
+                if isinstance(item, RunResult) and item.is_reference and item.run_id not in have:
+                    have.add(item.run_id)
+                    loaded.add(Entry(result=item, source=str(path),
+                                     note="joint reference read from the results folder (bench run does not log it to MLflow)"),
+                               warn)
+
+
+def load(results: Path | None = None, tracking_uri: str | None = None, warn: Warn = _ignore) -> Loaded:
+    """Results from exactly one place: a folder (default ./bench-results) or an MLflow store."""
+    if results is not None and tracking_uri is not None:
+        raise BenchError("Give either --results DIR or --tracking-uri URI, not both.")
+    if tracking_uri is not None:
+        return load_mlflow(tracking_uri, warn)
+    from harness.paths import results_dir
+
+    return load_folder(results_dir(results), warn)

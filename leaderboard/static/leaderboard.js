@@ -1,0 +1,86 @@
+// bench leaderboard: column sorting and the method-family filter. Progressive enhancement only:
+// every number is in the HTML; without JavaScript the tables are simply in their default order.
+(function () {
+  "use strict";
+
+  function num(td) {
+    if (!td) return null;
+    var raw = td.getAttribute("data-value");
+    if (raw === null || raw === "") return null;
+    var v = parseFloat(raw);
+    return isNaN(v) ? null : v;
+  }
+
+  function cellFor(row, col) {
+    return row.querySelector('[data-col="' + col + '"]');
+  }
+
+  // The paper's marking on the rows currently shown: bold best, underline second (ties share).
+  function remark(table) {
+    var rows = Array.prototype.filter.call(table.querySelectorAll("tbody.ranked tr[data-family]"), function (r) { return !r.hidden; });
+    table.querySelectorAll("thead th[data-dir]").forEach(function (th) {
+      var col = th.getAttribute("data-col"), dir = th.getAttribute("data-dir");
+      var values = [];
+      rows.forEach(function (r) { var v = num(cellFor(r, col)); if (v !== null && values.indexOf(v) < 0) values.push(v); });
+      values.sort(function (a, b) { return dir === "min" ? a - b : b - a; });
+      table.querySelectorAll("tbody.ranked tr[data-family]").forEach(function (r) {
+        var td = cellFor(r, col);
+        if (!td) return;
+        td.classList.remove("best", "second");
+        if (r.hidden || values.length < 2) return;
+        var v = num(td);
+        if (v === values[0]) td.classList.add("best");
+        else if (v === values[1]) td.classList.add("second");
+      });
+    });
+  }
+
+  function sortBy(table, th) {
+    var col = th.getAttribute("data-col");
+    var better = th.getAttribute("data-dir") === "max" ? "descending" : "ascending";
+    var current = th.getAttribute("aria-sort");
+    var order = current === "none" || !current ? better : (current === "ascending" ? "descending" : "ascending");
+    table.querySelectorAll("thead th[aria-sort]").forEach(function (h) { h.setAttribute("aria-sort", "none"); });
+    th.setAttribute("aria-sort", order);
+    var body = table.querySelector("tbody.ranked");
+    var rows = Array.prototype.slice.call(body.querySelectorAll("tr[data-family]"));
+    var sign = order === "ascending" ? 1 : -1;
+    rows.sort(function (a, b) {
+      var x = num(cellFor(a, col)), y = num(cellFor(b, col));
+      if (x === null && y === null) return 0;
+      if (x === null) return 1;   // missing values last, whatever the order
+      if (y === null) return -1;
+      return sign * (x - y);
+    });
+    var tail = body.querySelector("tr.filtered-out");
+    rows.forEach(function (r) { body.insertBefore(r, tail); });
+  }
+
+  function applyFilter(family) {
+    document.querySelectorAll("table.sortable").forEach(function (table) {
+      var shown = 0, total = 0;
+      table.querySelectorAll("tbody.ranked tr[data-family]").forEach(function (r) {
+        total += 1;
+        r.hidden = !(family === "all" || r.getAttribute("data-family") === family);
+        if (!r.hidden) shown += 1;
+      });
+      var note = table.querySelector("tr.filtered-out");
+      if (note) note.hidden = !(total > 0 && shown === 0);
+      remark(table);
+    });
+    document.querySelectorAll(".toolbar .filter").forEach(function (b) {
+      var on = b.getAttribute("data-filter") === family;
+      b.classList.toggle("active", on);
+      b.setAttribute("aria-pressed", on ? "true" : "false");
+    });
+  }
+
+  document.querySelectorAll("table.sortable").forEach(function (table) {
+    table.querySelectorAll("thead th[data-col] button.sort").forEach(function (button) {
+      button.addEventListener("click", function () { sortBy(table, button.closest("th")); });
+    });
+  });
+  document.querySelectorAll(".toolbar .filter").forEach(function (b) {
+    b.addEventListener("click", function () { applyFilter(b.getAttribute("data-filter")); });
+  });
+})();
