@@ -3,12 +3,25 @@
 Eval inputs never change and the trunk is frozen (BatchNorm in eval mode), so its outputs are an
 exact function of the image: computing them once per run (and keeping them on disk across runs)
 gives the same numbers as recomputing them at every eval point, at a fraction of the cost.
+
+Without the trunk cache (``--no-trunk-cache``) a store without augmentation still decodes and
+preprocesses every image once per run and keeps the float tensors in memory when they fit
+(``BENCH_IMAGE_CACHE_GB``, default 4): same numbers, no repeated decoding. Bulk decoding of image
+files (real datasets) goes through a torch DataLoader with worker processes
+(``BENCH_LOADER_WORKERS``) and pinned memory on CUDA; the embedded in-memory arrays keep their
+vectorised path in the main process. Images decoded per batch (augmentation, or too many to keep)
+are decoded in a thread pool when no augmentation draws random numbers, else in order in the main
+process (reproducible augmentation).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +36,20 @@ from harness.protocol import Backbone
 from harness.stream import Catalog
 
 PREPROCESS_VERSION = 1
+DEVICE_TABLE_BYTES = 1 << 30  # on CUDA, a cached table up to this size lives on the device
+
+
+def image_cache_bytes() -> int:
+    """How many bytes of preprocessed images an uncached store may keep in memory."""
+    return int(float(os.environ.get("BENCH_IMAGE_CACHE_GB", "4")) * 2**30)
+
+
+def loader_workers() -> int:
+    """DataLoader worker processes for decoding image files ($BENCH_LOADER_WORKERS, else cores - 1, <= 8)."""
+    env = os.environ.get("BENCH_LOADER_WORKERS")
+    if env:
+        return max(0, int(env))
+    return max(0, min(8, (os.cpu_count() or 1) - 1))
 
 
 class Preprocess:
@@ -47,6 +74,21 @@ class Preprocess:
             x = F.interpolate(x, size=(self.size, self.size), mode="bilinear", align_corners=False)
         return (x - self.mean) / self.std
 
+    def one(self, split, local: int) -> Tensor:
+        """One sample of one split, exactly as ``images`` preprocesses it (array path where it applies)."""
+        array = getattr(split, "array", None)
+        if array is not None and not self.augment:
+            return self.arrays(array[local : local + 1])[0]
+        img = self.pil(split.image(int(local))).float().div_(255.0).unsqueeze(0)
+        return ((img - self.mean) / self.std)[0]
+
+    def vectorised(self, catalog: Catalog, ids: np.ndarray) -> bool:
+        """True when every id lies in an in-memory array split and no augmentation applies."""
+        if self.augment:
+            return False
+        ks = np.unique(np.searchsorted(catalog.offsets, ids, side="right") - 1)
+        return all(getattr(catalog.splits[k], "array", None) is not None for k in ks)
+
     def images(self, catalog: Catalog, ids: np.ndarray) -> Tensor:
         """Decode and preprocess the given global ids (array fast path where the split allows it)."""
         out: list[Tensor | None] = [None] * len(ids)
@@ -70,29 +112,103 @@ class Preprocess:
         return torch.stack(out)  # type: ignore[arg-type]
 
 
+class CatalogImages(torch.utils.data.Dataset):
+    """Preprocessed images of a catalog by position in ``ids`` (what DataLoader workers map over)."""
+
+    def __init__(self, catalog: Catalog, preprocess: Preprocess, ids: np.ndarray) -> None:
+        self.catalog, self.preprocess, self.ids = catalog, preprocess, np.asarray(ids, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i: int) -> Tensor:
+        split, local = self.catalog.locate(int(self.ids[i]))
+        return self.preprocess.one(split, local)
+
+
 class InputStore:
-    """Inputs for the model by global id: trunk features (cached) or preprocessed images (uncached)."""
+    """Inputs for the model by global id: trunk features (cached) or preprocessed images (uncached).
+
+    ``kind`` says which: ``trunk`` (features computed once, on disk across runs), ``images``
+    (preprocessed images kept for the run) or ``decode`` (decoded at every ``get``: augmentation, or
+    too many images to keep). ``seen`` marks the ids fetched since ``reset_seen`` (FLOP accounting
+    charges a cached trunk once per distinct image).
+    """
 
     def __init__(self, catalog: Catalog, preprocess: Preprocess, trunk: nn.Module | None,
                  device: torch.device, cache_key: str | None = None, cache_root: Path | None = None,
-                 chunk: int = 512, desc: str = "trunk features") -> None:
-        self.catalog, self.preprocess, self.device = catalog, preprocess, device
+                 chunk: int = 512, desc: str = "trunk features", keep_images: bool = True,
+                 amp: bool = False, progress: bool = True) -> None:
+        self.catalog, self.preprocess, self.device = catalog, preprocess, torch.device(device)
         self.cached = trunk is not None
+        self.amp = amp and self.device.type == "cuda"  # bf16 autocast for the trunk pass on CUDA
+        self.channels_last = self.device.type == "cuda"
         self.table: Tensor | None = None
+        self.row_of: np.ndarray | None = None  # global id -> table row, when the table holds labelled ids only
+        self.kind = "decode"
+        self.seen = np.zeros(len(catalog), dtype=bool)
+        self.fetched = 0
+        self._pool: ThreadPoolExecutor | None = None
+        self.progress = progress
         if trunk is not None:
-            self.table = self._load_or_compute(trunk, cache_key, cache_root, chunk, desc)
+            self.table, self.kind = self._load_or_compute(trunk, cache_key, cache_root, chunk, desc), "trunk"
+        elif keep_images and not preprocess.augment:
+            labelled = int((catalog.labels >= 0).sum())
+            per_image = 4 * 3 * preprocess.size * preprocess.size
+            if labelled * per_image <= image_cache_bytes():
+                self.table, self.kind = self._preprocessed(chunk), "images"
+        if self.table is not None and self.device.type == "cuda":
+            if self.table.numel() * self.table.element_size() <= DEVICE_TABLE_BYTES:
+                self.table = self.table.to(self.device)
+                if self.table.ndim == 4:
+                    self.table = self.table.contiguous(memory_format=torch.channels_last)
+
+    def _labelled(self) -> np.ndarray:
+        return np.flatnonzero(self.catalog.labels >= 0)
+
+    def _batches(self, ids: np.ndarray, chunk: int) -> Iterator[tuple[np.ndarray, Tensor]]:
+        """Preprocessed images of ``ids`` in chunks, in order: vectorised for in-memory arrays, a
+        DataLoader with worker processes (pinned memory on CUDA) for image files."""
+        if self.preprocess.vectorised(self.catalog, ids):
+            for start in range(0, len(ids), chunk):
+                part = ids[start : start + chunk]
+                yield part, self.preprocess.images(self.catalog, part)
+            return
+        workers = loader_workers()
+        loader = torch.utils.data.DataLoader(
+            CatalogImages(self.catalog, self.preprocess, ids), batch_size=chunk, shuffle=False,
+            num_workers=workers, pin_memory=self.device.type == "cuda", persistent_workers=False,
+            prefetch_factor=4 if workers else None,
+        )
+        for start, batch in zip(range(0, len(ids), chunk), loader):
+            yield ids[start : start + chunk], batch
+
+    def _preprocessed(self, chunk: int) -> Tensor:
+        """Every labelled image, preprocessed once, one row each (``row_of`` maps ids to rows)."""
+        ids = self._labelled()
+        self.row_of = np.full(len(self.catalog), -1, dtype=np.int64)
+        self.row_of[ids] = np.arange(len(ids))
+        table = torch.empty(len(ids), 3, self.preprocess.size, self.preprocess.size)
+        for part, images in self._batches(ids, chunk):
+            table[torch.from_numpy(self.row_of[part])] = images
+        return table
 
     def _load_or_compute(self, trunk: nn.Module, key: str | None, root: Path | None, chunk: int, desc: str) -> Tensor:
         path = root / f"{key}.pt" if key and root else None
         if path is not None and path.is_file():
             return torch.load(path, map_location="cpu", weights_only=True)
-        ids = np.flatnonzero(self.catalog.labels >= 0)
+        ids = self._labelled()
         table: Tensor | None = None
         trunk.eval()
-        with torch.no_grad():
-            for start in tqdm(range(0, len(ids), chunk), desc=desc, unit="batch", leave=False):
-                part = ids[start : start + chunk]
-                feats = trunk(self.preprocess.images(self.catalog, part).to(self.device)).float().cpu()
+        autocast = torch.autocast("cuda", dtype=torch.bfloat16) if self.amp else nullcontext()
+        with torch.no_grad(), autocast:
+            batches = self._batches(ids, chunk)
+            for part, images in tqdm(batches, total=-(-len(ids) // chunk), desc=desc, unit="batch", leave=False,
+                                     disable=not self.progress):
+                x = images.to(self.device, non_blocking=True)
+                if self.channels_last:
+                    x = x.contiguous(memory_format=torch.channels_last)
+                feats = trunk(x).float().cpu()
                 if table is None:
                     table = torch.zeros(len(self.catalog), *feats.shape[1:])
                 table[torch.from_numpy(part)] = feats
@@ -101,17 +217,44 @@ class InputStore:
             atomic_write(path, lambda fh: torch.save(table, fh))
         return table
 
+    def reset_seen(self) -> None:
+        self.seen[:] = False
+        self.fetched = 0
+
+    def distinct_seen(self) -> int:
+        return int(self.seen.sum())
+
+    def _decode(self, ids: np.ndarray) -> Tensor:
+        if self.preprocess.augment or self.preprocess.vectorised(self.catalog, ids) or len(ids) < 4:
+            return self.preprocess.images(self.catalog, ids)  # in order: augmentation draws stay reproducible
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max(1, loader_workers()), thread_name_prefix="bench-decode")
+        located = [self.catalog.locate(int(g)) for g in ids]
+        return torch.stack(list(self._pool.map(lambda sl: self.preprocess.one(*sl), located)))
+
     def get(self, ids: np.ndarray) -> Tensor:
+        ids = np.asarray(ids, dtype=np.int64)
+        self.seen[ids] = True
+        self.fetched += len(ids)
         if self.table is not None:
-            return self.table[torch.from_numpy(np.asarray(ids, dtype=np.int64))].to(self.device)
-        return self.preprocess.images(self.catalog, np.asarray(ids)).to(self.device)
+            index = torch.from_numpy(ids if self.row_of is None else self.row_of[ids])
+            if self.table.device == self.device:
+                return self.table.index_select(0, index.to(self.device))
+            rows = self.table.index_select(0, index)
+        else:
+            rows = self._decode(ids)
+        if self.device.type == "cuda":
+            rows = rows.pin_memory().to(self.device, non_blocking=True)
+            return rows.contiguous(memory_format=torch.channels_last) if rows.ndim == 4 else rows
+        return rows.to(self.device)
 
 
-def feature_cache_key(spec: Backbone, sources: list, split: str) -> str:
-    """Trunk outputs depend only on the backbone's trunk, the preprocessing and the data."""
-    blob = json.dumps(
-        {"backbone": spec.model_dump(mode="json"), "sources": [s.model_dump(mode="json") for s in sources],
-         "split": split, "v": PREPROCESS_VERSION},
-        sort_keys=True,
-    )
+def feature_cache_key(spec: Backbone, sources: list, split: str, variant: str = "") -> str:
+    """Trunk outputs depend only on the backbone's trunk, the preprocessing, the data and the
+    precision they were computed in (``variant``: "" for float32, e.g. "cuda-bf16" under autocast)."""
+    content = {"backbone": spec.model_dump(mode="json"), "sources": [s.model_dump(mode="json") for s in sources],
+               "split": split, "v": PREPROCESS_VERSION}
+    if variant:
+        content["variant"] = variant
+    blob = json.dumps(content, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:20]

@@ -40,7 +40,15 @@ class MethodStamp(Strict):
 
 
 class Budget(Strict):
-    """Every budget figure the run used, as the harness counted them."""
+    """Every budget figure the run used, as the harness counted them (FLOP conventions: harness.flops).
+
+    FLOPs are 2 x fvcore MACs. ``train_flops`` / ``eval_flops`` and their per-session lists count a
+    cached trunk as if it ran for every sample (uncached equivalent, the same for both cache
+    settings); ``*_executed`` is what ran (a cached trunk once per distinct image). The two
+    ``*_vs_joint`` ratios are the paper's efficiency figures (appendix; 16.7x and 31.9x for SGM):
+    the joint reference's total (over every joint model the protocol trains) divided by this run's,
+    so > 1 means cheaper.
+    """
 
     updates_per_session: list[int]
     batch_new: int
@@ -53,6 +61,19 @@ class Budget(Strict):
     memory_peak_bytes: int
     train_flops: float | None = None
     eval_flops: float | None = None
+    train_flops_per_session: list[float] | None = None
+    eval_flops_per_session: list[float] | None = None
+    train_flops_executed: float | None = None
+    eval_flops_executed: float | None = None
+    macs_per_sample: dict[str, float] | None = Field(None, description="forward MACs per sample: trunk, body, head (final)")
+    forward_samples: dict[str, int] | None = Field(None, description="phase/part/forward|backward -> samples")
+    declared: dict[str, float] = Field(default_factory=dict, description="the method's Context.counters at run end")
+    batch_limit: int | None = Field(None, description="most samples one update may train on (backward)")
+    max_trained_per_update: int | None = Field(None, description="most samples any update trained on")
+    trunk_cached: bool | None = None
+    flops_convention: str | None = None
+    updates_vs_joint: float | None = Field(None, description="joint's optimizer steps / this run's")
+    train_flops_vs_joint: float | None = Field(None, description="joint's training FLOPs / this run's")
 
 
 class References(Strict):

@@ -2,16 +2,26 @@
 
 The harness owns the stream, the batch composition, the memory and the budget; the method only sees
 batches. Results are written atomically (JSON first, then MLflow) once the run is complete.
+
+Budgets are enforced, not trusted: exactly one optimizer step per ``observe`` and none outside it, at
+most the protocol's batch size trained on (backward) per update, the memory cap never exceeded; a
+breach fails the run with a BenchError naming the method. FLOPs are measured as ``harness.flops``
+describes. On CUDA the run's model is channels_last and updates and evaluation run under bf16
+autocast (``RunOptions.amp``). On the CPU the default changes nothing; opt in with
+``BENCH_CPU_CHANNELS_LAST=1`` to run the body (not the trunk, so trunk features are the same cached or
+not) in channels_last, where oneDNN's depthwise-conv backward on the body's small maps is ~2x faster
+(float-level differences that training amplifies: not the default's numbers).
 """
 
 from __future__ import annotations
 
 import copy
+import os
 import random
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +30,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 from tqdm.auto import tqdm
 
+from harness import flops as FL
 from harness import metrics as M
 from harness.backbone import SplitModel, create_network, split_network
 from harness.curves import ReferenceSession, SessionCurve
@@ -33,7 +44,7 @@ from harness.registry import MethodSpec, build_method, method_config
 from harness.results import (Budget, MethodStamp, ProtocolStamp, References, RunResult, find_joint, git_commit,
                              iter_results, library_versions, now_iso, save_result)
 from harness.stream import Session, Stream, build_stream
-from methods.base import Context, Method, MethodConfig, StandardMethod, TrainBatch
+from methods.base import Context, Method, MethodConfig, StandardMethod, StepStats, TrainBatch
 
 
 @dataclass
@@ -45,6 +56,10 @@ class RunOptions:
     allow_download: bool = False
     overrides: dict = field(default_factory=dict)
     log: bool = True  # print what the harness is doing (joint reference, caches)
+    amp: bool = True  # on CUDA: bf16 autocast and channels_last (no effect on the CPU)
+    # opt-in ($BENCH_CPU_CHANNELS_LAST=1): the body in channels_last on a CPU with oneDNN; faster
+    # backward, but float-level differences grow over training, so the curves are not the default's
+    cpu_channels_last: bool = field(default_factory=lambda: os.environ.get("BENCH_CPU_CHANNELS_LAST") == "1")
 
 
 def seed_everything(seed: int) -> torch.Generator:
@@ -72,6 +87,77 @@ def count_optimizer_steps() -> Iterator[list[int]]:
         yield counter
     finally:
         handle.remove()
+
+
+def use_channels_last(model: SplitModel, device: torch.device, options: RunOptions) -> SplitModel:
+    """channels_last where it is faster: the whole model on CUDA (with amp), the body on a CPU with
+    oneDNN. Parameters keep their values; only their memory layout changes."""
+    if device.type == "cuda" and options.amp:
+        return model.to(memory_format=torch.channels_last)
+    if device.type == "cpu" and options.cpu_channels_last and torch.backends.mkldnn.is_available():
+        model.body.to(memory_format=torch.channels_last)
+    return model
+
+
+def autocast(device: torch.device, amp: bool = True) -> AbstractContextManager:
+    """bf16 autocast on CUDA (when ``amp``), nothing on the CPU."""
+    if amp and device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return nullcontext()
+
+
+def observe_within_budget(method: Method, batch: TrainBatch, steps: list[int], meter: FL.FlopMeter | None,
+                          limit: int) -> tuple[StepStats, int]:
+    """One ``observe`` under the budget: exactly one optimizer step and at most ``limit`` samples
+    trained on (backward through any part). Returns the method's stats and the samples trained."""
+    before = steps[0]
+    if meter is not None:
+        meter.start_update()
+    stats = method.observe(batch)
+    made = steps[0] - before
+    if made != 1:
+        raise BenchError(
+            f"Method {method.name!r} made {made} optimizer steps in one observe() call; "
+            f"the protocol's budget is exactly one update per call."
+        )
+    trained = 0
+    if meter is not None:
+        trained, part = meter.end_update()
+        if trained > limit:
+            raise BenchError(
+                f"Method {method.name!r} trained on {trained} samples in one update (backward through the "
+                f"{part}); the protocol's batch allows {limit} per update. Extra forward passes without "
+                f"gradient (teacher logits, init passes) are allowed and counted as FLOPs; training samples are not."
+            )
+    return stats, trained
+
+
+def check_no_stray_steps(method: Method, steps: int, expected: int, where: str) -> None:
+    """Optimizer steps outside ``observe`` (session hooks, predict) are updates the budget never granted."""
+    if steps != expected:
+        raise BenchError(
+            f"Method {method.name!r} made {steps - expected} optimizer step(s) outside observe() ({where}); "
+            f"the protocol's budget is exactly one update per observe() call and none elsewhere."
+        )
+
+
+def check_memory(method: Method, memory: Memory) -> None:
+    """The storage cap is the harness's: a method that overfills the memory fails the run."""
+    cap = memory.capacity
+    if cap is not None and len(memory) > cap:
+        raise BenchError(
+            f"Method {method.name!r} overfilled the rehearsal memory: {len(memory)} samples stored, "
+            f"the protocol's cap is {cap} (memory.policy {memory.spec.policy!r})."
+        )
+
+
+def add_to_memory(method: Method, memory: Memory, ids: np.ndarray) -> None:
+    try:
+        memory.add(ids)
+    except AssertionError:
+        check_memory(method, memory)
+        raise
+    check_memory(method, memory)
 
 
 class Cycler:
@@ -126,6 +212,8 @@ def prepare(protocol: Protocol, seed: int, options: RunOptions) -> Workbench:
     net = create_network(protocol.backbone, options.allow_download)
     num_classes = None if protocol.pretrain.mode == "weights" else stream.pretrain_classes
     model = split_network(net, protocol.backbone, num_classes).to(device)
+    if device.type == "cuda" and options.amp:  # before the trunk pass that fills the cache
+        model = model.to(memory_format=torch.channels_last)
     if model.head.num_classes != stream.pretrain_classes:
         raise BenchError(
             f"Protocol {protocol.name}: the pretrained head has {model.head.num_classes} outputs but the "
@@ -135,15 +223,20 @@ def prepare(protocol: Protocol, seed: int, options: RunOptions) -> Workbench:
     root = cache_dir() / "trunk"
     trunk = model.trunk if options.trunk_cache else None
     train_pre = Preprocess(protocol.backbone, augment=protocol.training.augment)
+    amp = options.amp and device.type == "cuda"
+    variant = "cuda-bf16" if amp else ""
     test_inputs = InputStore(stream.test, Preprocess(protocol.backbone), trunk, device,
-                             feature_cache_key(protocol.backbone, sources, "test"), root, desc="trunk (eval)")
+                             feature_cache_key(protocol.backbone, sources, "test", variant), root,
+                             desc="trunk (eval)", amp=amp, progress=options.progress)
     cache_train = trunk is not None and not protocol.training.augment
     train_inputs = InputStore(stream.train, train_pre, trunk if cache_train else None, device,
-                              feature_cache_key(protocol.backbone, sources, "train"), root, desc="trunk (train)")
+                              feature_cache_key(protocol.backbone, sources, "train", variant), root,
+                              desc="trunk (train)", amp=amp, progress=options.progress)
     model.trunk_cached = options.trunk_cache
     bench = Workbench(protocol, stream, device, train_inputs, test_inputs, model)
     if protocol.pretrain.mode == "train":
         _deploy(bench, options)
+    use_channels_last(model, device, options)  # after pre-training: the deployed model is as before
     return bench
 
 
@@ -178,8 +271,9 @@ def train_offline(bench: Workbench, model: SplitModel, config: MethodConfig, ids
     learner.setup(model, _context(bench, memory, rng, generator))
     learner.optimizer, learner.scheduler = learner.build_optimizer(updates)
     cycler = Cycler(ids, rng)
-    for _ in tqdm(range(updates), desc=desc, unit="upd", leave=False, disable=not options.progress):
-        learner.observe(bench.batch(cycler.take(batch_size), batch_size))
+    with autocast(bench.device, options.amp):
+        for _ in tqdm(range(updates), desc=desc, unit="upd", leave=False, disable=not options.progress):
+            learner.observe(bench.batch(cycler.take(batch_size), batch_size))
 
 
 def _curve_point(curve: dict, update: int, acc) -> None:
@@ -204,6 +298,15 @@ def _session_updates(protocol: Protocol, session: Session) -> int:
     return len(session.train_ids) if u == "per_sample" else u
 
 
+def _input_shape(bench: Workbench) -> tuple[int, int, int]:
+    b = bench.protocol.backbone
+    return (b.in_chans, b.input_size, b.input_size)
+
+
+def _macs_per_sample(meter: FL.FlopMeter) -> dict[str, float]:
+    return {part: meter.cost(part).forward for part in FL.PARTS}
+
+
 def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions) -> tuple[list[SessionCurve], Budget, int]:
     """Sessions 2..N: exactly U observe calls each, eval at 0 and on the schedule."""
     p, stream = bench.protocol, bench.stream
@@ -214,57 +317,88 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions) -> 
                     lambda gid: method.sample_bytes(gid) or stream.train.sample_bytes(gid), rng)
     if p.memory.include_pretrain:
         memory.add(stream.pretrain_ids)
-    method.setup(model, _context(bench, memory, rng, generator))
+    cached = bool(model.trunk_cached)
+    meter = FL.FlopMeter(model, _input_shape(bench), cached)
+    bench.train_inputs.reset_seen()
+    bench.test_inputs.reset_seen()
+    ctx = _context(bench, memory, rng, generator)
     online = p.training.updates == "per_sample"
     b_new, b_old = p.training.batch.new, p.training.batch.old
     if not method.rehearsal:
         b_new, b_old = b_new + b_old, 0
+    limit = b_new + b_old
     total = sum(_session_updates(p, s) for s in stream.sessions)
     bar = tqdm(total=total, desc=f"{p.name} {method.name}", unit="upd", disable=not options.progress)
-    curves, samples, steps_all, params = [], 0, 0, 0
-    with count_optimizer_steps() as steps:
+    curves, samples, steps_all, params, most_trained, observed = [], 0, 0, 0, 0, 0
+    train_per_session: list[float] = []
+    eval_per_session: list[float] = []
+    accel = autocast(bench.device, options.amp)
+
+    def train_macs() -> float:
+        return FL.adjusted_train_macs(meter, ctx.counters)
+
+    with count_optimizer_steps() as steps, meter.attached():
+        method.setup(model, ctx)
         for session in stream.sessions:
+            train0, eval0 = train_macs(), meter.eval_macs()
+            check_no_stray_steps(method, steps[0], observed, "setup or end_session")
             model.head.grow(len(session.new_classes), generator)
             method.begin_session(session)
             params = max(params, sum(p_.numel() for p_ in model.parameters() if p_.requires_grad))
             U = _session_updates(p, session)
             points = set(p.eval.points(U))
             plan = eval_plan(stream, session)
-            curve = {"updates": [], "old": [], "new": [], "all": [], "tasks": [[] for _ in range(plan.tasks)]}
+            curve = {"updates": [], "old": [], "new": [], "all": [], "tasks": [[] for _ in range(plan.tasks)],
+                     "train_flops": []}
             arrivals = Cycler(session.train_ids, rng, shuffle=not online)
             for u in range(U + 1):
                 if u in points:
                     model.eval()
-                    acc = evaluate(method.predict, bench.test_inputs, plan, p.eval.batch_size)
+                    with meter.evaluating(), accel:
+                        acc = evaluate(method.predict, bench.test_inputs, plan, p.eval.batch_size)
                     _curve_point(curve, u, acc)
+                    curve["train_flops"].append(FL.flops(train_macs()))
                     bar.set_postfix(session=session.index, old=f"{acc.old:.3f}", new=f"{acc.new:.3f}")
                 if u == U:
                     break
                 new_ids = arrivals.take(b_new)
                 old_ids = memory.sample(b_old, p.training.class_balanced) if b_old else new_ids[:0]
                 ids = np.concatenate([new_ids, old_ids])
-                before = steps[0]
-                method.observe(bench.batch(ids, len(new_ids)))
-                if steps[0] - before != 1:
-                    raise BenchError(
-                        f"Method {method.name!r} made {steps[0] - before} optimizer steps in one observe() call; "
-                        f"the protocol's budget is exactly one update per call."
-                    )
+                check_no_stray_steps(method, steps[0], observed, "begin_session or predict")
+                with accel:
+                    _, trained = observe_within_budget(method, bench.batch(ids, len(new_ids)), steps, meter, limit)
+                most_trained, observed = max(most_trained, trained), observed + 1
+                check_memory(method, memory)
                 samples += len(ids)
                 if online:
-                    memory.add(new_ids)
+                    add_to_memory(method, memory, new_ids)
                 bar.update(1)
             method.end_session(session)
+            check_memory(method, memory)
+            check_no_stray_steps(method, steps[0], observed, "predict or end_session")
             if not online:
-                memory.add(session.train_ids)
+                add_to_memory(method, memory, session.train_ids)
+            train_per_session.append(FL.flops(train_macs() - train0))
+            eval_per_session.append(FL.flops(meter.eval_macs() - eval0))
             curves.append(SessionCurve(session=session.index, total_updates=U, **curve))
         steps_all = steps[0]
+        macs = _macs_per_sample(meter)
     bar.close()
+    train_total, eval_total = train_macs(), meter.eval_macs()
     budget = Budget(
         updates_per_session=[c.total_updates for c in curves], batch_new=b_new, batch_old=b_old,
         samples_trained=samples, optimizer_steps=steps_all, memory_policy=p.memory.policy,
         memory_capacity=p.memory.capacity, memory_peak_samples=memory.peak_samples,
         memory_peak_bytes=memory.peak_bytes,
+        train_flops=FL.flops(train_total), eval_flops=FL.flops(eval_total),
+        train_flops_per_session=train_per_session, eval_flops_per_session=eval_per_session,
+        train_flops_executed=FL.flops(FL.executed_macs(
+            meter, "train", train_total, bench.train_inputs.distinct_seen(),
+            ctx.counters.get(FL.TRUNK_FEATURE_SAMPLES, 0.0))),
+        eval_flops_executed=FL.flops(FL.executed_macs(meter, "eval", eval_total, bench.test_inputs.distinct_seen())),
+        macs_per_sample=macs, forward_samples=FL.forward_samples_summary(meter),
+        declared={k: float(v) for k, v in ctx.counters.items()}, batch_limit=limit,
+        max_trained_per_update=most_trained, trunk_cached=cached, flops_convention=FL.CONVENTION,
     )
     return curves, budget, params
 
@@ -274,6 +408,14 @@ def run_joint(bench: Workbench, method: Method, seed: int, options: RunOptions) 
     p, stream = bench.protocol, bench.stream
     refs, params, samples = [], 0, 0
     final_model = None
+    cached = bool(bench.deployed.trunk_cached)
+    bench.train_inputs.reset_seen()
+    bench.test_inputs.reset_seen()
+    train_total, eval_total, train_trunk_samples = 0.0, 0.0, 0
+    train_per_model: list[float] = []
+    eval_per_session: list[float] = []
+    samples_by_part: dict[str, int] = {}
+    macs: dict[str, float] = {}
     for session in stream.sessions:
         generator = seed_everything(seed + session.index)
         rng = np.random.default_rng(seed + session.index)
@@ -281,23 +423,48 @@ def run_joint(bench: Workbench, method: Method, seed: int, options: RunOptions) 
             model = copy.deepcopy(bench.deployed)
             upto = session.index if p.joint.mode == "per_session" else stream.sessions[-1].index
             model.head.grow(stream.sessions[upto - 2].seen_classes - model.head.num_classes, generator)
-            train_offline(bench, model, method.config, stream.session_ids(upto), p.joint.updates,
-                          p.joint.batch_size, rng, generator, f"joint S1..S{upto}", options)
+            meter = FL.FlopMeter(model, _input_shape(bench), cached)
+            with meter.attached():
+                train_offline(bench, model, method.config, stream.session_ids(upto), p.joint.updates,
+                              p.joint.batch_size, rng, generator, f"joint S1..S{upto}", options)
             samples += p.joint.updates * p.joint.batch_size
             params = max(params, model.trainable_parameters())
             final_model = model
+            train_per_model.append(FL.flops(meter.train_macs()))
+            train_total += meter.train_macs()
+            train_trunk_samples += meter.tally.fwd_samples["train"]["trunk"]
+            for key, value in FL.forward_samples_summary(meter).items():
+                samples_by_part[key] = samples_by_part.get(key, 0) + value
         model = final_model
         model.eval()
         plan = eval_plan(stream, session)
         n = session.seen_classes
-        acc = evaluate(lambda x: model(x)[:, :n], bench.test_inputs, plan, p.eval.batch_size)
+        meter = FL.FlopMeter(model, _input_shape(bench), cached)
+        with meter.attached(), meter.evaluating(), autocast(bench.device, options.amp):
+            acc = evaluate(lambda x: model(x)[:, :n], bench.test_inputs, plan, p.eval.batch_size)
+        eval_per_session.append(FL.flops(meter.eval_macs()))
+        eval_total += meter.eval_macs()
+        for key, value in FL.forward_samples_summary(meter).items():
+            samples_by_part[key] = samples_by_part.get(key, 0) + value
+        macs = _macs_per_sample(meter)
         refs.append(ReferenceSession(session=session.index, old=acc.old, new=acc.new, all=acc.all, tasks=acc.tasks))
     n_trainings = len(stream.sessions) if p.joint.mode == "per_session" else 1
+    trunk = macs.get("trunk", 0.0)
+    train_executed, eval_executed = train_total, eval_total
+    if cached:  # the trunk ran once per distinct image, not once per sample
+        train_executed += (bench.train_inputs.distinct_seen() - train_trunk_samples) * trunk
+        eval_executed += (bench.test_inputs.distinct_seen() - samples_by_part.get("eval/trunk/forward", 0)) * trunk
     budget = Budget(
         updates_per_session=[p.joint.updates] * n_trainings, batch_new=p.joint.batch_size, batch_old=0,
         samples_trained=samples, optimizer_steps=p.joint.updates * n_trainings, memory_policy="all data",
         memory_capacity=None, memory_peak_samples=len(stream.session_ids(stream.sessions[-1].index)),
         memory_peak_bytes=0,
+        train_flops=FL.flops(train_total), eval_flops=FL.flops(eval_total),
+        train_flops_per_session=train_per_model, eval_flops_per_session=eval_per_session,
+        train_flops_executed=FL.flops(train_executed), eval_flops_executed=FL.flops(eval_executed),
+        macs_per_sample=macs or None, forward_samples=samples_by_part, batch_limit=p.joint.batch_size,
+        max_trained_per_update=p.joint.batch_size,
+        trunk_cached=cached, flops_convention=FL.CONVENTION,
     )
     return refs, budget, params
 
@@ -343,6 +510,7 @@ def execute(protocol: Protocol, method_text: str, seed: int, options: RunOptions
         joint_path, joint = joint_reference(protocol, seed, options, bench)
         t0_cl = time.perf_counter()
         curves, budget, params = run_cl(bench, method, seed, options)
+        budget = FL.efficiency_vs_joint(budget, joint.budget)
         best = M.best_new_accuracy([curves] + [
             r.curves for _, r in iter_results(options.results_dir, protocol.name)
             if isinstance(r, RunResult) and not r.is_reference and r.status == "complete"

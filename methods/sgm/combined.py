@@ -1,0 +1,170 @@
+"""SGM = dynamic soft targets + data-driven init + old output class freezing + LoRA + OneCycle.
+
+Hook order. Every component is written so that the order of the modifiers in a method string does
+not matter (``vanilla+lora+init`` and ``vanilla+init+lora`` train identical weights; a test pins
+it):
+- the harness grows the head before ``begin_session``; ``init`` writes only the new rows, ``oocf``
+  snapshots only the old rows, and ``lora`` injects adapters whose delta is zero (B = 0), so
+  embeddings, and hence init rows, are the same before and after injection; only ``lora`` draws
+  random numbers in ``begin_session``;
+- the optimizer is built after every modifier's ``begin_session``, from ``requires_grad`` (which
+  ``lora`` has set by then), so the adapters get the body's layer-wise groups whatever the order;
+- ``oocf`` acts through gradient hooks and an optimizer step post-hook, independent of the other
+  modifiers' ``after_backward``; only ``soft`` replaces targets; only ``sgm`` returns a scheduler.
+Inside ``sgm`` the parts run in the fixed order lora, init, oocf, soft. Naming a part twice
+(``vanilla+sgm+lora``) is an error, since it would inject or freeze twice.
+
+OneCycle: ``OneCycleLR`` gets one ``max_lr`` per parameter group (the group's own lr, times
+``max_lr_scale``), so layer-wise lr decay survives (DESIGN §12: a scalar ``max_lr`` overwrites every
+group's lr).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from harness.errors import BenchError
+from harness.stream import Session
+from methods.base import Modifier, NoConfig, StandardMethod, TrainBatch
+from methods.sgm.init import DataDrivenInit, InitConfig
+from methods.sgm.lora import LoRA, LoRAConfig
+from methods.sgm.oocf import OldClassFreezing
+from methods.sgm.soft import SoftTargets, SoftTargetsConfig
+
+
+class OneCycleConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    pct_start: float = Field(0.3, gt=0, lt=1, description="fraction of the session spent raising the lr")
+    div_factor: float = Field(25.0, gt=0, description="initial lr = max_lr / div_factor")
+    final_div_factor: float = Field(1e4, gt=0, description="final lr = initial lr / final_div_factor")
+    anneal_strategy: str = Field("cos", pattern="^(cos|linear)$")
+    cycle_momentum: bool = Field(True, description="cycle AdamW's beta1 between 0.85 and 0.95 (torch default)")
+    max_lr_scale: float = Field(1.0, gt=0, description="each group's max_lr = its lr times this")
+
+
+class OneCycle(Modifier):
+    """OneCycle schedule with one max_lr per parameter group (not registered on its own)."""
+
+    name = "onecycle"
+    summary = "OneCycle learning-rate schedule, one max_lr per parameter group (layer-wise decay kept)."
+    Config = OneCycleConfig
+
+    def scheduler(self, method: StandardMethod, optimizer: torch.optim.Optimizer, total_steps: int):
+        return one_cycle(optimizer, total_steps, self.config)
+
+
+def one_cycle(optimizer: torch.optim.Optimizer, total_steps: int, cfg: OneCycleConfig | None = None):
+    cfg = cfg or OneCycleConfig()
+    max_lr = [g["lr"] * cfg.max_lr_scale for g in optimizer.param_groups]
+    return torch.optim.lr_scheduler.OneCycleLR(
+        optimizer, max_lr=max_lr, total_steps=max(total_steps, 2), pct_start=cfg.pct_start,
+        div_factor=cfg.div_factor, final_div_factor=cfg.final_div_factor,
+        anneal_strategy=cfg.anneal_strategy, cycle_momentum=cfg.cycle_momentum)
+
+
+def _nest(values: dict[str, Any]) -> dict[str, Any]:
+    """``{"lora": {"rank": 48}, "lora.rank": 16}`` -> ``{"lora": {"rank": 16}}``: dotted keys nest, and
+    later keys win (``--set sgm.lora.rank=16`` over a defaults.yaml entry ``lora: {rank: 48}``)."""
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        head, dot, rest = key.partition(".")
+        if dot:
+            key, value = head, {rest: value}
+        if isinstance(value, dict):
+            value = _nest(value)
+            prior = out.get(key)
+            if isinstance(prior, BaseModel):
+                prior = prior.model_dump()
+            if isinstance(prior, dict):
+                value = _deep_merge(prior, value)
+        out[key] = value
+    return out
+
+
+def _deep_merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+class SGMConfig(BaseModel):
+    """The parts' settings, nested: ``--set sgm.lora.rank=16``, ``--set sgm.onecycle.pct_start=0.1``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    soft: SoftTargetsConfig = Field(default_factory=SoftTargetsConfig)
+    init: InitConfig = Field(default_factory=InitConfig)
+    oocf: NoConfig = Field(default_factory=NoConfig)
+    lora: LoRAConfig = Field(default_factory=LoRAConfig)
+    onecycle: OneCycleConfig = Field(default_factory=OneCycleConfig)
+    use: list[Literal["soft", "init", "oocf", "lora", "onecycle"]] = Field(
+        default_factory=lambda: ["soft", "init", "oocf", "lora", "onecycle"],
+        description="the parts that act (all five = SGM; fewer = an ablation inside sgm)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _dotted(cls, data: Any) -> Any:
+        return _nest(data) if isinstance(data, dict) else data
+
+
+PARTS = (LoRA, DataDrivenInit, OldClassFreezing, SoftTargets)
+
+
+class SGM(Modifier):
+    name = "sgm"
+    summary = "SGM: soft targets + data-driven init + old-class freezing + LoRA + per-group OneCycle."
+    Config = SGMConfig
+
+    def __init__(self, config: BaseModel | None = None) -> None:
+        super().__init__(config)
+        c = self.config
+        self.lora, self.init = LoRA(c.lora), DataDrivenInit(c.init)
+        self.oocf, self.soft = OldClassFreezing(c.oocf), SoftTargets(c.soft)
+        self.onecycle = OneCycle(c.onecycle)
+        self.parts: list[Modifier] = [p for p in (self.lora, self.init, self.oocf, self.soft) if p.name in c.use]
+
+    def setup(self, method: StandardMethod) -> None:
+        doubled = [m.name for m in method.modifiers if m is not self and isinstance(m, (*PARTS, OneCycle, SGM))
+                   and (m.name in self.config.use or isinstance(m, SGM))]
+        if doubled:
+            raise BenchError(f"Modifier sgm already includes {', '.join(doubled)}; drop it from the method string "
+                             f"or configure it through sgm (e.g. --set sgm.lora.rank=16).")
+        for p in self.parts:
+            p.setup(method)
+
+    def begin_session(self, method: StandardMethod, session: Session) -> None:
+        for p in self.parts:
+            p.begin_session(method, session)
+
+    def targets(self, method: StandardMethod, batch: TrainBatch, logits: torch.Tensor):
+        return self.soft.targets(method, batch, logits) if self.soft in self.parts else None
+
+    def after_backward(self, method: StandardMethod) -> None:
+        for p in self.parts:
+            p.after_backward(method)
+
+    def param_groups(self, method: StandardMethod, groups: list[dict]) -> list[dict]:
+        for p in self.parts:
+            groups = p.param_groups(method, groups)
+        return groups
+
+    def scheduler(self, method: StandardMethod, optimizer: torch.optim.Optimizer, total_steps: int):
+        for p in self.parts:
+            p.scheduler(method, optimizer, total_steps)  # oocf registers its step hook here
+        return self.onecycle.scheduler(method, optimizer, total_steps) if "onecycle" in self.config.use else None
+
+    def end_session(self, method: StandardMethod, session: Session) -> None:
+        for p in self.parts:
+            p.end_session(method, session)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {p.name: p.state_dict() for p in (self.lora, self.init, self.oocf, self.soft)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for p in (self.lora, self.init, self.oocf, self.soft):
+            p.load_state_dict((state or {}).get(p.name, {}))

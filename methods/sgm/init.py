@@ -1,0 +1,128 @@
+"""Data-driven initialisation of new output rows (SGM, Harun & Kanan 2024, Sec. 4, eq. 5).
+
+At session start (after the harness has grown the head, before the optimizer is built), each new
+class k's output row becomes w_k = (1/V) sum_j h_j / ||h_j||, the mean of the L2-normalised
+penultimate embeddings (``model.embed``) of class k's training samples in the session; its bias is
+left as it is. The embeddings are taken in eval mode (BatchNorm running statistics, nothing
+updated) and every sample forwarded is counted in ``ctx.counters["init_forward_samples"]`` so FLOP
+accounting can charge the pass.
+
+``mode: paper`` (the default here) is exactly that. Two deviations are available because the literal
+rule misbehaves on backbones whose penultimate features are all positive with a large shared
+component (EfficientNet: ReLU6 then global pooling): every such row also points along the shared
+component, so it scores high on *every* input, old classes included.
+
+- ``centre: session`` subtracts the session's mean embedding m before normalising,
+  w_k = mean_j (h_j - m)/||h_j - m||, so the rows point along what tells the new classes apart rather
+  than along what all inputs share.
+- ``scale: logit`` rescales the new rows by one common factor s so that their mean logit on their own
+  class's session samples equals the old rows' mean logit on their own class's samples, measured on
+  up to ``calibration_per_class`` stored samples per old class taken from the rehearsal memory in
+  stored order (no random draw; these forwards are counted too). Norm matching would be the wrong
+  yardstick: the literal rows are aligned with the (sparse, non-negative) embeddings while trained
+  rows are not, so a literal row fires about twice as loud as a trained row with a larger norm.
+  ``scale: unit`` keeps the paper's mean of unit vectors (norm <= 1).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from pydantic import BaseModel, ConfigDict, Field
+from torch import Tensor
+
+from harness.stream import Session
+from methods.base import Modifier, StandardMethod
+
+
+class InitConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    centre: Literal["none", "session"] = Field(
+        "none", description="subtract the session's mean embedding before L2-normalising (none = paper)")
+    scale: Literal["unit", "logit"] = Field(
+        "unit", description="unit: the paper's mean of unit vectors; logit: match the old rows' own-class logit")
+    calibration_per_class: int = Field(20, gt=0, description="memory samples per old class for scale: logit")
+    batch_size: int = Field(256, gt=0, description="samples per forward pass of the embedding sweep")
+
+
+def class_mean_rows(embeddings: Tensor, labels: Tensor, classes: list[int] | Tensor,
+                    centre: Tensor | None = None) -> Tensor:
+    """One row per class: the mean of its (optionally centred) L2-normalised embeddings (eq. 5)."""
+    h = embeddings if centre is None else embeddings - centre
+    h = F.normalize(h, dim=1)
+    rows = []
+    for k in classes:
+        mask = labels == int(k)
+        if not bool(mask.any()):
+            raise ValueError(f"no embedding of class {int(k)} to initialise its output row from")
+        rows.append(h[mask].mean(0))
+    return torch.stack(rows)
+
+
+class DataDrivenInit(Modifier):
+    name = "init"
+    summary = "Data-driven output init: new rows = mean of L2-normalised embeddings of the class; bias kept."
+    Config = InitConfig
+
+    def begin_session(self, method: StandardMethod, session: Session) -> None:
+        new = [int(k) for k in session.new_classes]
+        if not new:
+            return
+        model, ctx = method.model, method.ctx
+        labels = ctx.stream.train.labels[session.train_ids]
+        ids = session.train_ids[np.isin(labels, new)]
+        if self.config.centre == "session":
+            ids = session.train_ids  # the centre is the mean over all of the session's samples
+        embeddings = self.embed(method, ids)
+        y = torch.as_tensor(ctx.stream.train.labels[ids], device=embeddings.device)
+        centre = embeddings.mean(0) if self.config.centre == "session" else None
+        rows = class_mean_rows(embeddings, y, new, centre)
+        fc = model.head.fc
+        if self.config.scale == "logit":
+            rows = rows * self.logit_scale(method, embeddings, y, rows, new)
+        with torch.no_grad():
+            fc.weight[new] = rows.to(fc.weight.dtype)
+
+    def logit_scale(self, method: StandardMethod, embeddings: Tensor, y: Tensor, rows: Tensor,
+                    new: list[int]) -> float:
+        """s with mean_j(s w_yj . h_j + b_yj) over new samples = mean own-class logit of old rows on memory."""
+        fc, ctx = method.model.head.fc, method.ctx
+        mem = np.asarray(getattr(ctx.memory, "ids", []), dtype=np.int64)
+        mem_labels = ctx.stream.train.labels[mem] if len(mem) else np.empty(0, dtype=np.int64)
+        keep = np.isin(mem_labels, new, invert=True)
+        mem, mem_labels = mem[keep], mem_labels[keep]
+        picked = np.concatenate([mem[mem_labels == c][: self.config.calibration_per_class]
+                                 for c in np.unique(mem_labels)]) if len(mem) else mem
+        if not len(picked):
+            return 1.0  # nothing to calibrate against (no memory): the paper's rows
+        h_old = self.embed(method, picked)
+        y_old = torch.as_tensor(ctx.stream.train.labels[picked], device=h_old.device)
+        with torch.no_grad():
+            w, b = fc.weight.detach().float(), fc.bias.detach().float()
+            ref = ((h_old * w[y_old]).sum(1) + b[y_old]).mean()
+            index = {k: i for i, k in enumerate(new)}
+            is_new = torch.as_tensor([int(k) in index for k in y.tolist()], device=y.device)
+            h_new, y_new = embeddings[is_new], y[is_new]
+            local = torch.as_tensor([index[int(k)] for k in y_new.tolist()], device=rows.device)
+            cur = (h_new * rows[local]).sum(1).mean()
+            s = (ref - b[y_new].mean()) / cur
+        return float(s) if float(cur) > 0 and float(s) > 0 else 1.0
+
+    def embed(self, method: StandardMethod, ids: np.ndarray) -> Tensor:
+        model, ctx = method.model, method.ctx
+        was_training = model.training
+        model.eval()
+        out = []
+        try:
+            with torch.no_grad():
+                for i in range(0, len(ids), self.config.batch_size):
+                    chunk = ids[i : i + self.config.batch_size]
+                    out.append(model.embed(ctx.inputs.get(chunk)).float())
+        finally:
+            model.train(was_training)
+        ctx.counters["init_forward_samples"] = ctx.counters.get("init_forward_samples", 0) + len(ids)
+        return torch.cat(out)

@@ -1,0 +1,169 @@
+"""LoRA on the body's 1x1 convolutions, folded into the weights at every session end (SGM, Sec. 4).
+
+At session start fresh adapters are injected with peft into the body modules named by the
+protocol's ``backbone.lora_targets`` (ConvNeXt ``mlp.fc1``/``mlp.fc2``, EfficientNet
+``conv_pw``/``conv_pwl``): Theta = W + (alpha/r) B A, A ~ N(0, 1/r^2) drawn from the run's seeded
+generator, B = 0, so the network is unchanged at the first update. Only the adapters and the head
+train. At session end the adapters are folded explicitly, W <- W + (alpha/r) B A, and each wrapped
+module is replaced by its (updated) base module, so the body is plain timm modules again with its
+original state-dict keys. No train/eval toggle merges anything (the loralib trap in DESIGN §12).
+
+BatchNorm in the body: with ``norm: frozen`` (default) BatchNorm layers stay in eval mode while
+training (running statistics used, never updated), so the body's function changes only through the
+adapters, as with the LayerNorm of the paper's ConvNeXt. ``norm: batch_stats`` lets them normalise
+with batch statistics in training and update their running statistics (their affine parameters are
+frozen either way).
+
+Resuming inside a session: ``state_dict`` carries the live adapters; ``load_state_dict`` re-injects
+them when the body has none (begin_session, or a resume after it, injects them first).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+from peft import LoraConfig, inject_adapter_in_model
+from peft.tuners.lora import LoraLayer
+from pydantic import BaseModel, ConfigDict, Field
+from torch import nn
+
+from harness.errors import BenchError
+from harness.stream import Session
+from methods.base import Modifier, StandardMethod
+
+ADAPTER = "default"
+
+
+class LoRAConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    rank: int = Field(48, gt=0, description="r; the paper uses 48")
+    alpha: float | None = Field(None, gt=0, description="scaling alpha/r of B A; unset: alpha = r (scaling 1)")
+    targets: list[str] | None = Field(None, description="body module names to adapt; unset: backbone.lora_targets")
+    norm: Literal["frozen", "batch_stats"] = Field(
+        "frozen", description="body BatchNorm while training: frozen (eval mode) or batch_stats (train mode)")
+    lr_scale: float = Field(1.0, gt=0, description="multiplier on the learning rate of the adapters' groups")
+
+
+def lora_modules(module: nn.Module) -> list[tuple[str, LoraLayer]]:
+    return [(n, m) for n, m in module.named_modules() if isinstance(m, LoraLayer)]
+
+
+def fold_lora(module: nn.Module) -> int:
+    """Merge every adapter into its base weight and put the base module back; returns how many."""
+    folded = lora_modules(module)
+    for name, layer in folded:
+        layer.merge(safe_merge=True, adapter_names=[ADAPTER])
+        parent_name, _, child = name.rpartition(".")
+        parent = module.get_submodule(parent_name) if parent_name else module
+        setattr(parent, child, layer.get_base_layer())
+    if "peft_config" in vars(module):  # the bookkeeping inject_adapter_in_model leaves on the model
+        del module.peft_config
+    return len(folded)
+
+
+def lora_param_count(module: nn.Module) -> int:
+    return sum(p.numel() for n, p in module.named_parameters() if "lora_" in n)
+
+
+class LoRA(Modifier):
+    name = "lora"
+    summary = "LoRA (peft) on the body's 1x1 convs; only adapters and head train; folded at session end."
+    Config = LoRAConfig
+
+    def __init__(self, config: BaseModel | None = None) -> None:
+        super().__init__(config)
+        self._requires_grad: dict[str, bool] = {}
+        self._handles: list[Any] = []
+
+    def setup(self, method: StandardMethod) -> None:
+        self._method = method
+        if getattr(method.config, "trainable", "body+head") != "body+head":
+            raise BenchError(f"Modifier lora adapts the body, but method {method.name!r} trains only the head "
+                             f"(trainable={method.config.trainable}); use a base that trains the body.")
+        targets = self.target_names(method)
+        if not targets:
+            raise BenchError(f"Modifier lora: protocol {method.ctx.protocol.name} lists no backbone.lora_targets "
+                             f"(and lora.targets is unset).")
+        names = [n for n, _ in method.model.body.named_modules()]
+        missing = [t for t in targets if not any(n == t or n.endswith("." + t) for n in names)]
+        if missing:
+            raise BenchError(f"Modifier lora: the body has no module named {', '.join(missing)} "
+                             f"(targets {targets}).")
+
+    def target_names(self, method: StandardMethod) -> list[str]:
+        return list(self.config.targets if self.config.targets is not None
+                    else method.ctx.protocol.backbone.lora_targets)
+
+    @property
+    def scaling_alpha(self) -> float:
+        return float(self.config.alpha if self.config.alpha is not None else self.config.rank)
+
+    def inject(self, method: StandardMethod) -> None:
+        body = method.model.body
+        if lora_modules(body):
+            raise BenchError("Modifier lora: the body still holds adapters from an unfinished session.")
+        self._requires_grad = {n: p.requires_grad for n, p in body.named_parameters()}
+        r = self.config.rank
+        cfg = LoraConfig(r=r, lora_alpha=self.scaling_alpha, target_modules=self.target_names(method),
+                         lora_dropout=0.0, bias="none", init_lora_weights="gaussian")
+        inject_adapter_in_model(cfg, body, adapter_name=ADAPTER)
+        gen = method.ctx.generator
+        with torch.no_grad():
+            for _, layer in lora_modules(body):
+                a = layer.lora_A[ADAPTER].weight
+                a.copy_(torch.randn(a.shape, generator=gen) / r)
+                layer.lora_B[ADAPTER].weight.zero_()
+        for n, p in body.named_parameters():
+            p.requires_grad_("lora_" in n)
+        if self.config.norm == "frozen":
+            for m in body.modules():
+                if isinstance(m, nn.modules.batchnorm._BatchNorm):
+                    self._handles.append(m.register_forward_pre_hook(_stay_in_eval))
+
+    def begin_session(self, method: StandardMethod, session: Session) -> None:
+        self.inject(method)
+
+    def param_groups(self, method: StandardMethod, groups: list[dict]) -> list[dict]:
+        if self.config.lr_scale != 1.0:
+            for g in groups:
+                if g.get("name", "").startswith("body"):
+                    g["lr"] = g["lr"] * self.config.lr_scale
+        return groups
+
+    def end_session(self, method: StandardMethod, session: Session) -> None:
+        body = method.model.body
+        fold_lora(body)
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        for n, p in body.named_parameters():
+            p.requires_grad_(self._requires_grad.get(n, p.requires_grad))
+
+    def state_dict(self) -> dict[str, Any]:
+        """The live adapters while a session runs (empty between sessions: they are folded)."""
+        method = getattr(self, "_method", None)
+        if method is None or not lora_modules(method.model.body):
+            return {}
+        return {"adapters": {k: v.detach().cpu().clone() for k, v in method.model.body.state_dict().items()
+                             if "lora_" in k}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        adapters = (state or {}).get("adapters")
+        if not adapters:
+            return
+        method = getattr(self, "_method", None)
+        if method is None:
+            raise BenchError("Modifier lora: load_state_dict with live adapters needs setup() first.")
+        body = method.model.body
+        if not lora_modules(body):
+            self.inject(method)
+        missing = set(adapters) - set(body.state_dict())
+        if missing:
+            raise BenchError(f"Modifier lora: saved adapters {sorted(missing)[:3]} do not fit this body.")
+        body.load_state_dict(adapters, strict=False)
+
+
+def _stay_in_eval(module: nn.Module, _inputs: Any) -> None:
+    module.training = False

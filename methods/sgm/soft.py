@@ -1,0 +1,102 @@
+"""Dynamic soft targets (SGM, Harun & Kanan 2024, Sec. 4).
+
+For each class k a running mean u_k of the model's softmax outputs on samples of class k is kept,
+updated only when such a sample is classified correctly (DESIGN §12), uniform before the first update.
+The target of a sample of class k predicted as y' is u_k with t[k] = 1 and, when y' != k,
+t[y'] = 1/K, renormalised to sum to one. Targets of a batch are built from u as it was before the
+batch (the paper's figure: u_k^i trains theta_{i+1}); the batch then updates u.
+
+Growing the head: an existing u_k that has been updated (c_k > 0) is zero-padded for the new classes
+(it already sums to one, so it stays a distribution: "class k's outputs put no mass on classes that
+did not exist"); a u_k never updated (c_k = 0) is still "uniform before the first update", now
+uniform over the new K. ``grow: reset`` instead resets every u_k to uniform over the new K and its
+count to zero.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+from torch import Tensor
+
+from methods.base import Modifier, StandardMethod, TrainBatch
+
+
+class SoftTargetsConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    grow: Literal["pad", "reset"] = Field(
+        "pad", description="extend an updated u_k by zeros for new classes (pad) or reset all to uniform (reset)")
+
+
+class SoftTargets(Modifier):
+    name = "soft"
+    summary = "Dynamic soft targets: per-class running mean of correct softmax outputs, true class set to 1."
+    Config = SoftTargetsConfig
+
+    def __init__(self, config: BaseModel | None = None) -> None:
+        super().__init__(config)
+        self.u = torch.empty(0, 0)                      # (K, K): row k = u_k
+        self.counts = torch.empty(0, dtype=torch.long)  # c_k
+
+    @property
+    def num_classes(self) -> int:
+        return self.u.shape[0]
+
+    def grow(self, num_classes: int, device: torch.device | None = None) -> None:
+        """Extend u to ``num_classes`` (see the module docstring for how existing rows extend)."""
+        device = device or self.u.device
+        self.u, self.counts = self.u.to(device), self.counts.to(device)
+        k_old, k = self.num_classes, num_classes
+        if k < k_old:
+            raise ValueError(f"soft targets cannot shrink from {k_old} to {k} classes")
+        if k == k_old:
+            return
+        uniform = torch.full((k, k), 1.0 / k, device=device)
+        counts = torch.zeros(k, dtype=torch.long, device=device)
+        if self.config.grow == "pad" and k_old:
+            seen = self.counts > 0
+            uniform[:k_old][seen] = 0.0
+            uniform[:k_old, :k_old][seen] = self.u[seen]
+            counts[:k_old] = self.counts
+        self.u, self.counts = uniform, counts
+
+    def build(self, probs: Tensor, y: Tensor) -> Tensor:
+        """Targets for a batch from u as it is now (does not update u)."""
+        k = self.num_classes
+        rows = torch.arange(len(y), device=y.device)
+        t = self.u[y].clone()
+        pred = probs.argmax(1)
+        wrong = pred != y
+        t[rows[wrong], pred[wrong]] = 1.0 / k
+        t[rows, y] = 1.0
+        return t / t.sum(1, keepdim=True)
+
+    def update(self, probs: Tensor, y: Tensor) -> None:
+        """u_k <- (c_k u_k + sum of the batch's correct softmax vectors of class k) / (c_k + n_k)."""
+        correct = probs.argmax(1) == y
+        if not bool(correct.any()):
+            return
+        yc, pc = y[correct], probs[correct].to(self.u.dtype)
+        sums = torch.zeros_like(self.u).index_add_(0, yc, pc)
+        n = torch.bincount(yc, minlength=self.num_classes)
+        hit = n > 0
+        c = self.counts[hit].to(self.u.dtype)[:, None]
+        self.u[hit] = (c * self.u[hit] + sums[hit]) / (c + n[hit].to(self.u.dtype)[:, None])
+        self.counts[hit] += n[hit]
+
+    def targets(self, method: StandardMethod, batch: TrainBatch, logits: Tensor) -> Tensor:
+        probs = logits.detach().float().softmax(1)
+        self.grow(logits.shape[1], logits.device)
+        t = self.build(probs, batch.y)
+        self.update(probs, batch.y)
+        return t.to(logits.dtype)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"u": self.u.detach().cpu().clone(), "counts": self.counts.detach().cpu().clone()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state:
+            self.u, self.counts = state["u"].clone(), state["counts"].clone()

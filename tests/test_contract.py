@@ -1,0 +1,277 @@
+"""Contract tests, parametrized over the whole method registry (built-ins and installed plugins).
+
+Every method in ``bench.methods`` (except the reference method ``joint``), alone and with ``+sgm``,
+must: complete its updates on a tiny stream, make exactly one optimizer step per ``observe`` (the
+runner enforces it; we check the totals), keep the memory within the protocol's storage cap, and give
+the same numbers twice under one seed. A combination a method cannot support must be a clear
+``BenchError`` naming it, never a silent no-op. Kept cheap: a reduced protocol (tests/conftest.py),
+one deployed model per module, a few updates per session.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from harness.errors import BenchError
+from harness.protocol import Protocol
+from harness.registry import METHOD_GROUP, build_method, entries
+from harness.runner import RunOptions, prepare, run_cl
+from tests.conftest import reduced_tiny
+
+CAP = 40  # samples; tight for the reduced streams (600 pre-training images, 10 classes to come)
+
+try:
+    importlib.import_module("methods.sgm.combined")
+    SGM_MISSING = None
+except Exception as exc:  # the SGM modifiers are developed beside the methods
+    SGM_MISSING = f"methods.sgm.combined is not importable yet ({type(exc).__name__}: {exc})"
+
+# Combinations that cannot work, and the words their error must contain.
+UNSUPPORTED = {"output_only+sgm": "trains only the head"}
+
+
+def _base_names() -> list[str]:
+    return sorted(n for n in entries(METHOD_GROUP) if n != "joint")
+
+
+def _cases() -> list:
+    out = []
+    for name in _base_names():
+        out.append(pytest.param(name, id=name))
+        marks = [pytest.mark.skip(reason=SGM_MISSING)] if SGM_MISSING else []
+        out.append(pytest.param(f"{name}+sgm", id=f"{name}+sgm", marks=marks))
+    return out
+
+
+def _smaller(spec: dict, name: str) -> dict:
+    """Two sessions (the head grows twice), 4 test images per class, a barely trained deployed model."""
+    spec["name"] = name
+    spec["sessions"] = 2
+    spec["pretrain"].update(updates=4)
+    for src in (spec["pretrain_data"], *spec["stream_data"]):
+        src["test_per_class"] = 4
+    spec["memory"] = {"policy": "reservoir", "capacity": CAP, "include_pretrain": True}
+    return spec
+
+
+def capped_spec() -> dict:
+    """Offline: 3 updates of 8 new + 8 old per session, eval at 0 and 3, storage capped."""
+    spec = _smaller(reduced_tiny(), "contract_capped")
+    spec["training"].update(updates=3)
+    spec["eval"] = {"every": 3, "batch_size": 256}
+    return spec
+
+
+def online_spec() -> dict:
+    """Sample by sample: one update (1 new + 8 old) per arriving sample, 1 sample per class."""
+    spec = _smaller(reduced_tiny("tiny_online_500"), "contract_online")
+    spec["stream_data"][0].update(train_per_class=1)
+    spec["stream_data"][1].update(train_per_class=1)
+    spec["training"].update(updates="per_sample", batch={"new": 1, "old": 8})
+    spec["eval"] = {"every": 5, "batch_size": 256}
+    return spec
+
+
+@pytest.fixture(scope="module")
+def options(tmp_path_factory) -> RunOptions:
+    return RunOptions(results_dir=tmp_path_factory.mktemp("contract-results"), progress=False, log=False)
+
+
+@pytest.fixture(scope="module")
+def capped(bench_cache, options):
+    return prepare(Protocol.model_validate(capped_spec()), 0, options)
+
+
+@pytest.fixture(scope="module")
+def online(bench_cache, options):
+    return prepare(Protocol.model_validate(online_spec()), 0, options)
+
+
+def run(bench, text: str, seed: int, options: RunOptions, **overrides):
+    _, method = build_method(text, bench.protocol.name, overrides)
+    curves, budget, params = run_cl(bench, method, seed, options)
+    return method, curves, budget, params
+
+
+def expect_unsupported(bench, text: str, options: RunOptions) -> None:
+    base = text.split("+")[0]
+    with pytest.raises(BenchError) as err:
+        run(bench, text, 0, options)
+    assert base in str(err.value) and UNSUPPORTED.get(text, base) in str(err.value)
+
+
+def unsupported(text: str) -> bool:
+    if text in UNSUPPORTED:
+        return True
+    base, *mods = text.split("+")
+    return bool(mods) and not getattr(entries(METHOD_GROUP)[base].load(), "uses_standard_step", False)
+
+
+def check_contract(bench, method, curves, budget, params) -> None:
+    p = bench.protocol
+    sessions = bench.stream.sessions
+    expected_u = [len(s.train_ids) if p.training.updates == "per_sample" else p.training.updates for s in sessions]
+    assert budget.updates_per_session == expected_u
+    assert budget.optimizer_steps == sum(expected_u)
+    batch = p.training.batch.new + p.training.batch.old
+    if method.rehearsal:
+        assert (budget.batch_new, budget.batch_old) == (p.training.batch.new, p.training.batch.old)
+    else:
+        assert (budget.batch_new, budget.batch_old) == (batch, 0)
+    assert budget.samples_trained <= sum(expected_u) * batch
+    assert budget.memory_peak_samples <= p.memory.capacity
+    assert budget.memory_peak_bytes > 0 or not method.rehearsal
+    assert params > 0
+    for curve, u in zip(curves, expected_u):
+        assert curve.updates[0] == 0 and curve.updates[-1] == u
+        assert all(0.0 <= a <= 1.0 for a in curve.all)
+
+
+@pytest.mark.parametrize("text", _cases())
+def test_contract_capped_offline(text, capped, options):
+    """A few offline updates per session under a storage cap; same seed, same numbers."""
+    if unsupported(text):
+        expect_unsupported(capped, text, options)
+        return
+    method, curves, budget, params = run(capped, text, 0, options)
+    check_contract(capped, method, curves, budget, params)
+    _, again, budget2, _ = run(capped, text, 0, options)
+    assert again == curves, "same seed must give the same curves"
+    assert budget2 == budget
+
+
+@pytest.mark.parametrize("text", _cases())
+def test_contract_online_per_sample(text, online, options):
+    """One update per arriving sample (the online setting), under a storage cap."""
+    if unsupported(text):
+        expect_unsupported(online, text, options)
+        return
+    method, curves, budget, params = run(online, text, 1, options)
+    check_contract(online, method, curves, budget, params)
+
+
+# -- method-specific guarantees of the paper's other base methods ----------------------------------
+
+def test_remind_stores_pq_codes_and_counts_their_bytes(online, options):
+    method, _, budget, _ = run(online, "remind", 0, options)
+    c, h, w = method.feature_shape
+    code_bytes = h * w * method.config.pq_subquantizers * method.config.pq_bits // 8
+    assert method.sample_bytes(0) == code_bytes
+    assert budget.memory_peak_bytes == budget.memory_peak_samples * code_bytes  # every stored sample is a code
+    assert set(method.codes) >= set(method.ctx.memory.ids)
+    counters = method.ctx.counters
+    assert counters["remind_reconstruct_samples"] == budget.samples_trained
+    # per-class lr: full at a class's first sample, lr_end once it has been seen as often as it occurs
+    c0 = int(online.stream.sessions[0].new_classes[0])
+    assert method.class_seen[c0] == method.class_total[c0] == 1
+    assert method.class_lr(c0) == pytest.approx(method.config.lr_end)
+    method.class_seen[c0] = 0
+    assert method.class_lr(c0) == pytest.approx(method.config.lr)
+
+
+def test_remind_reconstruction_is_close_and_deterministic(capped, options):
+    _, method = build_method("remind", capped.protocol.name)
+    from harness.memory import Memory
+    from harness.runner import _context, memory_spec
+
+    rng = np.random.default_rng(0)
+    memory = Memory(memory_spec(capped.protocol, method), capped.stream.train.labels,
+                    capped.stream.train.sample_bytes, rng)
+    import copy
+    method.setup(copy.deepcopy(capped.deployed), _context(capped, memory, rng, torch.Generator().manual_seed(0)))
+    x = capped.train_inputs.get(capped.stream.sessions[0].train_ids[:16])
+    r1, r2 = method.reconstruct(x), method.reconstruct(x)
+    assert torch.equal(r1, r2) and r1.shape == x.shape
+    err = ((r1 - x) ** 2).mean() / (x**2).mean()
+    assert err < 0.5  # a codebook fitted on pre-training features still describes stream features
+    assert method.memory_policy == "class_balanced"
+
+
+def test_remind_per_class_lr_scales_one_step_and_is_restored(capped, options):
+    import copy
+
+    from harness.memory import Memory
+    from harness.runner import _context, memory_spec
+
+    _, method = build_method("remind", capped.protocol.name)
+    rng = np.random.default_rng(0)
+    memory = Memory(memory_spec(capped.protocol, method), capped.stream.train.labels,
+                    capped.stream.train.sample_bytes, rng)
+    model = copy.deepcopy(capped.deployed)
+    session = capped.stream.sessions[0]
+    model.head.grow(len(session.new_classes))
+    method.setup(model, _context(capped, memory, rng, torch.Generator().manual_seed(0)))
+    method.begin_session(session)
+    base = [g["lr"] for g in method.optimizer.param_groups]
+    seen: list[list[float]] = []
+    method.optimizer.register_step_pre_hook(lambda opt, *_: seen.append([g["lr"] for g in opt.param_groups]))
+    method._lr_factor = 0.01
+    method.optimizer.step()
+    assert seen[0] == pytest.approx([b * 0.01 for b in base])
+    assert [g["lr"] for g in method.optimizer.param_groups] == base
+    c = int(session.new_classes[0])
+    assert method.lr_factor(np.array([c])) == pytest.approx(1.0)
+    method.class_seen[c] = method.class_total[c]
+    assert method.lr_factor(np.array([c])) == pytest.approx(method.config.lr_end / method.config.lr)
+
+
+def test_remind_on_images_runs_the_trunk_itself_and_matches_the_cached_run(online, bench_cache, tmp_path):
+    """Trunk not cached: inputs are images, REMIND runs the trunk on arriving samples only."""
+    opts = RunOptions(results_dir=tmp_path, progress=False, log=False, trunk_cache=False)
+    images = prepare(online.protocol, 0, opts)
+    method, curves, budget, _ = run(images, "remind", 0, opts)
+    n_new = sum(len(s.train_ids) for s in online.stream.sessions)
+    assert method.ctx.counters["remind_trunk_forward_samples"] >= n_new
+    assert "trunk_feature_samples" not in method.ctx.counters  # the hooks saw those trunk passes
+    _, cached, _, _ = run(online, "remind", 0, opts)
+    for a, b in zip(curves, cached):
+        assert a.all == pytest.approx(b.all, abs=0.02)
+
+
+def test_remind_rejects_a_codebook_that_does_not_divide_the_channels(capped, options):
+    with pytest.raises(BenchError, match="pq_subquantizers=7"):
+        run(capped, "remind", 0, options, pq_subquantizers=7)
+
+
+def test_derpp_stores_logits_on_first_sight_and_pads_a_grown_head(capped, options):
+    method, _, _, _ = run(capped, "derpp", 0, options)
+    widths = {len(method.logits[int(g)]) for g in method.ctx.memory.ids}
+    assert len(widths) > 1  # logits stored before and after the head grew
+    pre = [int(g) for g in method.ctx.memory.ids if g < len(capped.stream.pretrain_ids)]
+    assert pre and all(len(method.logits[g]) == capped.stream.pretrain_classes for g in pre)
+    ref, mask = method.stored(np.asarray(pre[:2]), 30, torch.device("cpu"))
+    assert ref.shape == (2, 30) and bool(mask.all())
+    assert float(ref[:, capped.stream.pretrain_classes:].abs().sum()) == 0
+    method.config = method.config.model_copy(update={"pad_logits": "none"})
+    _, mask = method.stored(np.asarray(pre[:2]), 30, torch.device("cpu"))
+    assert int(mask.sum()) == 2 * capped.stream.pretrain_classes
+    # bytes: the raw sample plus its float32 logits
+    g = pre[0]
+    assert method.sample_bytes(g) == capped.stream.train.sample_bytes(g) + 4 * capped.stream.pretrain_classes
+    assert method.ctx.counters["derpp_logit_forward_samples"] >= len(pre)
+
+
+def test_gdumb_memory_is_class_balanced(capped, options):
+    method, _, budget, _ = run(capped, "gdumb", 0, options)
+    labels = capped.stream.train.labels[np.asarray(method.ctx.memory.ids)]
+    counts = np.bincount(labels)
+    counts = counts[counts > 0]
+    assert budget.memory_peak_samples == CAP and counts.max() - counts.min() <= 1
+
+
+def test_lwf_trains_on_new_samples_only_and_declares_teacher_forwards(capped, options):
+    method, _, budget, _ = run(capped, "lwf", 0, options)
+    assert budget.batch_old == 0 and budget.batch_new == 16
+    assert method.ctx.counters["teacher_forward_samples"] == budget.samples_trained
+
+
+def test_contract_covers_the_zoo():
+    names = set(_base_names())
+    assert {"derpp", "gdumb", "lwf", "remind", "vanilla", "finetune"} <= names
+    assert "joint" not in names
+    assert Path(__file__).name == "test_contract.py"
