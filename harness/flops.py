@@ -6,8 +6,8 @@ What is counted, and how (DESIGN §6)
   protocol's input size and counts multiply-accumulates (MACs; fvcore calls one fused multiply-add
   one "flop"). We report **FLOPs = 2 x MACs**. fvcore counts conv, linear / addmm / matmul / bmm /
   einsum, batch_norm (2 per element with affine, in eval mode), group / layer / instance norm,
-  adaptive_avg_pool2d and upsampling. It **skips** (costs 0) element-wise activations (relu,
-  hardtanh = ReLU6, sigmoid, silu, gelu), element-wise add / sub / mul / div (residual adds, LoRA's
+  adaptive_avg_pool2d and upsampling. It **skips** (costs 0) element-wise activations (relu, relu6
+  / hardtanh, sigmoid, silu, gelu), element-wise add / sub / mul / div (residual adds, LoRA's
   scaling), padding, max / avg pooling, mean, softmax and the loss. PyTorch's own
   ``torch.utils.flop_counter.FlopCounterMode`` counts only the matmul / conv family and skips the
   norms too; ``tests/test_flops.py`` checks the two agree within 10 % (exactly on conv + linear).
@@ -34,7 +34,8 @@ What is counted, and how (DESIGN §6)
   forward, because in an uncached run its input came out of the trunk; cached trunk features a
   method uses without a body forward are charged when it declares them (``trunk_feature_samples``).
   So the figures are the same whatever the cache setting and runs compare fairly (a test checks it
-  for vanilla). ``*_executed`` is what actually ran: with the cache on, one trunk forward per
+  for vanilla). ``SessionCurve.train_flops`` is cumulative over the run, taken when each point is
+  evaluated (so a session's update-0 value already includes its begin_session work, init passes). ``*_executed`` is what actually ran: with the cache on, one trunk forward per
   *distinct* image the run fetched (what a lazy cache computes), then body and head as counted;
   with it off, the same as the headline figure.
 
@@ -111,11 +112,12 @@ def fvcore_analysis(module: nn.Module, example: Tensor):
     was = {m: m.training for m in module.modules()}
     module.eval()
     try:
-        analysis = FlopCountAnalysis(module, example)
+        analysis = FlopCountAnalysis(module, example)  # traced below, in float32 (no autocast)
         analysis.unsupported_ops_warnings(False)
         analysis.uncalled_modules_warnings(False)
         analysis.tracer_warnings("none")
-        analysis.total()  # runs the trace now, while the module is in eval mode
+        with torch.autocast(example.device.type, enabled=False):
+            analysis.total()  # runs the trace now, while the module is in eval mode
     finally:
         for m, mode in was.items():
             m.training = mode
@@ -164,7 +166,7 @@ def part_cost(module: nn.Module, in_shape: tuple[int, ...], input_requires_grad:
     was = {m: m.training for m in module.modules()}
     module.eval()
     try:
-        with torch.enable_grad():
+        with torch.enable_grad(), torch.autocast(example.device.type, enabled=False):
             out = module(example.clone().requires_grad_(input_requires_grad))
     finally:
         for h in handles:

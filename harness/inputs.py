@@ -157,11 +157,10 @@ class InputStore:
             per_image = 4 * 3 * preprocess.size * preprocess.size
             if labelled * per_image <= image_cache_bytes():
                 self.table, self.kind = self._preprocessed(chunk), "images"
+        self.on_device = False  # CUDA: a table small enough lives on the GPU (no copy per batch)
         if self.table is not None and self.device.type == "cuda":
             if self.table.numel() * self.table.element_size() <= DEVICE_TABLE_BYTES:
-                self.table = self.table.to(self.device)
-                if self.table.ndim == 4:
-                    self.table = self.table.contiguous(memory_format=torch.channels_last)
+                self.table, self.on_device = self.table.to(self.device), True
 
     def _labelled(self) -> np.ndarray:
         return np.flatnonzero(self.catalog.labels >= 0)
@@ -238,15 +237,14 @@ class InputStore:
         self.fetched += len(ids)
         if self.table is not None:
             index = torch.from_numpy(ids if self.row_of is None else self.row_of[ids])
-            if self.table.device == self.device:
-                return self.table.index_select(0, index.to(self.device))
-            rows = self.table.index_select(0, index)
+            rows = self.table.index_select(0, index.to(self.table.device))
         else:
             rows = self._decode(ids)
-        if self.device.type == "cuda":
+        if self.device.type != "cuda":
+            return rows.to(self.device)
+        if not self.on_device:  # pinned host memory, asynchronous copy
             rows = rows.pin_memory().to(self.device, non_blocking=True)
-            return rows.contiguous(memory_format=torch.channels_last) if rows.ndim == 4 else rows
-        return rows.to(self.device)
+        return rows.contiguous(memory_format=torch.channels_last) if rows.ndim == 4 else rows
 
 
 def feature_cache_key(spec: Backbone, sources: list, split: str, variant: str = "") -> str:

@@ -36,7 +36,7 @@ class Context:
     inputs: InputStore              # train inputs by global id (methods that replay from memory use it)
     rng: np.random.Generator
     generator: torch.Generator      # seeded torch RNG for any parameter init a method does
-    counters: dict[str, float] = field(default_factory=dict)  # extra forwards a method makes, by part
+    counters: dict[str, float] = field(default_factory=dict)  # extra compute a method declares; names and which are charged: harness.flops.COUNTERS
 
 
 @dataclass
