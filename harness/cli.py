@@ -67,6 +67,12 @@ def print_summary(result, path: Path) -> None:
         click.echo(f"  {name:<9}{value:>9}   {what}")
     rec = " ".join(str(v) if v is not None else "-" for v in m.recovery_updates["99"])
     click.echo(f"  updates to recover 99% of joint old-class accuracy, per session: {rec}")
+    b = result.budget
+    if b.train_flops is not None:
+        ratios = ""
+        if b.updates_vs_joint is not None and b.train_flops_vs_joint is not None:
+            ratios = f"; joint needs {b.updates_vs_joint:.1f}x the updates and {b.train_flops_vs_joint:.1f}x the training FLOPs"
+        click.echo(f"  training {b.train_flops / 1e12:.3f} TFLOPs, evaluation {b.eval_flops / 1e12:.3f} TFLOPs{ratios}")
 
 
 @main.command()
