@@ -16,6 +16,7 @@ not) in channels_last, where oneDNN's depthwise-conv backward on the body's smal
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import random
 import time
@@ -482,9 +483,11 @@ def joint_reference(protocol: Protocol, seed: int, options: RunOptions, bench: W
     found = find_joint(options.results_dir, protocol.name, protocol.spec_hash, seed)
     if found:
         return found
-    _say(options, f"No joint reference for {protocol.name} (seed {seed}) yet: training it first, "
-                  f"{protocol.joint.updates} updates x {len(protocol.joint.mode == 'per_session' and range(protocol.sessions) or [0])} models.")
-    result, path = execute(protocol, "joint", seed, options, bench=bench)
+    models = protocol.sessions if protocol.joint.mode == "per_session" else 1
+    _say(options, f"No joint reference for {protocol.name} (seed {seed}) yet: training it first "
+                  f"({models} model(s) x {protocol.joint.updates} updates); later runs reuse it.")
+    # The reference is the protocol's, not the run's: a CL run's --set overrides must not reach it.
+    result, path = execute(protocol, "joint", seed, dataclasses.replace(options, overrides={}), bench=bench)
     return path, result
 
 
@@ -493,6 +496,10 @@ def execute(protocol: Protocol, method_text: str, seed: int, options: RunOptions
     """Run one method on one protocol and seed; write the JSON result (atomically) and return it."""
     started, t0 = now_iso(), time.perf_counter()
     spec, method = build_method(method_text, protocol.name, options.overrides)
+    if getattr(method, "reference", False):  # the joint budget's optimizer settings live in the protocol
+        spec_values = {"lr": protocol.joint.lr, "weight_decay": protocol.joint.weight_decay}
+        method.config = method.config.model_copy(
+            update={k: v for k, v in spec_values.items() if k not in options.overrides})
     bench = bench or prepare(protocol, seed, options)
     run_id = uuid.uuid4().hex[:12]
     common = dict(

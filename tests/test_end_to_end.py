@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 from click.testing import CliRunner
@@ -82,3 +83,21 @@ def test_interrupted_run_leaves_no_result(tiny_protocol_file, tmp_path, monkeypa
     assert out.exit_code == 130
     files = list(results.rglob("*")) if results.exists() else []
     assert not [f for f in files if f.suffix in (".json", ".tmp")]
+
+
+def test_joint_reference_takes_the_protocols_optimizer_settings_not_the_runs(tiny_protocol, monkeypatch, tmp_path):
+    from harness import runner
+
+    seen = {}
+
+    def fake_run_joint(bench, method, seed, options):
+        seen["config"] = method.config
+        raise KeyboardInterrupt  # stop before any training
+
+    monkeypatch.setattr(runner, "run_joint", fake_run_joint)
+    monkeypatch.setattr(runner, "prepare", lambda *a, **k: None)
+    spec = tiny_protocol.model_copy(update={"joint": tiny_protocol.joint.model_copy(update={"lr": 0.0123})})
+    options = runner.RunOptions(results_dir=tmp_path, overrides={"lr": 0.5}, progress=False, log=False)
+    with pytest.raises(KeyboardInterrupt):
+        runner.joint_reference(spec, 0, options, bench=SimpleNamespace(device="cpu"))
+    assert seen["config"].lr == 0.0123
