@@ -373,6 +373,16 @@ def test_modifier_order_does_not_change_the_result():
         assert torch.equal(p, c0.model.state_dict()[name]), name
 
 
+def test_sgm_use_switches_parts_off():
+    # use without lora and onecycle: no adapters, the whole body trains, no scheduler; soft targets still act
+    method, _ = tiny_run([SGM(SGMConfig(use=["soft", "init", "oocf"]))], steps=1)
+    assert not lora_modules(method.model.body) and method.scheduler is None
+    assert method.modifiers[0].soft.u.shape == (5, 5)
+    # and a part switched off may then be given on its own
+    method, _ = tiny_run([SGM(SGMConfig(use=["soft", "init", "oocf"])), LoRA(LoRAConfig(rank=2))], steps=1)
+    assert lora_modules(method.model.body)
+
+
 def test_sgm_rejects_a_part_named_twice():
     method = Vanilla(Vanilla.Config(), [SGM(), LoRA()])
     with pytest.raises(BenchError, match="already includes lora"):
