@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -75,38 +76,105 @@ def print_summary(result, path: Path) -> None:
         click.echo(f"  training {b.train_flops / 1e12:.3f} TFLOPs, evaluation {b.eval_flops / 1e12:.3f} TFLOPs{ratios}")
 
 
-@main.command()
-@click.option("--protocol", "-p", default=DEFAULT_PROTOCOL, show_default=True, help="built-in name or YAML path")
-@click.option("--method", "-m", default=DEFAULT_METHOD, show_default=True, help="base(+modifier)*, e.g. vanilla+sgm")
-@click.option("--seed", "-s", default=0, show_default=True, type=int)
-@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="override a method setting")
-@click.option("--results-dir", type=click.Path(path_type=Path), envvar="BENCH_RESULTS_DIR",
-              help="where results and the MLflow store go [default: ./bench-results]")
-@click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI", help="MLflow tracking URI [default: sqlite in results dir]")
-@click.option("--no-mlflow", is_flag=True, help="write the JSON result only")
-@click.option("--device", default="cpu", show_default=True, help="cpu, cuda, cuda:N or auto")
-@click.option("--trunk-cache/--no-trunk-cache", default=True, show_default=True,
-              help="compute frozen-trunk outputs once (exact; same numbers)")
-@click.option("--progress/--no-progress", default=True, show_default=True)
-@click.option("--allow-download", is_flag=True, help="let timm fetch pretrained weights from the hub")
-def run(protocol: str, method: str, seed: int, overrides: tuple[str, ...], results_dir: Path | None,
-        tracking_uri: str | None, no_mlflow: bool, device: str, trunk_cache: bool, progress: bool,
-        allow_download: bool) -> None:
-    """Run METHOD on PROTOCOL (default: vanilla on the embedded tiny_cil) and print its gap metrics."""
-    from harness.paths import results_dir as resolve_results
-    from harness.protocol import load_protocol
-    from harness.registry import parse_overrides
-    from harness.runner import RunOptions, execute
+def _mlflow_options(f):
+    f = click.option("--no-mlflow", is_flag=True, help="write the JSON result only")(f)
+    return click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI",
+                        help="MLflow tracking URI [default: sqlite in results dir]")(f)
 
-    spec = load_protocol(protocol)
-    options = RunOptions(results_dir=resolve_results(results_dir), device=device, trunk_cache=trunk_cache,
-                         progress=progress, allow_download=allow_download, overrides=parse_overrides(list(overrides)))
-    result, path = execute(spec, method, seed, options)
+
+def _run_options(f):
+    for option in reversed([
+        click.option("--results-dir", type=click.Path(path_type=Path), envvar="BENCH_RESULTS_DIR",
+                     help="where results and the MLflow store go [default: ./bench-results]"),
+        click.option("--device", default="cpu", show_default=True, help="cpu, cuda, cuda:N or auto"),
+        click.option("--trunk-cache/--no-trunk-cache", default=True, show_default=True,
+                     help="compute frozen-trunk outputs once (exact; same numbers)"),
+        click.option("--progress/--no-progress", default=True, show_default=True),
+        click.option("--allow-download", is_flag=True, help="let timm fetch pretrained weights from the hub"),
+    ]):
+        f = option(f)
+    return _mlflow_options(f)
+
+
+def _run_one(protocol, method: str, seed: int, options, tracking_uri: str | None, no_mlflow: bool) -> None:
+    """One run: execute (the JSON is written atomically first), print its summary, mirror it to MLflow."""
+    from harness.runner import execute
+
+    result, path = execute(protocol, method, seed, options)
     print_summary(result, path)
     if not no_mlflow:
         from harness.tracking import log_run
         rid = log_run(result, path, options.results_dir, tracking_uri)
         click.echo(f"  MLflow run {rid} in {tracking_uri or 'sqlite:///' + str(options.results_dir / 'mlflow.db')}")
+
+
+def _options(overrides: dict, results_dir: Path | None, device: str, trunk_cache: bool, progress: bool,
+             allow_download: bool):
+    from harness.paths import results_dir as resolve_results
+    from harness.runner import RunOptions
+
+    return RunOptions(results_dir=resolve_results(results_dir), device=device, trunk_cache=trunk_cache,
+                      progress=progress, allow_download=allow_download, overrides=overrides)
+
+
+@main.command()
+@click.option("--protocol", "-p", default=DEFAULT_PROTOCOL, show_default=True, help="built-in name or YAML path")
+@click.option("--method", "-m", default=DEFAULT_METHOD, show_default=True, help="base(+modifier)*, e.g. vanilla+sgm")
+@click.option("--seed", "-s", default=0, show_default=True, type=int)
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="override a method setting")
+@_run_options
+def run(protocol: str, method: str, seed: int, overrides: tuple[str, ...], results_dir: Path | None,
+        device: str, trunk_cache: bool, progress: bool, allow_download: bool, tracking_uri: str | None,
+        no_mlflow: bool) -> None:
+    """Run METHOD on PROTOCOL (default: vanilla on the embedded tiny_cil) and print its gap metrics."""
+    from harness.protocol import load_protocol
+    from harness.registry import parse_overrides
+
+    spec = load_protocol(protocol)
+    options = _options(parse_overrides(list(overrides)), results_dir, device, trunk_cache, progress, allow_download)
+    _run_one(spec, method, seed, options, tracking_uri, no_mlflow)
+
+
+@main.command()
+@click.argument("sweep")
+@click.option("--seeds", default=None, metavar="0,1,2", help="run these seeds instead of the sweep's")
+@click.option("--dry-run", is_flag=True, help="list the runs (and which are already done), run nothing")
+@click.option("--table", "table_path", type=click.Path(path_type=Path), default=None,
+              help="also write the final Markdown table to this file")
+@_run_options
+def sweep(sweep: str, seeds: str | None, dry_run: bool, table_path: Path | None, results_dir: Path | None,
+          device: str, trunk_cache: bool, progress: bool, allow_download: bool, tracking_uri: str | None,
+          no_mlflow: bool) -> None:
+    """Run a grid of protocols x methods x seeds from SWEEP (a built-in name or a YAML file), skipping
+    runs already in the results folder, then print the mean ± std table of what it covers."""
+    from harness.sweep import load_sweep, plan, sweep_table
+
+    spec = load_sweep(sweep)
+    try:
+        chosen = [int(s) for s in seeds.split(",")] if seeds else None
+    except ValueError:
+        raise BenchError(f"--seeds {seeds!r} must be comma-separated integers, e.g. 0,1,2.") from None
+    options = _options({}, results_dir, device, trunk_cache, progress, allow_download)
+    runs = plan(spec, options.results_dir, chosen)
+    todo = [r for r in runs if r.done is None]
+    click.echo(f"Sweep {spec.name}: {len(runs)} run(s), {len(runs) - len(todo)} already done, {len(todo)} to run; "
+               f"results in {options.results_dir}")
+    for i, r in enumerate(runs, 1):
+        if r.done is not None or dry_run:
+            click.echo(f"  [{i}/{len(runs)}] {r.label}: " + (f"done ({r.done})" if r.done else "to run"))
+            continue
+        click.echo(f"\n[{i}/{len(runs)}] {r.label}")
+        _run_one(r.protocol, r.method, r.seed, dataclasses.replace(options, overrides=dict(r.overrides)),
+                 tracking_uri, no_mlflow)
+    if dry_run:
+        return
+    text = sweep_table(spec, runs, options.results_dir)
+    click.echo("\n" + text, nl=False)
+    if table_path is not None:
+        from harness.atomic import atomic_write_text
+
+        atomic_write_text(table_path, text)
+        click.echo(f"Table written to {table_path}")
 
 
 @main.command(name="ls")

@@ -8,6 +8,7 @@ claim one name, is a clear error naming both, never a silent disappearance.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from functools import cache
 from importlib import metadata, resources
 from typing import Any
@@ -99,10 +100,21 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
+def protocol_defaults(table: dict[str, dict], protocol: str) -> dict[str, Any]:
+    """One method's defaults.yaml entries for ``protocol``: ``default``, then every glob key that matches
+    (``tiny_*``, in file order), then the protocol's own name; later wins. Globs let one tuned entry
+    cover a family of protocols that share a backbone and budget without copying it."""
+    values = dict(table.get("default", {}))
+    for key, entry in table.items():
+        if key != protocol and any(c in key for c in "*?[") and fnmatchcase(protocol, key):
+            values.update(entry)
+    values.update(table.get(protocol, {}))
+    return values
+
+
 def method_config(cls: type, name: str, protocol: str, overrides: dict[str, Any]) -> BaseModel:
-    """Config defaults < defaults.yaml `default` < defaults.yaml[protocol] < --set overrides."""
-    table = _defaults().get(name, {})
-    values = {**table.get("default", {}), **table.get(protocol, {}), **overrides}
+    """Config defaults < defaults.yaml `default` < matching globs < defaults.yaml[protocol] < --set overrides."""
+    values = {**protocol_defaults(_defaults().get(name, {}), protocol), **overrides}
     try:
         return cls.Config(**values)
     except ValidationError as exc:
@@ -132,4 +144,17 @@ def build_method(text: str, protocol: str, overrides: dict[str, Any] | None = No
     if mod_overrides:
         raise BenchError(f"--set names modifier(s) {', '.join(mod_overrides)} not in method {text!r}.")
     config = method_config(cls, spec.base.name, protocol, overrides)
+    clash = [m.name for m in modifiers if m.name in type(config).model_fields]
+    if clash:
+        raise BenchError(f"Modifier {clash[0]!r} has the name of a setting of method {spec.base.name!r}; "
+                         f"rename the modifier's entry point.")
     return spec, cls(config, modifiers)
+
+
+def method_settings(method: Any) -> dict[str, Any]:
+    """Everything a run was configured with: the base method's settings, and each modifier's under its
+    name (``{"lr": ..., "sgm": {"lora": {"rank": 48}, ...}}``), as ``--set`` addresses them."""
+    out = method.config.model_dump(mode="json")
+    for m in getattr(method, "modifiers", []):
+        out[m.name] = m.config.model_dump(mode="json")
+    return out

@@ -41,7 +41,7 @@ from harness.inputs import InputStore, Preprocess, feature_cache_key
 from harness.memory import Memory
 from harness.paths import cache_dir
 from harness.protocol import Protocol
-from harness.registry import MethodSpec, build_method, method_config
+from harness.registry import MethodSpec, build_method, method_config, method_settings
 from harness.results import (Budget, MethodStamp, ProtocolStamp, References, RunResult, find_joint, git_commit,
                              iter_results, library_versions, now_iso, save_result)
 from harness.stream import Session, Stream, build_stream
@@ -505,7 +505,7 @@ def execute(protocol: Protocol, method_text: str, seed: int, options: RunOptions
     common = dict(
         run_id=run_id, status="complete", seed=seed,
         protocol=ProtocolStamp(name=protocol.name, version=protocol.version, hash=protocol.spec_hash),
-        method=_stamp(spec), config=method.config.model_dump(mode="json"),
+        method=_stamp(spec), config=method_settings(method),
         versions=library_versions(), git_commit=git_commit(), started_at=started,
         options={"device": str(bench.device), "trunk_cache": options.trunk_cache},
     )

@@ -79,6 +79,8 @@ class Method(ABC):
         if self.modifiers and not self.uses_standard_step:
             names = ", ".join(m.name for m in self.modifiers)
             raise ValueError(f"{self.name} does not use the standard step; modifiers {names} cannot apply")
+        for m in self.modifiers:
+            m.check_combination(self.modifiers)
 
     @abstractmethod
     def setup(self, model: SplitModel, ctx: Context) -> None: ...
@@ -124,6 +126,10 @@ class Modifier:
 
     def __init__(self, config: BaseModel | None = None) -> None:
         self.config = config if config is not None else self.Config()
+
+    def check_combination(self, modifiers: list[Modifier]) -> None:
+        """Raise BenchError when this modifier cannot sit beside ``modifiers`` (checked when the method
+        is built, so a bad method string fails before anything trains, joint reference included)."""
 
     def setup(self, method: StandardMethod) -> None: ...
     def begin_session(self, method: StandardMethod, session: Session) -> None: ...

@@ -228,9 +228,11 @@ def test_remind_on_images_runs_the_trunk_itself_and_matches_the_cached_run(onlin
     n_new = sum(len(s.train_ids) for s in online.stream.sessions)
     assert method.ctx.counters["remind_trunk_forward_samples"] >= n_new
     assert "trunk_feature_samples" not in method.ctx.counters  # the hooks saw those trunk passes
-    _, cached, _, _ = run(online, "remind", 0, opts)
+    _, cached, cached_budget, _ = run(online, "remind", 0, opts)
     for a, b in zip(curves, cached):
         assert a.all == pytest.approx(b.all, abs=0.02)
+    # the cached run is charged the trunk passes it skipped (codebook fit, encoding): same FLOPs either way
+    assert cached_budget.train_flops == pytest.approx(budget.train_flops, rel=0.01)
 
 
 def test_remind_rejects_a_codebook_that_does_not_divide_the_channels(capped, options):

@@ -6,6 +6,7 @@ import json
 from types import SimpleNamespace
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from harness.cli import main
@@ -101,3 +102,38 @@ def test_joint_reference_takes_the_protocols_optimizer_settings_not_the_runs(tin
     with pytest.raises(KeyboardInterrupt):
         runner.joint_reference(spec, 0, options, bench=SimpleNamespace(device="cpu"))
     assert seen["config"].lr == 0.0123
+
+
+@pytest.mark.slow
+def test_sweep_runs_a_grid_then_resumes_and_prints_its_table(tiny_protocol_file, tmp_path):
+    sweep = tmp_path / "grid.yaml"
+    sweep.write_text(yaml.safe_dump({
+        "name": "grid", "seeds": [0],
+        "runs": [{"protocol": str(tiny_protocol_file), "methods": ["finetune"]},
+                 {"protocol": str(tiny_protocol_file), "methods": ["vanilla+oocf"], "set": {"lr": 2e-3}}]}))
+    results, table = tmp_path / "results", tmp_path / "table.md"
+    args = ["sweep", str(sweep), "--no-progress", "--no-mlflow", "--results-dir", str(results), "--table", str(table)]
+    first = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert first.exit_code == 0, first.output
+    assert "2 run(s), 0 already done, 2 to run" in first.output
+    text = table.read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "S_Δ" not in line]
+    assert any("finetune" in r for r in rows) and any("vanilla+oocf" in r for r in rows)
+    cl = {r.method.spec: r for _, r in iter_results(results) if not r.is_reference}
+    assert cl["vanilla+oocf"].config["lr"] == 2e-3 and cl["vanilla+oocf"].config["oocf"] == {}
+    assert "oocf" not in cl["finetune"].config  # modifier settings are recorded under the modifier's name
+    again = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert again.exit_code == 0 and "2 already done, 0 to run" in again.output
+    assert len([r for _, r in iter_results(results) if not r.is_reference]) == 2
+
+
+def test_sweep_with_a_bad_entry_fails_before_running_anything(tiny_protocol_file, tmp_path):
+    sweep = tmp_path / "bad.yaml"
+    sweep.write_text(yaml.safe_dump({"name": "bad", "seeds": [0], "runs": [
+        {"protocol": str(tiny_protocol_file), "methods": ["finetune", "vanila+sgm"]}]}))
+    out = CliRunner().invoke(main, ["sweep", str(sweep), "--results-dir", str(tmp_path / "r")])
+    assert out.exit_code == 2 and "vanila" in out.output and "Did you mean: vanilla" in out.output
+    assert not (tmp_path / "r" / "runs").exists()
+    sweep.write_text(yaml.safe_dump({"name": "bad", "seeds": [], "runs": []}))
+    out = CliRunner().invoke(main, ["sweep", str(sweep)])
+    assert out.exit_code == 2 and "seeds" in out.output and "runs" in out.output

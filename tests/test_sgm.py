@@ -17,7 +17,7 @@ from torch import nn
 
 from harness.backbone import GrowingHead, SplitModel
 from harness.errors import BenchError
-from harness.registry import Entry, build_method
+from harness.registry import Entry, build_method, protocol_defaults
 from harness.stream import Session
 from methods.base import Method, MethodConfig, StandardMethod, TrainBatch, layerwise_groups
 from methods.baselines import OutputOnly, Vanilla
@@ -383,10 +383,11 @@ def test_sgm_use_switches_parts_off():
     assert lora_modules(method.model.body)
 
 
-def test_sgm_rejects_a_part_named_twice():
-    method = Vanilla(Vanilla.Config(), [SGM(), LoRA()])
+def test_sgm_rejects_a_part_named_twice_before_anything_trains():
     with pytest.raises(BenchError, match="already includes lora"):
-        method.setup(tiny_model(3), tiny_ctx(torch.zeros(1, 2, 3, 3), np.array([0])))
+        Vanilla(Vanilla.Config(), [SGM(), LoRA()])
+    with pytest.raises(BenchError, match="already includes soft"):
+        build_method("vanilla+soft+sgm", "tiny_cil")  # what `bench run` calls before the joint reference
 
 
 @pytest.mark.parametrize("text", ["vanilla+lora+oocf", "vanilla+sgm", "vanilla+soft", "finetune+sgm",
@@ -404,6 +405,18 @@ def test_modifier_settings_route_through_set():
     assert method.modifiers[0].config.rank == 8
     with pytest.raises(BenchError, match="rnk"):
         build_method("vanilla+lora", "tiny_cil", {"lora.rnk": 8})
+
+
+def test_defaults_resolve_default_then_globs_then_the_protocol_itself():
+    table = {"default": {"a": 1, "c": 0}, "tiny_*": {"a": 2, "b": 1}, "tiny_cil": {"b": 3}}
+    assert protocol_defaults(table, "tiny_cil") == {"a": 2, "c": 0, "b": 3}
+    assert protocol_defaults(table, "tiny_online_2k") == {"a": 2, "c": 0, "b": 1}
+    assert protocol_defaults(table, "cil_places_lt") == {"a": 1, "c": 0}
+    # the shipped file: the embedded family gets the logit-scaled init, the paper protocols the literal one
+    _, method = build_method("derpp+sgm", "tiny_cil_storage_150")
+    assert method.modifiers[0].config.init.scale == "logit" and "onecycle" not in method.modifiers[0].config.use
+    _, method = build_method("vanilla+sgm", "cil_places_lt")
+    assert method.modifiers[0].config.init.scale == "unit" and "onecycle" in method.modifiers[0].config.use
 
 
 class NonStandard(Method):

@@ -128,12 +128,14 @@ class SGM(Modifier):
         self.onecycle = OneCycle(c.onecycle)
         self.parts: list[Modifier] = [p for p in (self.lora, self.init, self.oocf, self.soft) if p.name in c.use]
 
-    def setup(self, method: StandardMethod) -> None:
-        doubled = [m.name for m in method.modifiers if m is not self and isinstance(m, (*PARTS, OneCycle, SGM))
+    def check_combination(self, modifiers: list[Modifier]) -> None:
+        doubled = [m.name for m in modifiers if m is not self and isinstance(m, (*PARTS, OneCycle, SGM))
                    and (m.name in self.config.use or isinstance(m, SGM))]
         if doubled:
             raise BenchError(f"Modifier sgm already includes {', '.join(doubled)}; drop it from the method string "
                              f"or configure it through sgm (e.g. --set sgm.lora.rank=16).")
+
+    def setup(self, method: StandardMethod) -> None:
         for p in self.parts:
             p.setup(method)
 
