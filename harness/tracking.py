@@ -40,11 +40,13 @@ def curves_csv(result: RunResult) -> str:
 def log_run(result: RunResult, json_path: Path, results_dir: Path, tracking_uri: str | None = None) -> str:
     """Log params, scalar metrics, step curves (step = update across sessions) and the JSON; returns the run id."""
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    logging.getLogger("mlflow").setLevel(logging.WARNING)  # no schema-migration chatter per run
-    logging.getLogger("alembic").setLevel(logging.WARNING)
     import mlflow  # slow import: only when logging
     from mlflow.entities import Metric, Param
     from mlflow.tracking import MlflowClient
+
+    # after the import, which configures mlflow's loggers: no schema-migration chatter per run
+    for name in ("mlflow", "mlflow.store.db.utils", "alembic"):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
     uri = tracking_uri or default_tracking_uri(results_dir)
     client = MlflowClient(tracking_uri=uri)
