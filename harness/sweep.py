@@ -118,7 +118,7 @@ def sweep_table(sweep: Sweep, runs: list[PlannedRun], results_dir: Path) -> str:
     seeds = {r.seed for r in runs}
     protocols = {r.protocol.name for r in runs}
     entries = [e for e in load_folder(results_dir).entries
-               if (e.result.protocol.name, e.method, e.result.seed) in wanted
+               if (e.result.protocol.name, e.result.method.spec, e.result.seed) in wanted
                or (e.is_reference and e.result.protocol.name in protocols and e.result.seed in seeds)]
     header = f"## Sweep {sweep.name}: seeds {', '.join(map(str, sorted(seeds)))}\n\n"
     return header + (sweep.description.strip() + "\n\n" if sweep.description else "") + format_table(summarize(entries))

@@ -118,7 +118,7 @@ def test_sweep_runs_a_grid_then_resumes_and_prints_its_table(tiny_protocol_file,
     assert "2 run(s), 0 already done, 2 to run" in first.output
     text = table.read_text()
     rows = [line for line in text.splitlines() if line.startswith("| ") and "S_Δ" not in line]
-    assert any("finetune" in r for r in rows) and any("vanilla+oocf" in r for r in rows)
+    assert any("finetune" in r for r in rows) and any("vanilla+oocf [lr=0.002]" in r for r in rows)
     cl = {r.method.spec: r for _, r in iter_results(results) if not r.is_reference}
     assert cl["vanilla+oocf"].config["lr"] == 2e-3 and cl["vanilla+oocf"].config["oocf"] == {}
     assert "oocf" not in cl["finetune"].config  # modifier settings are recorded under the modifier's name

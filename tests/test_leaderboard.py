@@ -142,6 +142,19 @@ def test_adding_a_method_updates_P_delta_of_the_others(tmp_path: Path) -> None:
     assert "vanilla+init" in {r.method for r in after.rows}
 
 
+def test_a_set_variant_gets_its_own_row_never_averaged_with_the_defaults(tmp_path: Path) -> None:
+    results = real_results()
+    vanillas = [r for r in results if r.method.spec == "vanilla"]
+    tuned = [clone(r, shift=-0.1, config={**r.config, "lr": 2e-3}) for r in vanillas]
+    root = write_results(tmp_path / "r", results + tuned)
+    (board,) = summarize(load_folder(root).entries)
+    rows = {r.method: r for r in board.rows}
+    assert set(rows) >= {"vanilla", "vanilla [lr=0.002]"}
+    assert {e.run_id for e in rows["vanilla"].runs} == {r.run_id for r in vanillas}
+    assert {e.run_id for e in rows["vanilla [lr=0.002]"].runs} == {r.run_id for r in tuned}
+    assert not any(e.reason and e.reason.startswith("superseded") for e in board.unranked)
+
+
 def test_marks_follow_the_paper() -> None:
     assert marks([0.1, 0.3, 0.2, 0.1], "min") == ["best", "", "second", "best"]
     assert marks([70.0, 72.0, None], "max") == ["second", "best", ""]
