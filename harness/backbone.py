@@ -58,6 +58,9 @@ class SplitModel(nn.Module):
         self.body = body
         self.head = head
         self.trunk_cached = False
+        # False while a method feeds the body features it made itself (REMIND's reconstructions): a
+        # cached run then charges those body inputs no trunk forward, as an uncached run makes none
+        self.charge_trunk = True
         for p in self.trunk.parameters():
             p.requires_grad_(False)
         self.trunk.eval()

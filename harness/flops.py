@@ -333,7 +333,7 @@ class FlopMeter:
             phase, t = meter.phase, meter.tally
             t.fwd_samples[phase][part] += n
             t.macs[phase] += n * cost.forward
-            if part == "body" and meter.trunk_cached:
+            if part == "body" and meter.trunk_cached and getattr(meter.model, "charge_trunk", True):
                 t.fwd_samples[phase]["trunk"] += n  # the trunk forward an uncached run would make
                 t.macs[phase] += n * meter.trunk_cost.forward
             if output.requires_grad and torch.is_grad_enabled():

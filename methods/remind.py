@@ -20,7 +20,9 @@ trains the plastic body and head on reconstructions of it:
   per batch) among the replayed samples, whose targets mix with the same lambda. The body and head
   learn with the standard step (AdamW, layer-wise lr decay), so every modifier composes (+sgm).
   Reconstructions are declared in ``ctx.counters["remind_reconstruct_samples"]``; trunk passes made
-  here (only when the inputs are images) in ``remind_trunk_forward_samples``.
+  here (only when the inputs are images) in ``remind_trunk_forward_samples``. FLOPs: the body's
+  forwards of reconstructions are charged no trunk pass (none made them); the arriving sample's is
+  charged once, so cached and uncached runs report the same training FLOPs (a test checks it).
 - **Per-class learning rate.** REMIND's ``step_lr_per_class``: the lr of an update is set by the
   class of the arriving sample, decaying geometrically from ``lr`` (1e-3) to ``lr_end`` (1e-5) as
   that class is seen more (reaching ``lr_end`` after ``lr_decay_samples`` samples of it; unset: the
@@ -84,13 +86,14 @@ class REMINDConfig(MethodConfig):
 
 @contextmanager
 def _features_in(model) -> Iterator[None]:
-    """The body gets trunk features whatever the model's cache flag says (REMIND feeds it reconstructions)."""
-    before = model.trunk_cached
-    model.trunk_cached = True
+    """The body gets REMIND's reconstructions whatever the model's cache flag says; no trunk made them,
+    so FLOP accounting charges them none (the arriving samples' trunk passes are counted apart)."""
+    before = model.trunk_cached, model.charge_trunk
+    model.trunk_cached, model.charge_trunk = True, False
     try:
         yield
     finally:
-        model.trunk_cached = before
+        model.trunk_cached, model.charge_trunk = before
 
 
 class REMIND(StandardMethod):
@@ -258,7 +261,11 @@ class REMIND(StandardMethod):
         is_new = batch.is_new.cpu().numpy()
         new_rows = torch.from_numpy(is_new).to(batch.x.device)
         # only the arriving samples need the trunk: the replayed ones come from their codes
-        feats_new = batch.x[new_rows] if self._inputs_cached else self._trunk(batch.x[new_rows])
+        if self._inputs_cached:  # cached trunk features: charged as the trunk pass an uncached run makes
+            feats_new = batch.x[new_rows]
+            self._count("trunk_feature_samples", len(feats_new))
+        else:
+            feats_new = self._trunk(batch.x[new_rows])
         self.encode_ids(ids[is_new], feats_new)  # arrivals: encoded once, when they arrive
         self.encode_ids(ids[~is_new])  # stored samples have codes already (only misses are encoded)
         x = self.decode(np.stack([self.codes[int(g)] for g in ids]), batch.x.device).to(feats_new.dtype)
