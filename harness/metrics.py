@@ -119,16 +119,20 @@ def continual_knowledge_gap(curves: Sequence[SessionCurve], joint: Sequence[Refe
     )
 
 
-def plasticity_gap(curves: Sequence[SessionCurve], best_new: Mapping[int, float]) -> float:
+def plasticity_gap(curves: Sequence[SessionCurve], best_new: Mapping[int, float]) -> float | None:
     """P_Δ = 1 − mean_j Ω_j(new / A_best(E_j)): how slowly new classes are learned.
 
     Normalized by the best CL accuracy on E_j (see ``best_new_accuracy``), not by the joint model,
-    because a joint model never learns E_j incrementally.
+    because a joint model never learns E_j incrementally. None (undefined, never 0 or 1) while no CL
+    run of the protocol has classified a single new-class test image of some session correctly.
     """
+    ordered = _ordered(curves)
+    if any(not float(_reference(best_new, c.session, "best new-class accuracy")) > 0 for c in ordered):
+        return None
     return _gap(
         [
             omega(c.updates, c.new, float(_reference(best_new, c.session, "best new-class accuracy")))
-            for c in _ordered(curves)
+            for c in ordered
         ]
     )
 
@@ -205,6 +209,8 @@ def recovery_flops(curve: SessionCurve, joint_old: float, fraction: float) -> fl
 
 
 def _best_new_point(curve: SessionCurve, best_new: float, fraction: float) -> int | None:
+    if not best_new > 0:  # nothing learned by any run: there is no level to reach
+        return None
     threshold = fraction * best_new
     return next((p for p, a in enumerate(curve.new) if a >= threshold), None)
 
@@ -267,7 +273,7 @@ class Metrics(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     S_delta: float
-    P_delta: float
+    P_delta: float | None  # None: no run has learned some session's new classes at all (A_best = 0)
     CK_delta: float
     sigma: float
     mu: float
@@ -305,6 +311,7 @@ class Metrics(BaseModel):
         out: dict[str, float] = {
             name: float(getattr(self, name))
             for name in ("S_delta", "P_delta", "CK_delta", "sigma", "mu", "alpha", "min_acc", "wc_acc")
+            if getattr(self, name) is not None
         }
 
         def per_session(prefix: str, values: Sequence[float | None]) -> None:

@@ -523,11 +523,18 @@ def execute(protocol: Protocol, method_text: str, seed: int, options: RunOptions
             if isinstance(r, RunResult) and not r.is_reference and r.status == "complete"
             and r.protocol.hash == protocol.spec_hash
         ])
+        try:
+            metrics, problem = M.compute_metrics(curves, joint.reference, best), None
+        except ValueError as exc:  # the curves are what cost compute: keep them, say why, fail after
+            metrics, problem = None, str(exc)
         result = RunResult(
             **common, trainable_params=params, curves=curves, budget=budget,
-            references=References(joint_run=joint.run_id, best_new=best),
-            metrics=M.compute_metrics(curves, joint.reference, best),
+            references=References(joint_run=joint.run_id, best_new=best), metrics=metrics,
             wall_time_s=time.perf_counter() - t0_cl,
         )
+        if problem is not None:
+            path = save_result(options.results_dir, result)
+            raise BenchError(f"The run finished and its curves are saved in {path}, but its metrics cannot be "
+                             f"computed: {problem}. The leaderboard recomputes them from the stored curves.")
     path = save_result(options.results_dir, result)
     return result, path

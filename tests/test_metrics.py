@@ -136,6 +136,15 @@ def test_plasticity_gap_normalizes_by_best_new() -> None:
     assert plasticity_gap(curves, {2: 0.8, 3: 0.5}) == pytest.approx(0.25)
 
 
+def test_plasticity_gap_is_undefined_while_no_run_learned_a_session() -> None:
+    # session 3's new classes: no run ever got one test image right, so A_best = 0 and Ω has no scale
+    curves = [curve(2, [0, 5, 10], old=[0.9] * 3, new=[0.0, 0.4, 0.8]), curve(3, [0, 5, 10], old=[0.9] * 3)]
+    assert plasticity_gap(curves, {2: 0.8, 3: 0.0}) is None
+    m = compute_metrics(curves, [ref(2), ref(3)], {2: 0.8, 3: 0.0})
+    assert m.P_delta is None and m.S_delta == pytest.approx(0.1)
+    assert m.updates_to_best_new == [10, None] and "P_delta" not in m.scalars()
+
+
 def test_missing_reference_is_an_error_naming_the_session() -> None:
     curves = [curve(2, [0, 5], old=[0.5, 0.5]), curve(3, [0, 5], old=[0.5, 0.5])]
     with pytest.raises(ValueError, match="session 3"):
