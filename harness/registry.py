@@ -187,3 +187,8 @@ def settings_variant(method: str, protocol: str, config: dict[str, Any]) -> dict
         return {}
     return {k: v for k, v in _flatten(config).items() if k in defaults and defaults[k] != v}
 
+
+def format_setting(value: object) -> str:
+    """A setting as ``--set`` takes it back: ``[soft,init,oocf]``, ``0.0002``."""
+    return "[" + ",".join(map(str, value)) + "]" if isinstance(value, list) else str(value)
+

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from harness.errors import BenchError, did_you_mean
 from harness.protocol import Protocol, load_protocol
-from harness.registry import build_method, method_settings
+from harness.registry import build_method, format_setting, method_settings
 from harness.results import RunResult, iter_results
 
 
@@ -49,7 +49,7 @@ class PlannedRun:
 
     @property
     def label(self) -> str:
-        extra = "".join(f" --set {k}={v}" for k, v in self.overrides.items())
+        extra = "".join(f" --set {k}={format_setting(v)}" for k, v in self.overrides.items())
         return f"{self.protocol.name} {self.method} seed {self.seed}{extra}"
 
 

@@ -25,7 +25,7 @@ from typing import Literal
 
 from harness.errors import BenchError
 from harness.metrics import Metrics, best_new_accuracy, compute_metrics
-from harness.registry import settings_variant
+from harness.registry import format_setting, settings_variant
 from harness.results import RunResult
 
 Direction = Literal["min", "max"]
@@ -95,7 +95,7 @@ class Entry:
         defaults (``lwf+sgm [lr=0.0002]``), so a ``--set`` variant never averages with the defaults."""
         r = self.result
         variant = {} if r.is_reference else settings_variant(r.method.spec, r.protocol.name, r.config)
-        return r.method.spec + (" [" + ", ".join(f"{k}={_setting(v)}" for k, v in sorted(variant.items())) + "]"
+        return r.method.spec + (" [" + ", ".join(f"{k}={format_setting(v)}" for k, v in sorted(variant.items())) + "]"
                                 if variant else "")
 
     @property
@@ -109,11 +109,6 @@ class Entry:
     @property
     def label(self) -> str:
         return f"{self.method} · seed {self.result.seed} · {self.run_id}"
-
-
-def _setting(value: object) -> str:
-    """A setting as ``--set`` takes it: ``[soft,init,oocf]``, ``0.0002``."""
-    return "[" + ",".join(map(str, value)) + "]" if isinstance(value, list) else str(value)
 
 
 def family(modifiers: Sequence[str]) -> str:
