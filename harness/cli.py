@@ -76,13 +76,8 @@ def print_summary(result, path: Path) -> None:
         click.echo(f"  training {b.train_flops / 1e12:.3f} TFLOPs, evaluation {b.eval_flops / 1e12:.3f} TFLOPs{ratios}")
 
 
-def _mlflow_options(f):
-    f = click.option("--no-mlflow", is_flag=True, help="write the JSON result only")(f)
-    return click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI",
-                        help="MLflow tracking URI [default: sqlite in results dir]")(f)
-
-
 def _run_options(f):
+    """The options every command that trains shares (run, sweep)."""
     for option in reversed([
         click.option("--results-dir", type=click.Path(path_type=Path), envvar="BENCH_RESULTS_DIR",
                      help="where results and the MLflow store go [default: ./bench-results]"),
@@ -91,9 +86,12 @@ def _run_options(f):
                      help="compute frozen-trunk outputs once (exact; same numbers)"),
         click.option("--progress/--no-progress", default=True, show_default=True),
         click.option("--allow-download", is_flag=True, help="let timm fetch pretrained weights from the hub"),
+        click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI",
+                     help="MLflow tracking URI [default: sqlite in results dir]"),
+        click.option("--no-mlflow", is_flag=True, help="write the JSON result only"),
     ]):
         f = option(f)
-    return _mlflow_options(f)
+    return f
 
 
 def _run_one(protocol, method: str, seed: int, options, tracking_uri: str | None, no_mlflow: bool) -> None:

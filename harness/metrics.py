@@ -127,14 +127,10 @@ def plasticity_gap(curves: Sequence[SessionCurve], best_new: Mapping[int, float]
     run of the protocol has classified a single new-class test image of some session correctly.
     """
     ordered = _ordered(curves)
-    if any(not float(_reference(best_new, c.session, "best new-class accuracy")) > 0 for c in ordered):
+    best = [float(_reference(best_new, c.session, "best new-class accuracy")) for c in ordered]
+    if not all(b > 0 for b in best):
         return None
-    return _gap(
-        [
-            omega(c.updates, c.new, float(_reference(best_new, c.session, "best new-class accuracy")))
-            for c in ordered
-        ]
-    )
+    return _gap([omega(c.updates, c.new, b) for c, b in zip(ordered, best)])
 
 
 def best_new_accuracy(runs: Iterable[Sequence[SessionCurve]]) -> dict[int, float]:

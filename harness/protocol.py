@@ -8,14 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from importlib import resources
-from pathlib import Path
 from typing import Annotated, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from harness.errors import BenchError, did_you_mean
+from harness.specfile import builtin_names, load_spec, parse_spec
 
 
 class Spec(BaseModel):
@@ -164,42 +161,15 @@ class Protocol(Spec):
         return hashlib.sha256(blob).hexdigest()[:16]
 
 
-def _format_validation_error(err: ValidationError, origin: str) -> str:
-    problems = []
-    for e in err.errors():
-        field = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        value = f" (got {e['input']!r})" if e["type"] != "missing" and not isinstance(e["input"], dict) else ""
-        problems.append(f"{field}: {e['msg']}{value}")
-    return f"Invalid protocol {origin}: " + "; ".join(problems) + "."
-
-
 def parse_protocol(text: str, origin: str) -> Protocol:
     """Validate YAML text as a protocol; every problem becomes a BenchError naming the field."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise BenchError(f"Protocol {origin} is not valid YAML: {exc}") from None
-    if not isinstance(data, dict):
-        raise BenchError(f"Protocol {origin} must be a YAML mapping, got {type(data).__name__}.")
-    try:
-        return Protocol.model_validate(data)
-    except ValidationError as exc:
-        raise BenchError(_format_validation_error(exc, origin)) from None
+    return parse_spec(Protocol, text, "protocol", origin)
 
 
 def builtin_protocol_names() -> list[str]:
-    return sorted(p.name[:-5] for p in resources.files("protocols").iterdir() if p.name.endswith(".yaml"))
+    return builtin_names()
 
 
 def load_protocol(name_or_path: str) -> Protocol:
     """A built-in protocol by name, or a YAML file by path."""
-    path = Path(name_or_path)
-    if path.suffix in (".yaml", ".yml") or path.exists():
-        if not path.is_file():
-            raise BenchError(f"Protocol file {path} does not exist.")
-        return parse_protocol(path.read_text(), str(path))
-    names = builtin_protocol_names()
-    if name_or_path not in names:
-        raise did_you_mean(name_or_path, names, "protocol")
-    text = (resources.files("protocols") / f"{name_or_path}.yaml").read_text()
-    return parse_protocol(text, name_or_path)
+    return load_spec(Protocol, name_or_path, "protocol")

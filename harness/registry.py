@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from harness.errors import BenchError, did_you_mean
+from harness.specfile import format_validation_error
 
 METHOD_GROUP = "bench.methods"
 MODIFIER_GROUP = "bench.modifiers"
@@ -118,9 +119,9 @@ def method_config(cls: type, name: str, protocol: str, overrides: dict[str, Any]
     try:
         return cls.Config(**values)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         known = ", ".join(cls.Config.model_fields)
-        raise BenchError(f"Invalid configuration for method {name!r}: {problems}. Its settings are: {known}.") from None
+        raise BenchError(f"{format_validation_error(exc, 'configuration for method', repr(name))} "
+                         f"Its settings are: {known}.") from None
 
 
 def build_method(text: str, protocol: str, overrides: dict[str, Any] | None = None):

@@ -7,17 +7,15 @@ so an interrupted sweep loses at most the run in flight.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from harness.errors import BenchError, did_you_mean
 from harness.protocol import Protocol, load_protocol
 from harness.registry import build_method, format_setting, method_settings
 from harness.results import RunResult, iter_results
+from harness.specfile import load_spec
 
 
 class SweepGroup(BaseModel):
@@ -53,31 +51,9 @@ class PlannedRun:
         return f"{self.protocol.name} {self.method} seed {self.seed}{extra}"
 
 
-def builtin_sweep_names() -> list[str]:
-    folder = resources.files("protocols") / "sweeps"
-    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
-
-
 def load_sweep(name_or_path: str) -> Sweep:
     """A built-in sweep (protocols/sweeps/NAME.yaml) or a YAML file; every problem names its field."""
-    path = Path(name_or_path)
-    if path.suffix in (".yaml", ".yml") or path.exists():
-        if not path.is_file():
-            raise BenchError(f"Sweep file {path} does not exist.")
-        text, origin = path.read_text(), str(path)
-    else:
-        names = builtin_sweep_names()
-        if name_or_path not in names:
-            raise did_you_mean(name_or_path, names, "sweep")
-        text, origin = (resources.files("protocols") / "sweeps" / f"{name_or_path}.yaml").read_text(), name_or_path
-    try:
-        data = yaml.safe_load(text)
-        return Sweep.model_validate(data)
-    except yaml.YAMLError as exc:
-        raise BenchError(f"Sweep {origin} is not valid YAML: {exc}") from None
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(top level)'}: {e['msg']}" for e in exc.errors())
-        raise BenchError(f"Invalid sweep {origin}: {problems}.") from None
+    return load_spec(Sweep, name_or_path, "sweep", folder="sweeps")
 
 
 def _finished(stored: list[tuple[Path, RunResult]], protocol: Protocol, method: str, seed: int,
@@ -96,15 +72,17 @@ def plan(sweep: Sweep, results_dir: Path, seeds: list[int] | None = None) -> lis
     protocols = {g.protocol: load_protocol(g.protocol) for g in sweep.runs}
     stored = {name: [(p, r) for p, r in iter_results(results_dir, spec.name) if isinstance(r, RunResult)]
               for name, spec in protocols.items()}
+    cells = []  # (group, method, resolved settings): built once, whatever the number of seeds
+    for group in sweep.runs:
+        for method in group.methods:
+            _, built = build_method(method, protocols[group.protocol].name, dict(group.set))
+            cells.append((group, method, method_settings(built)))
     out = []
     for seed in seeds if seeds is not None else sweep.seeds:
-        for group in sweep.runs:
+        for group, method, config in cells:
             spec = protocols[group.protocol]
-            for method in group.methods:
-                _, built = build_method(method, spec.name, dict(group.set))
-                config = method_settings(built)
-                done = _finished(stored[group.protocol], spec, method, seed, config)
-                out.append(PlannedRun(spec, method, seed, dict(group.set), done))
+            done = _finished(stored[group.protocol], spec, method, seed, config)
+            out.append(PlannedRun(spec, method, seed, dict(group.set), done))
     return out
 
 

@@ -21,6 +21,7 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Literal
 
 from harness.errors import BenchError
@@ -89,7 +90,7 @@ class Entry:
     def run_id(self) -> str:
         return self.result.run_id
 
-    @property
+    @cached_property
     def method(self) -> str:
         """The row this run belongs to: the method string, plus the settings it changed from the
         defaults (``lwf+sgm [lr=0.0002]``), so a ``--set`` variant never averages with the defaults."""
