@@ -14,9 +14,9 @@ import timm
 import torch
 from torch import Tensor, nn
 
-from harness.errors import BenchError
-from harness.fastconv import crop_depthwise_convs
-from harness.protocol import Backbone
+from .errors import BenchError
+from .fastconv import crop_depthwise_convs
+from .protocol import Backbone
 
 
 class GrowingHead(nn.Module):

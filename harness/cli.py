@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from harness.errors import BenchError
+from .errors import BenchError
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 # OpenMP threads that spin while waiting make torch 10-20x slower as soon as two processes share the
@@ -96,20 +96,20 @@ def _run_options(f):
 
 def _run_one(protocol, method: str, seed: int, options, tracking_uri: str | None, no_mlflow: bool) -> None:
     """One run: execute (the JSON is written atomically first), print its summary, mirror it to MLflow."""
-    from harness.runner import execute
+    from .runner import execute
 
     result, path = execute(protocol, method, seed, options)
     print_summary(result, path)
     if not no_mlflow:
-        from harness.tracking import log_run
+        from .tracking import log_run
         rid = log_run(result, path, options.results_dir, tracking_uri)
         click.echo(f"  MLflow run {rid} in {tracking_uri or 'sqlite:///' + str(options.results_dir / 'mlflow.db')}")
 
 
 def _options(overrides: dict, results_dir: Path | None, device: str, trunk_cache: bool, progress: bool,
              allow_download: bool):
-    from harness.paths import results_dir as resolve_results
-    from harness.runner import RunOptions
+    from .paths import results_dir as resolve_results
+    from .runner import RunOptions
 
     return RunOptions(results_dir=resolve_results(results_dir), device=device, trunk_cache=trunk_cache,
                       progress=progress, allow_download=allow_download, overrides=overrides)
@@ -125,8 +125,8 @@ def run(protocol: str, method: str, seed: int, overrides: tuple[str, ...], resul
         device: str, trunk_cache: bool, progress: bool, allow_download: bool, tracking_uri: str | None,
         no_mlflow: bool) -> None:
     """Run METHOD on PROTOCOL (default: vanilla on the embedded tiny_cil) and print its gap metrics."""
-    from harness.protocol import load_protocol
-    from harness.registry import parse_overrides
+    from .protocol import load_protocol
+    from .registry import parse_overrides
 
     spec = load_protocol(protocol)
     options = _options(parse_overrides(list(overrides)), results_dir, device, trunk_cache, progress, allow_download)
@@ -145,7 +145,7 @@ def sweep(sweep: str, seeds: str | None, dry_run: bool, table_path: Path | None,
           no_mlflow: bool) -> None:
     """Run a grid of protocols x methods x seeds from SWEEP (a built-in name or a YAML file), skipping
     runs already in the results folder, then print the mean ± std table of what it covers."""
-    from harness.sweep import load_sweep, plan, sweep_table
+    from .sweep import load_sweep, plan, sweep_table
 
     spec = load_sweep(sweep)
     try:
@@ -169,7 +169,7 @@ def sweep(sweep: str, seeds: str | None, dry_run: bool, table_path: Path | None,
     text = sweep_table(spec, runs, options.results_dir)
     click.echo("\n" + text, nl=False)
     if table_path is not None:
-        from harness.atomic import atomic_write_text
+        from .atomic import atomic_write_text
 
         atomic_write_text(table_path, text)
         click.echo(f"Table written to {table_path}")
@@ -180,14 +180,14 @@ def sweep(sweep: str, seeds: str | None, dry_run: bool, table_path: Path | None,
 def ls(what: str) -> None:
     """List built-in and installed protocols or methods (with the package that supplied each)."""
     if what == "protocols":
-        from harness.protocol import builtin_protocol_names, load_protocol
+        from .protocol import builtin_protocol_names, load_protocol
 
         for name in builtin_protocol_names():
             p = load_protocol(name)
             tag = "embedded" if p.embedded else "needs data"
             click.echo(f"{name:<28} v{p.version}  {tag:<10}  {p.description}")
         return
-    from harness.registry import METHOD_GROUP, MODIFIER_GROUP, entries
+    from .registry import METHOD_GROUP, MODIFIER_GROUP, entries
 
     for title, group in (("methods", METHOD_GROUP), ("modifiers (compose as base+modifier)", MODIFIER_GROUP)):
         click.echo(f"{title}:")
@@ -210,7 +210,7 @@ def show_protocol(name: str) -> None:
     """Print the validated spec (defaults filled in) and its hash."""
     import yaml
 
-    from harness.protocol import load_protocol
+    from .protocol import load_protocol
 
     p = load_protocol(name)
     click.echo(f"# {p.name} v{p.version}  hash {p.spec_hash}")
@@ -222,12 +222,12 @@ def show_protocol(name: str) -> None:
 def validate(file: Path) -> None:
     """Validate a protocol YAML file (or a result JSON) without running anything."""
     if file.suffix == ".json":
-        from harness.results import load_result
+        from .results import load_result
 
         r = load_result(file)
         click.echo(f"OK: result {r.run_id} ({r.protocol.name}, {r.method.spec}, seed {r.seed}, {r.status})")
         return
-    from harness.protocol import load_protocol
+    from .protocol import load_protocol
 
     if not file.is_file():
         raise BenchError(f"Protocol file {file} does not exist.")
@@ -237,8 +237,8 @@ def validate(file: Path) -> None:
 
 def _register_subcommands() -> None:
     """Command groups that live beside their package (the leaderboard builder, the perf benchmark)."""
-    from harness.perf import perf
-    from leaderboard.cli import leaderboard
+    from .perf import perf
+    from ..leaderboard.cli import leaderboard
 
     main.add_command(leaderboard)
     main.add_command(perf)

@@ -9,8 +9,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from harness.inputs import InputStore
-from harness.stream import Session, Stream
+from .inputs import InputStore
+from .stream import Session, Stream
 
 
 @dataclass(frozen=True)

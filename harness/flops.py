@@ -75,7 +75,7 @@ import torch
 from torch import Tensor, nn
 
 if TYPE_CHECKING:
-    from harness.results import Budget
+    from .results import Budget
 
 PARTS = ("trunk", "body", "head")
 PHASES = ("train", "eval")

@@ -31,9 +31,9 @@ from torch import Tensor, nn
 from torchvision.transforms import v2 as T
 from tqdm.auto import tqdm
 
-from harness.atomic import atomic_write
-from harness.protocol import Backbone
-from harness.stream import Catalog
+from .atomic import atomic_write
+from .protocol import Backbone
+from .stream import Catalog
 
 PREPROCESS_VERSION = 1
 DEVICE_TABLE_BYTES = 1 << 30  # on CUDA, a cached table up to this size lives on the device

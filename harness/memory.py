@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from harness.protocol import Memory as MemorySpec
+from .protocol import Memory as MemorySpec
 
 
 class Memory:

@@ -13,7 +13,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from harness.curves import ReferenceSession, SessionCurve
+from .curves import ReferenceSession, SessionCurve
 
 # Table 4 of the paper: recover 97/98/99/100 % of the joint model's old-class accuracy.
 RECOVERY_FRACTIONS: dict[str, float] = {"97": 0.97, "98": 0.98, "99": 0.99, "100": 1.0}

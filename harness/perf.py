@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from harness.errors import BenchError
+from .errors import BenchError
 
 if TYPE_CHECKING:  # torch and numpy load when the command runs, not when the CLI starts
     import torch
@@ -52,7 +52,7 @@ def _timed(fn: Callable[[], None], device: torch.device) -> float:
 
 def _network(spec, allow_download: bool):
     """The protocol's network; random init (and a note saying so) where its weights cannot be had."""
-    from harness.backbone import create_network
+    from .backbone import create_network
 
     kind = spec.backbone.weights.partition(":")[0]
     if kind == "timm" and not allow_download:
@@ -70,8 +70,8 @@ def _network(spec, allow_download: bool):
 def _synthetic_catalog(n: int, size: int, classes: int, seed: int):
     import numpy as np
 
-    from harness.data.sources import ArraySplit
-    from harness.stream import Catalog
+    from .data.sources import ArraySplit
+    from .stream import Catalog
 
     rng = np.random.default_rng(seed)
     images = rng.integers(0, 256, size=(n, size, size, 3), dtype=np.uint8)
@@ -118,15 +118,15 @@ def perf(protocol: str, device: str, updates: int, warmup: int, repeats: int, ev
     import torch
     import torch.nn.functional as F
 
-    from harness import flops as FL
-    from harness.backbone import split_network
-    from harness.evaluation import EvalPlan, evaluate
-    from harness.inputs import InputStore, Preprocess
-    from harness.protocol import load_protocol
-    from harness.registry import build_method
-    from harness.runner import (Workbench, autocast, count_optimizer_steps, observe_within_budget,
+    from . import flops as FL
+    from .backbone import split_network
+    from .evaluation import EvalPlan, evaluate
+    from .inputs import InputStore, Preprocess
+    from .protocol import load_protocol
+    from .registry import build_method
+    from .runner import (Workbench, autocast, count_optimizer_steps, observe_within_budget,
                                 resolve_device)
-    from methods.base import Context
+    from ..methods.base import Context
 
     spec = load_protocol(protocol)
     dev = resolve_device(device)

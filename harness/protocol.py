@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from harness.specfile import builtin_names, load_spec, parse_spec
+from .specfile import builtin_names, load_spec, parse_spec
 
 
 class Spec(BaseModel):

@@ -16,8 +16,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from harness.errors import BenchError, did_you_mean
-from harness.specfile import format_validation_error
+from .errors import BenchError, did_you_mean
+from .specfile import format_validation_error
 
 METHOD_GROUP = "bench.methods"
 MODIFIER_GROUP = "bench.modifiers"
@@ -87,7 +87,7 @@ def parse_method(text: str) -> MethodSpec:
 
 @cache
 def _defaults() -> dict:
-    return yaml.safe_load((resources.files("methods") / "defaults.yaml").read_text()) or {}
+    return yaml.safe_load((resources.files("bench_stability_gap.methods") / "defaults.yaml").read_text()) or {}
 
 
 def parse_overrides(pairs: list[str]) -> dict[str, Any]:

@@ -12,10 +12,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from harness.atomic import atomic_write_text
-from harness.curves import ReferenceSession, SessionCurve
-from harness.errors import BenchError
-from harness.metrics import Metrics
+from .atomic import atomic_write_text
+from .curves import ReferenceSession, SessionCurve
+from .errors import BenchError
+from .metrics import Metrics
 
 SCHEMA_VERSION = 1
 

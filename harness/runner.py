@@ -31,21 +31,21 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 from tqdm.auto import tqdm
 
-from harness import flops as FL
-from harness import metrics as M
-from harness.backbone import SplitModel, create_network, split_network
-from harness.curves import ReferenceSession, SessionCurve
-from harness.errors import BenchError
-from harness.evaluation import EvalPlan, evaluate, eval_plan
-from harness.inputs import InputStore, Preprocess, feature_cache_key
-from harness.memory import Memory
-from harness.paths import cache_dir
-from harness.protocol import Protocol
-from harness.registry import MethodSpec, build_method, method_config, method_settings
-from harness.results import (Budget, MethodStamp, ProtocolStamp, References, RunResult, find_joint, git_commit,
+from . import flops as FL
+from . import metrics as M
+from .backbone import SplitModel, create_network, split_network
+from .curves import ReferenceSession, SessionCurve
+from .errors import BenchError
+from .evaluation import EvalPlan, evaluate, eval_plan
+from .inputs import InputStore, Preprocess, feature_cache_key
+from .memory import Memory
+from .paths import cache_dir
+from .protocol import Protocol
+from .registry import MethodSpec, build_method, method_config, method_settings
+from .results import (Budget, MethodStamp, ProtocolStamp, References, RunResult, find_joint, git_commit,
                              iter_results, library_versions, now_iso, save_result)
-from harness.stream import Session, Stream, build_stream
-from methods.base import Context, Method, MethodConfig, StandardMethod, StepStats, TrainBatch
+from .stream import Session, Stream, build_stream
+from ..methods.base import Context, Method, MethodConfig, StandardMethod, StepStats, TrainBatch
 
 
 @dataclass
@@ -254,7 +254,7 @@ def _deploy(bench: Workbench, options: RunOptions) -> None:
     generator = seed_everything(p.pretrain.seed)
     train_offline(bench, bench.deployed, config, bench.stream.pretrain_ids, p.pretrain.updates,
                   p.pretrain.batch_size, np.random.default_rng(p.pretrain.seed), generator, "pretrain S1", options)
-    from harness.atomic import atomic_write
+    from .atomic import atomic_write
     atomic_write(path, lambda fh: torch.save(bench.deployed.state_dict(), fh))
 
 

@@ -12,13 +12,13 @@ from typing import TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from harness.errors import BenchError, did_you_mean
+from .errors import BenchError, did_you_mean
 
 Spec = TypeVar("Spec", bound=BaseModel)
 
 
 def _folder(folder: str) -> Traversable:
-    base = resources.files("protocols")
+    base = resources.files("bench_stability_gap.protocols")
     return base / folder if folder else base
 
 

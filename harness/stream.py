@@ -11,9 +11,9 @@ from functools import cached_property
 
 import numpy as np
 
-from harness.data.sources import Split, open_source
-from harness.errors import BenchError
-from harness.protocol import Protocol
+from .data.sources import Split, open_source
+from .errors import BenchError
+from .protocol import Protocol
 
 
 @dataclass(frozen=True)

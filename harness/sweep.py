@@ -12,10 +12,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.protocol import Protocol, load_protocol
-from harness.registry import build_method, format_setting, method_settings
-from harness.results import RunResult, iter_results
-from harness.specfile import load_spec
+from .protocol import Protocol, load_protocol
+from .registry import build_method, format_setting, method_settings
+from .results import RunResult, iter_results
+from .specfile import load_spec
 
 
 class SweepGroup(BaseModel):
@@ -89,8 +89,8 @@ def plan(sweep: Sweep, results_dir: Path, seeds: list[int] | None = None) -> lis
 def sweep_table(sweep: Sweep, runs: list[PlannedRun], results_dir: Path) -> str:
     """The leaderboard's mean ± std table restricted to this sweep's protocols, methods and seeds (with
     their joint references), so P_Δ's best new-class accuracy is taken over the sweep's own runs."""
-    from leaderboard.aggregate import format_table, summarize
-    from leaderboard.sources import load_folder
+    from ..leaderboard.aggregate import format_table, summarize
+    from ..leaderboard.sources import load_folder
 
     wanted = {(r.protocol.name, r.method, r.seed) for r in runs}
     seeds = {r.seed for r in runs}

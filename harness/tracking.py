@@ -9,8 +9,8 @@ import os
 import tempfile
 from pathlib import Path
 
-from harness.errors import BenchError
-from harness.results import RunResult
+from .errors import BenchError
+from .results import RunResult
 
 
 def default_tracking_uri(results_dir: Path) -> str:

@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Literal
 
-from harness.errors import BenchError
-from harness.metrics import Metrics, best_new_accuracy, compute_metrics
-from harness.registry import format_setting, settings_variant
-from harness.results import RunResult
+from ..harness.errors import BenchError
+from ..harness.metrics import Metrics, best_new_accuracy, compute_metrics
+from ..harness.registry import format_setting, settings_variant
+from ..harness.results import RunResult
 
 Direction = Literal["min", "max"]
 
@@ -278,7 +278,7 @@ JOINT_COLOR = "#111111"
 
 def _current_hash(name: str, entries: Sequence[Entry]) -> tuple[str, str, object | None]:
     """The hash results must carry to be ranked: the built-in spec's, else the majority's."""
-    from harness.protocol import builtin_protocol_names, load_protocol
+    from ..harness.protocol import builtin_protocol_names, load_protocol
 
     if name in builtin_protocol_names():
         try:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from harness.errors import BenchError
+from ..harness.errors import BenchError
 
 
 def _warn(message: str) -> None:
@@ -36,8 +36,8 @@ def leaderboard() -> None:
 @click.option("--title", default="Stability-gap leaderboard", show_default=True)
 def build(results: Path | None, tracking_uri: str | None, out: Path, mlflow_ui: str | None, title: str) -> None:
     """Write a self-contained static site (open OUT/index.html; no server needed)."""
-    from leaderboard.site import build_site
-    from leaderboard.sources import load
+    from .site import build_site
+    from .sources import load
 
     if results is not None and tracking_uri is not None:
         raise BenchError("Give either --results DIR or --tracking-uri URI, not both.")
@@ -57,8 +57,8 @@ def build(results: Path | None, tracking_uri: str | None, out: Path, mlflow_ui: 
 @click.option("--format", "fmt", type=click.Choice(["markdown", "text"]), default="markdown", show_default=True)
 def table(results: Path | None, tracking_uri: str | None, protocols: tuple[str, ...], fmt: str) -> None:
     """Print the leaderboard's aggregated numbers (mean ± std over seeds) as a Markdown or text table."""
-    from leaderboard.aggregate import format_table, summarize
-    from leaderboard.sources import load
+    from .aggregate import format_table, summarize
+    from .sources import load
 
     if results is not None and tracking_uri is not None:
         raise BenchError("Give either --results DIR or --tracking-uri URI, not both.")
@@ -68,7 +68,7 @@ def table(results: Path | None, tracking_uri: str | None, protocols: tuple[str, 
         known = {b.name for b in boards}
         missing = [p for p in protocols if p not in known]
         if missing:
-            from harness.errors import did_you_mean
+            from ..harness.errors import did_you_mean
 
             if not known:
                 raise BenchError(f"No results at all in {loaded.origin}.")

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from html import escape
 
-from harness.curves import SessionCurve
+from ..harness.curves import SessionCurve
 
-from leaderboard.aggregate import JOINT_COLOR, Board, Entry, MethodRow, accuracy_scale
+from .aggregate import JOINT_COLOR, Board, Entry, MethodRow, accuracy_scale
 
 Point = tuple[float, float]
 

@@ -9,9 +9,9 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from harness.errors import BenchError
+from ..harness.errors import BenchError
 
-from leaderboard.aggregate import COLUMN_BY_KEY, Stat
+from .aggregate import COLUMN_BY_KEY, Stat
 
 METRIC_KEYS = ("params", "S_delta", "P_delta", "CK_delta", "sigma", "mu", "alpha")
 
@@ -63,7 +63,7 @@ class ReportedTable(BaseModel):
 
 def load_reported(path: Path | None = None) -> dict[str, list[ReportedTable]]:
     """protocol name -> the paper's tables for it."""
-    text = path.read_text() if path else (resources.files("leaderboard") / "data" / "reported.yaml").read_text()
+    text = path.read_text() if path else (resources.files("bench_stability_gap.leaderboard") / "data" / "reported.yaml").read_text()
     try:
         data = yaml.safe_load(text) or {}
         return {str(k): [ReportedTable.model_validate(t) for t in v] for k, v in data.items()}

@@ -18,10 +18,10 @@ from urllib.parse import quote
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
-from harness.errors import BenchError
-from harness.metrics import RECOVERY_FRACTIONS
+from ..harness.errors import BenchError
+from ..harness.metrics import RECOVERY_FRACTIONS
 
-from leaderboard.aggregate import (
+from .aggregate import (
     COLUMN_BY_KEY,
     COLUMNS,
     Board,
@@ -36,10 +36,10 @@ from leaderboard.aggregate import (
     run_values,
     summarize,
 )
-from leaderboard.glossary import OMEGA_NOTE, TERMS
-from leaderboard.plots import board_plots, run_plot
-from leaderboard.reported import ReportedTable, load_reported
-from leaderboard.sources import Loaded
+from .glossary import OMEGA_NOTE, TERMS
+from .plots import board_plots, run_plot
+from .reported import ReportedTable, load_reported
+from .sources import Loaded
 
 MARKER = ".bench-leaderboard"
 OWNED = ("index.html", "glossary.html", "runs", "plots", "static")
@@ -150,7 +150,7 @@ def _prepare_out(out: Path) -> None:
 
 
 def environment() -> Environment:
-    env = Environment(loader=PackageLoader("leaderboard", "templates"), autoescape=True,
+    env = Environment(loader=PackageLoader("bench_stability_gap.leaderboard", "templates"), autoescape=True,
                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters["tojson_pretty"] = lambda v: json.dumps(v, indent=2, sort_keys=True, default=str)
     env.filters["num"] = lambda v, d=3: "–" if v is None else f"{v:.{d}f}"
@@ -171,7 +171,7 @@ def build_site(loaded: Loaded, out: Path, *, mlflow_ui: str | None = None, repor
     _prepare_out(out)
     for d in ("runs", "plots", "static"):
         (out / d).mkdir()
-    static = resources.files("leaderboard") / "static"
+    static = resources.files("bench_stability_gap.leaderboard") / "static"
     for item in static.iterdir():
         if item.is_file() and not item.name.startswith("."):
             (out / "static" / item.name).write_bytes(item.read_bytes())

@@ -13,10 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.errors import BenchError
-from harness.results import RunResult, iter_results, load_result
+from ..harness.errors import BenchError
+from ..harness.results import RunResult, iter_results, load_result
 
-from leaderboard.aggregate import Entry, MlflowLink
+from .aggregate import Entry, MlflowLink
 
 Warn = Callable[[str], None]
 
@@ -209,6 +209,6 @@ def load(results: Path | None = None, tracking_uri: str | None = None, warn: War
         raise BenchError("Give either --results DIR or --tracking-uri URI, not both.")
     if tracking_uri is not None:
         return load_mlflow(tracking_uri, warn)
-    from harness.paths import results_dir
+    from ..harness.paths import results_dir
 
     return load_folder(results_dir(results), warn)

@@ -18,11 +18,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor, nn
 
 if TYPE_CHECKING:
-    from harness.backbone import SplitModel
-    from harness.inputs import InputStore
-    from harness.memory import Memory
-    from harness.protocol import Protocol
-    from harness.stream import Session, Stream
+    from ..harness.backbone import SplitModel
+    from ..harness.inputs import InputStore
+    from ..harness.memory import Memory
+    from ..harness.protocol import Protocol
+    from ..harness.stream import Session, Stream
 
 
 @dataclass

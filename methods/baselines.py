@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from methods.base import MethodConfig, StandardMethod
+from .base import MethodConfig, StandardMethod
 
 
 class Vanilla(StandardMethod):

@@ -33,8 +33,8 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import Tensor
 
-from harness.stream import Session
-from methods.base import MethodConfig, StandardMethod, TrainBatch
+from ..harness.stream import Session
+from .base import MethodConfig, StandardMethod, TrainBatch
 
 LOGIT_BYTES = 4  # float32
 

@@ -14,7 +14,7 @@ evicted and GDumb trains exactly like ``vanilla``.
 
 from __future__ import annotations
 
-from methods.base import StandardMethod
+from .base import StandardMethod
 
 
 class GDumb(StandardMethod):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from methods.base import StandardMethod
+from .base import StandardMethod
 
 
 class Joint(StandardMethod):

@@ -24,8 +24,8 @@ import torch.nn.functional as F
 from pydantic import Field
 from torch import Tensor
 
-from harness.stream import Session
-from methods.base import MethodConfig, StandardMethod, TrainBatch
+from ..harness.stream import Session
+from .base import MethodConfig, StandardMethod, TrainBatch
 
 
 class LwFConfig(MethodConfig):

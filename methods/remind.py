@@ -49,10 +49,10 @@ import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch import Tensor
 
-from harness.errors import BenchError
-from harness.stream import Session
-from methods.base import MethodConfig, StandardMethod, StepStats, TrainBatch
-from methods.derpp import recount_memory_bytes
+from ..harness.errors import BenchError
+from ..harness.stream import Session
+from .base import MethodConfig, StandardMethod, StepStats, TrainBatch
+from .derpp import recount_memory_bytes
 
 
 class REMINDConfig(MethodConfig):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.protocol import Protocol, load_protocol
+from bench_stability_gap.harness.protocol import Protocol, load_protocol
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 

@@ -11,14 +11,14 @@ import pytest
 import torch
 import yaml
 
-from harness import flops as FL
-from harness.errors import BenchError
-from harness.inputs import InputStore, Preprocess
-from harness.protocol import Memory as MemorySpec
-from harness.protocol import load_protocol
-from harness.runner import RunOptions, prepare, run_cl
-from methods.base import MethodConfig, StepStats
-from methods.baselines import Vanilla
+from bench_stability_gap.harness import flops as FL
+from bench_stability_gap.harness.errors import BenchError
+from bench_stability_gap.harness.inputs import InputStore, Preprocess
+from bench_stability_gap.harness.protocol import Memory as MemorySpec
+from bench_stability_gap.harness.protocol import load_protocol
+from bench_stability_gap.harness.runner import RunOptions, prepare, run_cl
+from bench_stability_gap.methods.base import MethodConfig, StepStats
+from bench_stability_gap.methods.baselines import Vanilla
 
 from tests.conftest import reduced_tiny
 

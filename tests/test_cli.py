@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from harness.cli import main
+from bench_stability_gap.harness.cli import main
 
 
 def invoke(*args: str, env: dict | None = None):

@@ -17,16 +17,16 @@ import numpy as np
 import pytest
 import torch
 
-from harness.errors import BenchError
-from harness.protocol import Protocol
-from harness.registry import METHOD_GROUP, build_method, entries
-from harness.runner import RunOptions, prepare, run_cl
+from bench_stability_gap.harness.errors import BenchError
+from bench_stability_gap.harness.protocol import Protocol
+from bench_stability_gap.harness.registry import METHOD_GROUP, build_method, entries
+from bench_stability_gap.harness.runner import RunOptions, prepare, run_cl
 from tests.conftest import reduced_tiny
 
 CAP = 40  # samples; tight for the reduced streams (600 pre-training images, 10 classes to come)
 
 try:
-    importlib.import_module("methods.sgm.combined")
+    importlib.import_module("bench_stability_gap.methods.sgm.combined")
     SGM_MISSING = None
 except Exception as exc:  # the SGM modifiers are developed beside the methods
     SGM_MISSING = f"methods.sgm.combined is not importable yet ({type(exc).__name__}: {exc})"
@@ -176,8 +176,8 @@ def test_remind_stores_pq_codes_and_counts_their_bytes(online, options):
 
 def test_remind_reconstruction_is_close_and_deterministic(capped, options):
     _, method = build_method("remind", capped.protocol.name)
-    from harness.memory import Memory
-    from harness.runner import _context, memory_spec
+    from bench_stability_gap.harness.memory import Memory
+    from bench_stability_gap.harness.runner import _context, memory_spec
 
     rng = np.random.default_rng(0)
     memory = Memory(memory_spec(capped.protocol, method), capped.stream.train.labels,
@@ -195,8 +195,8 @@ def test_remind_reconstruction_is_close_and_deterministic(capped, options):
 def test_remind_per_class_lr_scales_one_step_and_is_restored(capped, options):
     import copy
 
-    from harness.memory import Memory
-    from harness.runner import _context, memory_spec
+    from bench_stability_gap.harness.memory import Memory
+    from bench_stability_gap.harness.runner import _context, memory_spec
 
     _, method = build_method("remind", capped.protocol.name)
     rng = np.random.default_rng(0)

@@ -9,8 +9,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from harness.cli import main
-from harness.results import iter_results
+from bench_stability_gap.harness.cli import main
+from bench_stability_gap.harness.results import iter_results
 
 
 def run_cli(*args: str):
@@ -72,12 +72,12 @@ def test_uncached_trunk_gives_the_same_curves(tiny_protocol_file, tmp_path):
 
 
 def test_interrupted_run_leaves_no_result(tiny_protocol_file, tmp_path, monkeypatch):
-    import methods.baselines
+    from bench_stability_gap.methods import baselines as mb
 
     def boom(self, batch):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(methods.baselines.StandardMethod, "observe", boom)
+    monkeypatch.setattr(mb.StandardMethod, "observe", boom)
     results = tmp_path / "r"
     out = CliRunner().invoke(main, ["run", "--no-progress", "--protocol", str(tiny_protocol_file), "--method",
                                     "vanilla", "--results-dir", str(results)])
@@ -87,7 +87,7 @@ def test_interrupted_run_leaves_no_result(tiny_protocol_file, tmp_path, monkeypa
 
 
 def test_joint_reference_takes_the_protocols_optimizer_settings_not_the_runs(tiny_protocol, monkeypatch, tmp_path):
-    from harness import runner
+    from bench_stability_gap.harness import runner
 
     seen = {}
 

@@ -10,9 +10,9 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from harness import flops as FL
-from harness.backbone import GrowingHead, SplitModel, create_network, split_network
-from harness.protocol import load_protocol
+from bench_stability_gap.harness import flops as FL
+from bench_stability_gap.harness.backbone import GrowingHead, SplitModel, create_network, split_network
+from bench_stability_gap.harness.protocol import load_protocol
 
 
 class SmallNet(nn.Module):

@@ -24,16 +24,16 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from harness.cli import main
-from harness.metrics import best_new_accuracy, compute_metrics
-from harness.protocol import load_protocol
-from harness.results import RunResult, load_result, save_result
+from bench_stability_gap.harness.cli import main
+from bench_stability_gap.harness.metrics import best_new_accuracy, compute_metrics
+from bench_stability_gap.harness.protocol import load_protocol
+from bench_stability_gap.harness.results import RunResult, load_result, save_result
 
-from leaderboard.aggregate import COLUMNS, Stat, format_table, marks, summarize
-from leaderboard.plots import Series, line_plot
-from leaderboard.reported import load_reported
-from leaderboard.site import build_site
-from leaderboard.sources import load_folder
+from bench_stability_gap.leaderboard.aggregate import COLUMNS, Stat, format_table, marks, summarize
+from bench_stability_gap.leaderboard.plots import Series, line_plot
+from bench_stability_gap.leaderboard.reported import load_reported
+from bench_stability_gap.leaderboard.site import build_site
+from bench_stability_gap.leaderboard.sources import load_folder
 
 FIXTURES = Path(__file__).parent / "browser" / "fixtures"
 REPO = Path(__file__).resolve().parents[1]
@@ -369,9 +369,9 @@ def test_svg_plots_escape_and_stay_well_formed() -> None:
 
 
 def test_tracking_uri_reads_the_json_artifacts_from_mlflow(results_dir: Path, tmp_path: Path) -> None:
-    from harness.tracking import default_tracking_uri, log_run
+    from bench_stability_gap.harness.tracking import default_tracking_uri, log_run
 
-    from leaderboard.sources import load_mlflow
+    from bench_stability_gap.leaderboard.sources import load_mlflow
 
     logged = {}
     for path in sorted((results_dir / "runs").rglob("*.json")):

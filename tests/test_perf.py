@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from click.testing import CliRunner
 
-from harness.cli import main
+from bench_stability_gap.harness.cli import main
 
 
 def test_bench_perf_runs_on_synthetic_tensors_and_prints_the_ratios():
@@ -23,10 +23,10 @@ def test_image_files_decode_through_loader_workers_to_the_same_tensors(tmp_path,
     import torch
     from PIL import Image
 
-    from harness.data.sources import ArraySplit, FileSplit
-    from harness.inputs import InputStore, Preprocess
-    from harness.protocol import load_protocol
-    from harness.stream import Catalog
+    from bench_stability_gap.harness.data.sources import ArraySplit, FileSplit
+    from bench_stability_gap.harness.inputs import InputStore, Preprocess
+    from bench_stability_gap.harness.protocol import load_protocol
+    from bench_stability_gap.harness.stream import Catalog
 
     rng = np.random.default_rng(0)
     for i in range(6):

@@ -15,11 +15,11 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from harness.cli import main
-from harness.errors import BenchError
-from harness.protocol import Protocol
-from harness.registry import METHOD_GROUP, build_method, entries
-from harness.runner import RunOptions, prepare, run_cl
+from bench_stability_gap.harness.cli import main
+from bench_stability_gap.harness.errors import BenchError
+from bench_stability_gap.harness.protocol import Protocol
+from bench_stability_gap.harness.registry import METHOD_GROUP, build_method, entries
+from bench_stability_gap.harness.runner import RunOptions, prepare, run_cl
 from tests.conftest import reduced_tiny
 
 EXAMPLE = Path(__file__).parent / "plugin_example"

@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from harness.errors import BenchError
-from harness.protocol import Evaluation, builtin_protocol_names, load_protocol, parse_protocol
+from bench_stability_gap.harness.errors import BenchError
+from bench_stability_gap.harness.protocol import Evaluation, builtin_protocol_names, load_protocol, parse_protocol
 
 PAPER_PROTOCOLS = {"cil_places_lt", "iid_places_lt", "cil_places_lt_balanced", "cil_places_std_192k",
                    "cil_places_std_24k", "online_cub_80k", "online_cub_20k", "cil_places_lt_norehearsal"}

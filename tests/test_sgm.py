@@ -15,17 +15,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harness.backbone import GrowingHead, SplitModel
-from harness.errors import BenchError
-from harness.registry import Entry, build_method, protocol_defaults
-from harness.stream import Session
-from methods.base import Method, MethodConfig, StandardMethod, TrainBatch, layerwise_groups
-from methods.baselines import OutputOnly, Vanilla
-from methods.sgm.combined import SGM, SGMConfig, one_cycle
-from methods.sgm.init import DataDrivenInit, InitConfig, class_mean_rows
-from methods.sgm.lora import LoRA, LoRAConfig, lora_modules
-from methods.sgm.oocf import OldClassFreezing
-from methods.sgm.soft import SoftTargets, SoftTargetsConfig
+from bench_stability_gap.harness.backbone import GrowingHead, SplitModel
+from bench_stability_gap.harness.errors import BenchError
+from bench_stability_gap.harness.registry import Entry, build_method, protocol_defaults
+from bench_stability_gap.harness.stream import Session
+from bench_stability_gap.methods.base import Method, MethodConfig, StandardMethod, TrainBatch, layerwise_groups
+from bench_stability_gap.methods.baselines import OutputOnly, Vanilla
+from bench_stability_gap.methods.sgm.combined import SGM, SGMConfig, one_cycle
+from bench_stability_gap.methods.sgm.init import DataDrivenInit, InitConfig, class_mean_rows
+from bench_stability_gap.methods.sgm.lora import LoRA, LoRAConfig, lora_modules
+from bench_stability_gap.methods.sgm.oocf import OldClassFreezing
+from bench_stability_gap.methods.sgm.soft import SoftTargets, SoftTargetsConfig
 
 # ---------------------------------------------------------------------------------------------------
 # a tiny model and context
@@ -299,7 +299,7 @@ def test_lora_adapters_survive_a_mid_session_checkpoint():
     state = method.state_dict()
     assert any("lora_B" in k for k in state["modifiers"]["lora"]["adapters"])
     model2 = copy.deepcopy(method.model)
-    from methods.sgm.lora import fold_lora
+    from bench_stability_gap.methods.sgm.lora import fold_lora
     fold_lora(model2.body)  # a body without adapters
     m2 = Vanilla(Vanilla.Config(), [LoRA(LoRAConfig(rank=2))])
     m2.setup(model2, method.ctx)
@@ -439,7 +439,7 @@ class FakeEntry(Entry):
 
 
 def test_modifier_on_a_non_standard_base_is_an_error(monkeypatch):
-    import harness.registry as registry
+    import bench_stability_gap.harness.registry as registry
 
     real = registry.entries
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from harness.data.sources import (
+from bench_stability_gap.harness.data.sources import (
     ArraySplit,
     FileSplit,
     Split,
@@ -22,8 +22,8 @@ from harness.data.sources import (
     open_source,
     subsample_per_class,
 )
-from harness.errors import BenchError
-from harness.protocol import DataSource
+from bench_stability_gap.harness.errors import BenchError
+from bench_stability_gap.harness.protocol import DataSource
 
 
 def _img(path: Path, size: tuple[int, int], mode: str = "RGB", fmt: str | None = None) -> Path:

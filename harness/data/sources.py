@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from harness.errors import BenchError
-from harness.protocol import DataSource
+from ..errors import BenchError
+from ..protocol import DataSource
 
 __all__ = [
     "ArraySplit",

@@ -26,13 +26,13 @@ from typing import Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from harness.errors import BenchError
-from harness.stream import Session
-from methods.base import Modifier, NoConfig, StandardMethod, TrainBatch
-from methods.sgm.init import DataDrivenInit, InitConfig
-from methods.sgm.lora import LoRA, LoRAConfig
-from methods.sgm.oocf import OldClassFreezing
-from methods.sgm.soft import SoftTargets, SoftTargetsConfig
+from ...harness.errors import BenchError
+from ...harness.stream import Session
+from ..base import Modifier, NoConfig, StandardMethod, TrainBatch
+from ..sgm.init import DataDrivenInit, InitConfig
+from ..sgm.lora import LoRA, LoRAConfig
+from ..sgm.oocf import OldClassFreezing
+from ..sgm.soft import SoftTargets, SoftTargetsConfig
 
 
 class OneCycleConfig(BaseModel):

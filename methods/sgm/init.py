@@ -36,8 +36,8 @@ import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor
 
-from harness.stream import Session
-from methods.base import Modifier, StandardMethod
+from ...harness.stream import Session
+from ..base import Modifier, StandardMethod
 
 
 class InitConfig(BaseModel):

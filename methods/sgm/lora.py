@@ -28,9 +28,9 @@ from peft.tuners.lora import LoraLayer
 from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
-from harness.errors import BenchError
-from harness.stream import Session
-from methods.base import Modifier, StandardMethod
+from ...harness.errors import BenchError
+from ...harness.stream import Session
+from ..base import Modifier, StandardMethod
 
 ADAPTER = "default"
 

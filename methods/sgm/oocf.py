@@ -18,8 +18,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from methods.base import Modifier, StandardMethod
-from harness.stream import Session
+from ..base import Modifier, StandardMethod
+from ...harness.stream import Session
 
 
 class OldClassFreezing(Modifier):

@@ -21,7 +21,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor
 
-from methods.base import Modifier, StandardMethod, TrainBatch
+from ..base import Modifier, StandardMethod, TrainBatch
 
 
 class SoftTargetsConfig(BaseModel):

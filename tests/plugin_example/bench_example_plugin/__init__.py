@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from pydantic import Field
 
-from methods.base import MethodConfig, StandardMethod
+from bench_stability_gap.methods.base import MethodConfig, StandardMethod
 
 
 class ExampleReplayConfig(MethodConfig):

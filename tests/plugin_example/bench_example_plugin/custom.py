@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
 
-from methods.base import Method, StepStats
+from bench_stability_gap.methods.base import Method, StepStats
 
 
 class HeadSGDConfig(BaseModel):

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Packaging smoke test: build the wheel, install it (not the checkout) into a fresh venv, and check
+# that the installed package alone can list its methods and finish a reduced run. Catches package data
+# missing from the wheel and imports that only work from a checkout.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+python=${PYTHON:-python3}
+echo "==> wheel smoke test in $work"
+.venv/bin/python -m pip wheel -q --disable-pip-version-check --no-deps --no-build-isolation -w "$work/dist" . 2>&1 \
+  | grep -v "is ignored" || true
+"$python" -m venv "$work/venv"
+"$work/venv/bin/python" -m pip install -q --disable-pip-version-check -c ci/constraints.txt \
+  "$(ls "$work"/dist/bench_stability_gap-*.whl)[embedded]" 2>&1 | grep -v "is ignored" || true
+"$work/venv/bin/python" -m pip install -q --disable-pip-version-check -c ci/constraints.txt --no-deps animal-mnist \
+  2>&1 | grep -v "is ignored" || true
+cd "$work"  # away from the checkout, so nothing can import from it
+export BENCH_CACHE_DIR="$work/cache" MLFLOW_DISABLE_TELEMETRY=true
+venv/bin/bench ls methods | grep -q "^  vanilla " || { echo "wheel: bench ls methods lacks vanilla" >&2; exit 1; }
+venv/bin/python - <<'PY'
+import yaml
+from bench_stability_gap.harness.protocol import load_protocol
+spec = load_protocol("tiny_cil").model_dump(mode="json")
+spec["name"] = "tiny_cil_smoke"
+spec["pretrain_data"].update(train_per_class=30, test_per_class=5)
+for source in spec["stream_data"]:
+    source.update(train_per_class=20, test_per_class=5)
+spec["pretrain"].update(updates=5, batch_size=16)
+spec["training"].update(updates=3, batch={"new": 4, "old": 4})
+spec["eval"] = {"every": 3, "batch_size": 256}
+spec["joint"].update(updates=3, batch_size=8)
+open("smoke.yaml", "w").write(yaml.safe_dump(spec))
+PY
+venv/bin/bench run -p smoke.yaml -m vanilla+sgm --no-progress --results-dir "$work/results" | tail -3
+ls "$work"/results/runs/tiny_cil_smoke/vanilla__sgm/*.json >/dev/null
+echo "==> wheel smoke test passed"
