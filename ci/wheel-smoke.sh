@@ -8,6 +8,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 python=${PYTHON:-python3}
 echo "==> wheel smoke test in $work"
+rm -rf build  # setuptools never prunes build/lib: a module deleted from the tree would still ship
 .venv/bin/python -m pip wheel -q --disable-pip-version-check --no-deps --no-build-isolation -w "$work/dist" . 2>&1 \
   | grep -v "is ignored" || true
 "$python" -m venv "$work/venv"
@@ -17,19 +18,20 @@ echo "==> wheel smoke test in $work"
   2>&1 | grep -v "is ignored" || true
 cd "$work"  # away from the checkout, so nothing can import from it
 export BENCH_CACHE_DIR="$work/cache" MLFLOW_DISABLE_TELEMETRY=true
-venv/bin/bench ls methods | grep -q "^  vanilla " || { echo "wheel: bench ls methods lacks vanilla" >&2; exit 1; }
+listing=$(venv/bin/bench ls methods)  # captured first: grep -q closing the pipe early would fail pipefail
+grep -q "^  vanilla " <<<"$listing" || { echo "wheel: bench ls methods lacks vanilla:" >&2; echo "$listing" >&2; exit 1; }
 venv/bin/python - <<'PY'
 import yaml
 from bench_stability_gap.harness.protocol import load_protocol
 spec = load_protocol("tiny_cil").model_dump(mode="json")
 spec["name"] = "tiny_cil_smoke"
-spec["pretrain_data"].update(train_per_class=30, test_per_class=5)
+spec["pretrain_data"].update(train_per_class=60, test_per_class=10)
 for source in spec["stream_data"]:
-    source.update(train_per_class=20, test_per_class=5)
-spec["pretrain"].update(updates=5, batch_size=16)
-spec["training"].update(updates=3, batch={"new": 4, "old": 4})
+    source.update(train_per_class=40, test_per_class=10)
+spec["pretrain"].update(updates=20, batch_size=32)
+spec["training"].update(updates=6, batch={"new": 8, "old": 8})
 spec["eval"] = {"every": 3, "batch_size": 256}
-spec["joint"].update(updates=3, batch_size=8)
+spec["joint"].update(updates=8, batch_size=16)
 open("smoke.yaml", "w").write(yaml.safe_dump(spec))
 PY
 venv/bin/bench run -p smoke.yaml -m vanilla+sgm --no-progress --results-dir "$work/results" | tail -3

@@ -96,7 +96,7 @@ def _run_options(f):
 
 def _run_one(protocol, method: str, seed: int, options, tracking_uri: str | None, no_mlflow: bool) -> None:
     """One run: execute (the JSON is written atomically first), print its summary, mirror it to MLflow."""
-    from .runner import execute
+    from .pipeline import execute
 
     result, path = execute(protocol, method, seed, options)
     print_summary(result, path)
@@ -109,7 +109,7 @@ def _run_one(protocol, method: str, seed: int, options, tracking_uri: str | None
 def _options(overrides: dict, results_dir: Path | None, device: str, trunk_cache: bool, progress: bool,
              allow_download: bool):
     from .paths import results_dir as resolve_results
-    from .runner import RunOptions
+    from .workbench import RunOptions
 
     return RunOptions(results_dir=resolve_results(results_dir), device=device, trunk_cache=trunk_cache,
                       progress=progress, allow_download=allow_download, overrides=overrides)
@@ -145,7 +145,7 @@ def sweep(sweep: str, seeds: str | None, dry_run: bool, table_path: Path | None,
           no_mlflow: bool) -> None:
     """Run a grid of protocols x methods x seeds from SWEEP (a built-in name or a YAML file), skipping
     runs already in the results folder, then print the mean ± std table of what it covers."""
-    from .sweep import load_sweep, plan, sweep_table
+    from .sweep import load_sweep, plan
 
     spec = load_sweep(sweep)
     try:
@@ -197,6 +197,8 @@ def ls(what: str) -> None:
             except BenchError as err:
                 summary = f"[fails to import] {err}"
             click.echo(f"  {name:<14} {entry.distribution} {entry.version:<8} {summary}")
+    click.echo("reference (the harness's own; no modifiers or --set):\n"
+               "  joint          upper bound A_joint: retrained on S1..Sj per session with the protocol's joint section")
 
 
 @main.group()
@@ -233,6 +235,24 @@ def validate(file: Path) -> None:
         raise BenchError(f"Protocol file {file} does not exist.")
     p = load_protocol(str(file))
     click.echo(f"OK: protocol {p.name} v{p.version}, hash {p.spec_hash}")
+
+
+def sweep_table(spec, runs, results_dir: Path) -> str:
+    """The leaderboard's mean ± std table restricted to this sweep's protocols, rows and seeds (with their
+    joint references). Rendering lives here, at the top layer: the engine never imports the leaderboard."""
+    from ..leaderboard.aggregate import format_table, summarize
+    from ..leaderboard.sources import load_folder
+
+    wanted = {(r.protocol.name, r.row, r.seed) for r in runs}
+    seeds = {r.seed for r in runs}
+    # the references its rows were scored with come along: the joint runs, the A_best reference set
+    references = {(r.protocol.name, m) for r in runs for m in r.protocol.best_new_reference}
+    entries = [e for e in load_folder(results_dir).entries
+               if (e.result.protocol.name, e.result.label, e.result.seed) in wanted
+               or (e.result.seed in seeds and (e.result.protocol.name, "joint" if e.is_reference else e.result.label)
+                   in references | {(r.protocol.name, "joint") for r in runs})]
+    header = f"## Sweep {spec.name}: seeds {', '.join(map(str, sorted(seeds)))}\n\n"
+    return header + (spec.description.strip() + "\n\n" if spec.description else "") + format_table(summarize(entries))
 
 
 def _register_subcommands() -> None:

@@ -13,7 +13,7 @@ class SessionCurve(BaseModel):
     paper's sigma read it.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="constants")  # NaN stays NaN in the JSON
 
     session: int = Field(ge=2)
     total_updates: int = Field(gt=0, description="U_j, the number of updates in this session")
@@ -44,7 +44,7 @@ class SessionCurve(BaseModel):
 class ReferenceSession(BaseModel):
     """End-of-session accuracies of the joint model trained on S1..Sj (the paper's A_joint)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="constants")  # NaN stays NaN in the JSON
 
     session: int = Field(ge=2)
     old: float

@@ -266,7 +266,7 @@ def wc_acc(curves: Sequence[SessionCurve]) -> float:
 class Metrics(BaseModel):
     """Every metric of one run. Per-session lists hold sessions 2..N in order (index 0 = session 2)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="constants")  # NaN stays NaN in the JSON
 
     S_delta: float
     P_delta: float | None  # None: no run has learned some session's new classes at all (A_best = 0)

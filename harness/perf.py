@@ -124,8 +124,8 @@ def perf(protocol: str, device: str, updates: int, warmup: int, repeats: int, ev
     from .inputs import InputStore, Preprocess
     from .protocol import load_protocol
     from .registry import build_method
-    from .runner import (Workbench, autocast, count_optimizer_steps, observe_within_budget,
-                                resolve_device)
+    from .budget_guards import count_optimizer_steps, observe_within_budget
+    from .workbench import Workbench, autocast, resolve_device
     from ..methods.base import Context
 
     spec = load_protocol(protocol)

@@ -145,6 +145,10 @@ class Protocol(Spec):
     memory: Memory = Memory()
     eval: Evaluation
     joint: JointReference
+    best_new_reference: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.+-]+$")]] = Field(
+        default_factory=lambda: ["vanilla"], min_length=1,
+        description="method strings whose runs (default settings, same seed) set A_best(E_j) for P_Δ, with "
+                    "the scored run itself; the harness runs any that are missing first")
 
     @model_validator(mode="after")
     def _ordering_fields(self) -> Protocol:

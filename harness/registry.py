@@ -76,7 +76,7 @@ def parse_method(text: str) -> MethodSpec:
     if base not in methods:
         if base in modifiers:
             raise BenchError(f"{base!r} is a modifier, not a method: put a base first, e.g. vanilla+{base}.")
-        raise did_you_mean(base, methods, "method")
+        raise did_you_mean(base, [*methods, "joint"], "method")  # joint: the harness's reference
     for m in mods:
         if m not in modifiers:
             raise did_you_mean(m, modifiers, "modifier")
@@ -159,34 +159,6 @@ def method_settings(method: Any) -> dict[str, Any]:
     for m in getattr(method, "modifiers", []):
         out[m.name] = m.config.model_dump(mode="json")
     return out
-
-
-def _flatten(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in values.items():
-        if isinstance(value, dict) and value:
-            out.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
-@cache
-def _default_settings(method: str, protocol: str) -> dict[str, Any] | None:
-    try:
-        return _flatten(method_settings(build_method(method, protocol)[1]))
-    except BenchError:  # a plugin that is not installed here: nothing to compare against
-        return None
-
-
-def settings_variant(method: str, protocol: str, config: dict[str, Any]) -> dict[str, Any]:
-    """The stored settings of a run that differ from what ``bench run -m METHOD -p PROTOCOL`` resolves
-    now, as ``--set`` keys; empty when the run used the defaults. The leaderboard keeps such runs in
-    rows of their own instead of averaging them with the defaults' seeds."""
-    defaults = _default_settings(method, protocol)
-    if defaults is None:
-        return {}
-    return {k: v for k, v in _flatten(config).items() if k in defaults and defaults[k] != v}
 
 
 def format_setting(value: object) -> str:

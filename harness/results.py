@@ -3,25 +3,31 @@
 from __future__ import annotations
 
 import json
+import math
 import platform
 import subprocess
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Literal
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .atomic import atomic_write_text
 from .curves import ReferenceSession, SessionCurve
 from .errors import BenchError
-from .metrics import Metrics
+from .metrics import Metrics, best_new_accuracy
+from .registry import format_setting
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: overrides and the references a run was scored with are stored
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # NaN and infinities are written as such (not as null), so a run that recorded one reads back and is
+    # set apart with the reason, instead of turning into an unreadable file
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="constants")
 
 
 class ProtocolStamp(Strict):
@@ -77,10 +83,14 @@ class Budget(Strict):
 
 
 class References(Strict):
-    """Which runs the normalising references came from (recomputed by the leaderboard)."""
+    """The references a run was scored with (``select_runs`` finds them; the leaderboard re-finds them)."""
 
     joint_run: str | None
-    best_new: dict[int, float]
+    best_new: dict[int, float] = Field(description="A_best(E_j) per session, for P_Δ")
+    best_new_runs: dict[int, str] = Field(
+        default_factory=dict, description="session -> run id that reached A_best(E_j) (this run's own id if it did)")
+    best_new_methods: list[str] = Field(
+        default_factory=list, description="the protocol's reference set for A_best (same seed), besides the run itself")
 
 
 class RunResult(Strict):
@@ -90,6 +100,7 @@ class RunResult(Strict):
     protocol: ProtocolStamp
     method: MethodStamp
     config: dict[str, Any]
+    overrides: dict[str, Any] = Field(default_factory=dict, description="the --set overrides the run was given")
     seed: int
     trainable_params: int
     curves: list[SessionCurve] = Field(default_factory=list)
@@ -106,6 +117,17 @@ class RunResult(Strict):
     @property
     def is_reference(self) -> bool:
         return bool(self.reference)
+
+    @property
+    def label(self) -> str:
+        return row_label(self.method.spec, self.overrides)
+
+
+def row_label(method: str, overrides: dict[str, Any]) -> str:
+    """The row a run belongs to: its method string plus the ``--set`` overrides it ran with
+    (``lwf+sgm [lr=0.0002]``), so a variant never averages with, or replaces, the default runs."""
+    extra = ", ".join(f"{k}={format_setting(v)}" for k, v in sorted(overrides.items()))
+    return f"{method} [{extra}]" if extra else method
 
 
 def now_iso() -> str:
@@ -163,11 +185,102 @@ def iter_results(root: Path, protocol: str | None = None) -> list[tuple[Path, Ru
     return out
 
 
-def find_joint(root: Path, protocol_name: str, protocol_hash: str, seed: int) -> tuple[Path, RunResult] | None:
-    """The newest complete joint reference run for this protocol spec and seed."""
-    found = [
-        (p, r) for p, r in iter_results(root, protocol_name)
-        if isinstance(r, RunResult) and r.is_reference and r.status == "complete"
-        and r.protocol.hash == protocol_hash and r.seed == seed
-    ]
-    return max(found, key=lambda pr: pr[1].started_at) if found else None
+# ------------------------------------------------------------------ which stored runs count
+
+JOINT = "joint"  # the method string of the harness's own upper-bound reference
+T = TypeVar("T")
+
+
+def result_problem(r: RunResult) -> str | None:
+    """Why a stored result can never be ranked or serve as a reference; None when it can."""
+    if r.status != "complete":
+        return f"status {r.status!r}, not complete"
+    if not r.is_reference and not r.curves:
+        return "no accuracy curves recorded (incomplete run)"
+    values = [v for c in r.curves for v in (*c.old, *c.new, *c.all, *(x for t in c.tasks for x in t))]
+    values += [v for s in r.reference for v in (s.old, s.new, s.all, *s.tasks)]
+    bad = next((v for v in values if not (math.isfinite(v) and 0.0 <= v <= 1.0)), None)
+    if bad is not None:
+        return f"an accuracy of {bad!r} is recorded (accuracies are fractions in [0, 1])"
+    return None
+
+
+@dataclass
+class Selection(Generic[T]):
+    """The answer to "which stored runs count" for one protocol spec, used alike by the runner (its
+    references), the sweep (what is done) and the leaderboard (what is ranked).
+
+    - ``joints``: per seed, the newest valid joint reference made with the protocol's joint settings;
+    - ``runs``: per (row label, seed), the newest valid CL run;
+    - ``apart``: everything else, with the reason (stale hash, failed, out-of-range values, superseded,
+      a joint with other settings), never ranked and never a reference;
+    - A_best(E_j) per seed comes from the protocol's reference methods (default settings, same seed)
+      and the scored run itself, so a submitted run never moves another method's P_Δ.
+    """
+
+    protocol_hash: str
+    best_new_methods: tuple[str, ...]
+    joints: dict[int, T] = field(default_factory=dict)
+    runs: dict[tuple[str, int], T] = field(default_factory=dict)
+    apart: list[tuple[T, str]] = field(default_factory=list)
+    result_of: Callable[[T], RunResult] = lambda item: item  # type: ignore[assignment,return-value]
+
+    def reference_runs(self, seed: int) -> list[T]:
+        """The runs of the protocol's A_best reference set for ``seed`` (those that exist)."""
+        return [self.runs[(m, seed)] for m in self.best_new_methods if (m, seed) in self.runs]
+
+    def best_new(self, run: RunResult) -> tuple[dict[int, float], dict[int, str]]:
+        """A_best(E_j) for scoring ``run``: the best new-class accuracy of the reference set (same
+        seed) or of the run itself, per session, and the id of the run that reached it."""
+        refs = [self.result_of(x) for x in self.reference_runs(run.seed)]
+        # a stored run of the same row and seed is the one ``run`` supersedes: never its reference
+        candidates = [r for r in refs if r.label != run.label] + [run]
+        best = best_new_accuracy([r.curves for r in candidates])
+        source = {s: next(r.run_id for r in candidates for c in r.curves if c.session == s and max(c.new) == v)
+                  for s, v in best.items()}
+        return best, source
+
+
+def select_runs(items: Iterable[T], protocol_hash: str, best_new_methods: Iterable[str],
+                joint_config: dict[str, Any] | None = None,
+                result_of: Callable[[T], RunResult | BenchError] = lambda item: item) -> Selection[T]:  # type: ignore[assignment,return-value]
+    """Sort stored runs of one protocol into what counts and what is set apart (see ``Selection``).
+    ``joint_config``: the settings the protocol's joint reference trains with, when known."""
+    sel: Selection[T] = Selection(protocol_hash, tuple(best_new_methods), result_of=result_of)  # type: ignore[arg-type]
+    live: list[tuple[T, RunResult]] = []
+    for item in items:
+        r = result_of(item)
+        if isinstance(r, BenchError):
+            sel.apart.append((item, str(r)))
+        elif r.protocol.hash != protocol_hash:
+            sel.apart.append((item, f"stale protocol hash {r.protocol.hash} (current: {protocol_hash})"))
+        elif (problem := result_problem(r)) is not None:
+            sel.apart.append((item, problem))
+        elif r.is_reference and (r.method.spec != JOINT or r.overrides
+                                 or (joint_config is not None and r.config != joint_config)):
+            sel.apart.append((item, f"a joint run with other settings than the protocol's joint section "
+                                    f"({r.label}, {r.config}); never used as A_joint"))
+        else:
+            live.append((item, r))
+    for item, r in sorted(live, key=lambda ir: ir[1].started_at, reverse=True):
+        if r.is_reference:
+            if r.seed in sel.joints:
+                used = result_of(sel.joints[r.seed]).run_id  # type: ignore[union-attr]
+                sel.apart.append((item, f"older joint reference for seed {r.seed} (run {used} is used)"))
+            else:
+                sel.joints[r.seed] = item
+            continue
+        key = (r.label, r.seed)
+        if key in sel.runs:
+            newer = result_of(sel.runs[key]).run_id  # type: ignore[union-attr]
+            sel.apart.append((item, f"superseded: a newer run of {r.label} with seed {r.seed} ({newer}) is used"))
+        else:
+            sel.runs[key] = item
+    return sel
+
+
+def stored_selection(root: Path, protocol_name: str, protocol_hash: str, best_new_methods: Iterable[str],
+                     joint_config: dict[str, Any] | None = None) -> Selection[tuple[Path, RunResult | BenchError]]:
+    """``select_runs`` over the result files of one protocol in a results folder."""
+    return select_runs(iter_results(root, protocol_name), protocol_hash, best_new_methods, joint_config,
+                       result_of=lambda pr: pr[1])

@@ -154,3 +154,24 @@ def build_stream(protocol: Protocol, seed: int) -> Stream:
         sessions=sessions,
         task_of_class=task_of_class,
     )
+
+
+class Cycler:
+    """Draws ids without replacement, reshuffling after each pass (epochs over a session)."""
+
+    def __init__(self, ids: np.ndarray, rng: np.random.Generator, shuffle: bool = True) -> None:
+        self.ids, self.rng, self.shuffle = ids, rng, shuffle
+        self.order, self.pos = self._new_order(), 0
+
+    def _new_order(self) -> np.ndarray:
+        return self.rng.permutation(self.ids) if self.shuffle else self.ids
+
+    def take(self, n: int) -> np.ndarray:
+        out = []
+        while n > 0:
+            if self.pos == len(self.order):
+                self.order, self.pos = self._new_order(), 0
+            k = min(n, len(self.order) - self.pos)
+            out.append(self.order[self.pos : self.pos + k])
+            self.pos, n = self.pos + k, n - k
+        return np.concatenate(out) if out else np.empty(0, dtype=np.int64)

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .protocol import Protocol, load_protocol
 from .registry import build_method, format_setting, method_settings
-from .results import RunResult, iter_results
+from .results import row_label
 from .specfile import load_spec
 
 
@@ -50,53 +50,38 @@ class PlannedRun:
         extra = "".join(f" --set {k}={format_setting(v)}" for k, v in self.overrides.items())
         return f"{self.protocol.name} {self.method} seed {self.seed}{extra}"
 
+    @property
+    def row(self) -> str:
+        """The leaderboard row this run lands in (``results.row_label``)."""
+        return row_label(self.method, self.overrides)
+
 
 def load_sweep(name_or_path: str) -> Sweep:
     """A built-in sweep (protocols/sweeps/NAME.yaml) or a YAML file; every problem names its field."""
     return load_spec(Sweep, name_or_path, "sweep", folder="sweeps")
 
 
-def _finished(stored: list[tuple[Path, RunResult]], protocol: Protocol, method: str, seed: int,
-              config: dict) -> Path | None:
-    for path, r in stored:
-        if (r.status == "complete" and not r.is_reference and r.protocol.hash == protocol.spec_hash
-                and r.method.spec == method and r.seed == seed and r.config == config):
-            return path
-    return None
-
-
 def plan(sweep: Sweep, results_dir: Path, seeds: list[int] | None = None) -> list[PlannedRun]:
     """Every run of the sweep in order (seed-major, so a partial sweep has whole seeds), each marked
-    with the result that already covers it. Every protocol, method string and setting is validated up
-    front, so a typo fails before hours of compute rather than in the middle."""
+    with the result that already covers it: the run ``results.select_runs`` counts for its row and seed,
+    made with the settings the method resolves to now. Every protocol, method string and setting is
+    validated up front, so a typo fails before hours of compute rather than in the middle."""
+    from .pipeline import check_joint_request, selection
+    from .workbench import RunOptions
+
     protocols = {g.protocol: load_protocol(g.protocol) for g in sweep.runs}
-    stored = {name: [(p, r) for p, r in iter_results(results_dir, spec.name) if isinstance(r, RunResult)]
-              for name, spec in protocols.items()}
+    counted = {name: selection(spec, RunOptions(results_dir=results_dir)) for name, spec in protocols.items()}
     cells = []  # (group, method, resolved settings): built once, whatever the number of seeds
     for group in sweep.runs:
         for method in group.methods:
+            check_joint_request(method, dict(group.set))
             _, built = build_method(method, protocols[group.protocol].name, dict(group.set))
             cells.append((group, method, method_settings(built)))
     out = []
     for seed in seeds if seeds is not None else sweep.seeds:
         for group, method, config in cells:
             spec = protocols[group.protocol]
-            done = _finished(stored[group.protocol], spec, method, seed, config)
+            found = counted[group.protocol].runs.get((row_label(method, dict(group.set)), seed))
+            done = found[0] if found is not None and found[1].config == config else None
             out.append(PlannedRun(spec, method, seed, dict(group.set), done))
     return out
-
-
-def sweep_table(sweep: Sweep, runs: list[PlannedRun], results_dir: Path) -> str:
-    """The leaderboard's mean ± std table restricted to this sweep's protocols, methods and seeds (with
-    their joint references), so P_Δ's best new-class accuracy is taken over the sweep's own runs."""
-    from ..leaderboard.aggregate import format_table, summarize
-    from ..leaderboard.sources import load_folder
-
-    wanted = {(r.protocol.name, r.method, r.seed) for r in runs}
-    seeds = {r.seed for r in runs}
-    protocols = {r.protocol.name for r in runs}
-    entries = [e for e in load_folder(results_dir).entries
-               if (e.result.protocol.name, e.result.method.spec, e.result.seed) in wanted
-               or (e.is_reference and e.result.protocol.name in protocols and e.result.seed in seeds)]
-    header = f"## Sweep {sweep.name}: seeds {', '.join(map(str, sorted(seeds)))}\n\n"
-    return header + (sweep.description.strip() + "\n\n" if sweep.description else "") + format_table(summarize(entries))

@@ -25,9 +25,8 @@ from functools import cached_property
 from typing import Literal
 
 from ..harness.errors import BenchError
-from ..harness.metrics import Metrics, best_new_accuracy, compute_metrics
-from ..harness.registry import format_setting, settings_variant
-from ..harness.results import RunResult
+from ..harness.metrics import Metrics, best_new_accuracy, compute_metrics, plasticity_gap
+from ..harness.results import RunResult, select_runs
 
 Direction = Literal["min", "max"]
 
@@ -51,7 +50,10 @@ class Column:
 COLUMNS: tuple[Column, ...] = (
     Column("params", "#P", "min", 2, "M", "trainable parameters, in millions"),
     Column("S_delta", "S_Δ", "min", 3, "", "stability gap: old-class accuracy missing vs. the joint model"),
-    Column("P_delta", "P_Δ", "min", 3, "", "plasticity gap: new-class accuracy missing vs. the best CL run"),
+    Column("P_delta", "P_Δ", "min", 3, "", "plasticity gap: new-class accuracy missing vs. A_best, the best of the "
+           "protocol's reference methods and the run itself (same seed)"),
+    Column("P_delta_paper", "P_Δ (paper)", "min", 3, "", "plasticity gap against the paper's A_best: the best "
+           "new-class accuracy of any ranked run of the same seed (moves when a run is added)"),
     Column("CK_delta", "CK_Δ", "min", 3, "", "continual knowledge gap: all-class accuracy missing vs. the joint model"),
     Column("sigma", "σ", "max", 2, "%", "final accuracy on the pre-training classes"),
     Column("mu", "μ", "max", 2, "%", "mean end-of-session accuracy on all seen classes, sessions 2..N"),
@@ -83,6 +85,7 @@ class Entry:
     slug: str = ""  # file-name-safe id for the site, unique within a build
     metrics: Metrics | None = None  # recomputed at build time; None when it cannot be
     joint: Entry | None = None  # the joint run that gave its A_joint
+    p_delta_paper: float | None = None  # P_Δ against the paper's A_best: best over the counted runs of the seed
     reason: str | None = None  # why it is not ranked (None: ranked, or a reference in use)
     note: str | None = None  # anything else worth saying about where it came from
 
@@ -94,10 +97,7 @@ class Entry:
     def method(self) -> str:
         """The row this run belongs to: the method string, plus the settings it changed from the
         defaults (``lwf+sgm [lr=0.0002]``), so a ``--set`` variant never averages with the defaults."""
-        r = self.result
-        variant = {} if r.is_reference else settings_variant(r.method.spec, r.protocol.name, r.config)
-        return r.method.spec + (" [" + ", ".join(f"{k}={format_setting(v)}" for k, v in sorted(variant.items())) + "]"
-                                if variant else "")
+        return self.result.label
 
     @property
     def is_reference(self) -> bool:
@@ -143,7 +143,7 @@ def accuracy_scale(result: RunResult) -> float:
     return 100.0 if not values or max(values) <= 1.0 + 1e-9 else 1.0
 
 
-def run_values(result: RunResult, metrics: Metrics | None) -> dict[str, float | None]:
+def run_values(result: RunResult, metrics: Metrics | None, p_delta_paper: float | None = None) -> dict[str, float | None]:
     """The table's columns for one run (``None``: not available, shown as "–")."""
     budget = result.budget
     out: dict[str, float | None] = {
@@ -152,6 +152,7 @@ def run_values(result: RunResult, metrics: Metrics | None) -> dict[str, float | 
         "tflops": None if budget.train_flops is None else budget.train_flops / 1e12,
         "wall": result.wall_time_s,
         "S_delta": None, "P_delta": None, "CK_delta": None, "sigma": None, "mu": None, "alpha": None,
+        "P_delta_paper": p_delta_paper,
     }
     scale = accuracy_scale(result)
     if result.is_reference and result.reference:
@@ -238,7 +239,7 @@ class MethodRow:
     @classmethod
     def of(cls, entries: list[Entry]) -> MethodRow:
         entries = sorted(entries, key=lambda e: e.result.seed)
-        per_run = [run_values(e.result, e.metrics) for e in entries]
+        per_run = [run_values(e.result, e.metrics, e.p_delta_paper) for e in entries]
         stats = {c.key: Stat.of(v[c.key] for v in per_run) for c in COLUMNS}
         first = entries[0]
         return cls(method=first.method, family=first.family, runs=entries, stats=stats)
@@ -257,8 +258,9 @@ class Board:
     rows: list[MethodRow]  # ranked methods
     reference_row: MethodRow | None  # the joint upper bound (never ranked)
     joints: dict[int, Entry]  # seed -> joint run used as A_joint
-    best_new: dict[int, float]  # session -> A_best(E_j)
-    best_new_from: dict[int, Entry]  # session -> the run that reached it
+    best_new: dict[int, dict[int, float]]  # seed -> session -> A_best(E_j) of the protocol's reference set
+    best_new_from: dict[tuple[int, int], Entry]  # (seed, session) -> the reference run that reached it
+    best_new_methods: tuple[str, ...]  # the protocol's A_best reference set
     unranked: list[Entry]
     entries: list[Entry]
 
@@ -298,66 +300,51 @@ def _current_hash(name: str, entries: Sequence[Entry]) -> tuple[str, str, object
 
 
 def summarize_protocol(name: str, entries: list[Entry]) -> Board:
+    """Rank one protocol's runs: which runs count is ``harness.results.select_runs`` (the rule the runner
+    and the sweep use too); here only the leaderboard's own rule is added: a method is ranked when it has
+    as many seeds as the best-covered method."""
+    from ..harness.reference import joint_settings
+
     current, origin, spec = _current_hash(name, entries)
     for e in entries:
-        e.reason, e.metrics, e.joint = None, None, None
+        e.reason, e.metrics, e.joint, e.p_delta_paper = None, None, None, None
+    reference_set = spec.best_new_reference if spec is not None else _stored_reference_set(entries)
+    sel = select_runs(entries, current, reference_set, joint_settings(spec) if spec is not None else None,
+                      result_of=lambda e: e.result)
+    for e, reason in sel.apart:
+        e.reason = reason
+    joints = dict(sel.joints)
 
-    live: list[Entry] = []
-    for e in entries:
-        r = e.result
-        if r.status != "complete":
-            e.reason = f"failed run (status {r.status!r})"
-        elif r.protocol.hash != current:
-            e.reason = f"stale protocol hash {r.protocol.hash} (current: {current})"
-        elif not r.is_reference and not r.curves:
-            e.reason = "no accuracy curves recorded (incomplete run)"
-        else:
-            live.append(e)
-
-    # A_joint: the newest complete joint run of this hash, per seed.
-    joints: dict[int, Entry] = {}
-    for e in sorted((e for e in live if e.is_reference), key=lambda e: e.result.started_at, reverse=True):
-        seed = e.result.seed
-        if seed in joints:
-            e.reason = f"older joint reference for seed {seed} (run {joints[seed].run_id} is used)"
-        else:
-            joints[seed] = e
-
-    # A_best: every complete CL run of this hash, ranked or not, counts.
-    cl = [e for e in live if not e.is_reference]
-    best_new = best_new_accuracy([e.result.curves for e in cl]) if cl else {}
-    best_from: dict[int, Entry] = {}
-    for e in cl:
-        for c in e.result.curves:
-            if c.session in best_new and max(c.new) == best_new[c.session] and c.session not in best_from:
-                best_from[c.session] = e
-
+    # The paper's form of A_best, shown beside P_Δ: the best over the counted runs of the same seed.
+    paper_best = {seed: best_new_accuracy([e.result.curves for (_, s), e in sel.runs.items() if s == seed])
+                  for seed in {s for _, s in sel.runs}}
+    best_new: dict[int, dict[int, float]] = {}
+    best_from: dict[tuple[int, int], Entry] = {}
+    by_id = {e.run_id: e for e in sel.runs.values()}
     valid: list[Entry] = []
-    for e in cl:
+    for e in sel.runs.values():
         seed = e.result.seed
         if seed not in joints:
             e.reason = (f"no joint reference for seed {seed} with this protocol hash "
                         f"(bench run -p {name} -m joint -s {seed})")
             continue
+        best, sources = sel.best_new(e.result)
         try:
-            e.metrics = compute_metrics(e.result.curves, joints[seed].result.reference, best_new)
+            e.metrics = compute_metrics(e.result.curves, joints[seed].result.reference, best)
+            e.p_delta_paper = plasticity_gap(e.result.curves, paper_best[seed])
         except ValueError as exc:
             e.reason = f"metrics cannot be computed: {exc}"
             continue
         e.joint = joints[seed]
         valid.append(e)
-
-    # One run per method and seed: the newest.
-    chosen: dict[tuple[str, int], Entry] = {}
-    for e in sorted(valid, key=lambda e: e.result.started_at, reverse=True):
-        key = (e.method, e.result.seed)
-        if key in chosen:
-            e.reason = f"superseded: a newer run of {e.method} with seed {e.result.seed} ({chosen[key].run_id}) is used"
-        else:
-            chosen[key] = e
+        if e.result.label in sel.best_new_methods:  # the protocol's A_best per seed, as the references give it
+            for session, value in best.items():
+                best_new.setdefault(seed, {})[session] = value
+                if sources[session] in by_id:
+                    best_from[(seed, session)] = by_id[sources[session]]
 
     by_method: dict[str, list[Entry]] = defaultdict(list)
-    for e in chosen.values():
+    for e in valid:
         by_method[e.method].append(e)
     most = max((len(v) for v in by_method.values()), default=0)
     full_seeds = sorted({e.result.seed for v in by_method.values() if len(v) == most for e in v})
@@ -394,8 +381,15 @@ def summarize_protocol(name: str, entries: list[Entry]) -> Board:
         description=getattr(spec, "description", None), paper_ref=getattr(spec, "paper_ref", None),
         version=getattr(first, "version", None),
         rows=rows, reference_row=reference_row, joints=joints, best_new=best_new, best_new_from=best_from,
+        best_new_methods=sel.best_new_methods,
         unranked=unranked, entries=entries,
     )
+
+
+def _stored_reference_set(entries: Sequence[Entry]) -> list[str]:
+    """A protocol that is not built in: the reference set its newest scored run recorded."""
+    scored = [e.result for e in entries if e.result.references and e.result.references.best_new_methods]
+    return list(max(scored, key=lambda r: r.started_at).references.best_new_methods) if scored else ["vanilla"]
 
 
 def summarize(entries: Iterable[Entry]) -> list[Board]:

@@ -202,9 +202,11 @@ def build_site(loaded: Loaded, out: Path, *, mlflow_ui: str | None = None, repor
             "reference": _row_view(board.reference_row, run_href, reference=True) if board.reference_row else None,
             "reported": [_reported_view(t) for t in reported.get(board.name, [])],
             "joints": [{"seed": s, "entry": e, "href": run_href[id(e)]} for s, e in sorted(board.joints.items())],
-            "best_new": [{"session": s, "value": v, "entry": board.best_new_from.get(s),
-                          "href": run_href[id(board.best_new_from[s])] if s in board.best_new_from else None}
-                         for s, v in sorted(board.best_new.items())],
+            "best_new_methods": board.best_new_methods,
+            "best_new": [{"seed": seed, "session": s, "value": v, "entry": board.best_new_from.get((seed, s)),
+                          "href": run_href[id(board.best_new_from[(seed, s)])] if (seed, s) in board.best_new_from
+                          else None}
+                         for seed, sessions in sorted(board.best_new.items()) for s, v in sorted(sessions.items())],
             "unranked": [{"entry": e, "href": run_href[id(e)]} for e in board.unranked],
             "n_seeds": max((len(r.runs) for r in board.rows), default=0),
         })

@@ -16,7 +16,8 @@ from bench_stability_gap.harness.errors import BenchError
 from bench_stability_gap.harness.inputs import InputStore, Preprocess
 from bench_stability_gap.harness.protocol import Memory as MemorySpec
 from bench_stability_gap.harness.protocol import load_protocol
-from bench_stability_gap.harness.runner import RunOptions, prepare, run_cl
+from bench_stability_gap.harness.continual import run_cl
+from bench_stability_gap.harness.workbench import RunOptions, prepare
 from bench_stability_gap.methods.base import MethodConfig, StepStats
 from bench_stability_gap.methods.baselines import Vanilla
 

@@ -20,7 +20,8 @@ import torch
 from bench_stability_gap.harness.errors import BenchError
 from bench_stability_gap.harness.protocol import Protocol
 from bench_stability_gap.harness.registry import METHOD_GROUP, build_method, entries
-from bench_stability_gap.harness.runner import RunOptions, prepare, run_cl
+from bench_stability_gap.harness.continual import run_cl
+from bench_stability_gap.harness.workbench import RunOptions, prepare
 from tests.conftest import reduced_tiny
 
 CAP = 40  # samples; tight for the reduced streams (600 pre-training images, 10 classes to come)
@@ -177,13 +178,13 @@ def test_remind_stores_pq_codes_and_counts_their_bytes(online, options):
 def test_remind_reconstruction_is_close_and_deterministic(capped, options):
     _, method = build_method("remind", capped.protocol.name)
     from bench_stability_gap.harness.memory import Memory
-    from bench_stability_gap.harness.runner import _context, memory_spec
+    from bench_stability_gap.harness.budget_guards import memory_spec
 
     rng = np.random.default_rng(0)
     memory = Memory(memory_spec(capped.protocol, method), capped.stream.train.labels,
                     capped.stream.train.sample_bytes, rng)
     import copy
-    method.setup(copy.deepcopy(capped.deployed), _context(capped, memory, rng, torch.Generator().manual_seed(0)))
+    method.setup(copy.deepcopy(capped.deployed), capped.context(memory, rng, torch.Generator().manual_seed(0)))
     x = capped.train_inputs.get(capped.stream.sessions[0].train_ids[:16])
     r1, r2 = method.reconstruct(x), method.reconstruct(x)
     assert torch.equal(r1, r2) and r1.shape == x.shape
@@ -196,7 +197,7 @@ def test_remind_per_class_lr_scales_one_step_and_is_restored(capped, options):
     import copy
 
     from bench_stability_gap.harness.memory import Memory
-    from bench_stability_gap.harness.runner import _context, memory_spec
+    from bench_stability_gap.harness.budget_guards import memory_spec
 
     _, method = build_method("remind", capped.protocol.name)
     rng = np.random.default_rng(0)
@@ -205,7 +206,7 @@ def test_remind_per_class_lr_scales_one_step_and_is_restored(capped, options):
     model = copy.deepcopy(capped.deployed)
     session = capped.stream.sessions[0]
     model.head.grow(len(session.new_classes))
-    method.setup(model, _context(capped, memory, rng, torch.Generator().manual_seed(0)))
+    method.setup(model, capped.context(memory, rng, torch.Generator().manual_seed(0)))
     method.begin_session(session)
     base = [g["lr"] for g in method.optimizer.param_groups]
     seen: list[list[float]] = []

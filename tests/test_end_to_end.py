@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -33,7 +32,7 @@ def test_vanilla_run_writes_result_and_mlflow_and_is_reproducible(tiny_protocol_
     runs = [r for _, r in iter_results(results)]
     joint = [r for r in runs if r.is_reference]
     cl = [r for r in runs if not r.is_reference]
-    assert len(joint) == 1 and len(cl) == 2
+    assert len(joint) == 1 and len(cl) == 2  # vanilla is tiny_cil's A_best reference: no extra run needed
     a, b = cl
     assert a.curves == b.curves  # same seed, same numbers
     assert a.metrics.S_delta == b.metrics.S_delta and a.metrics.alpha == b.metrics.alpha
@@ -65,7 +64,7 @@ def test_uncached_trunk_gives_the_same_curves(tiny_protocol_file, tmp_path):
     base = ("--protocol", str(tiny_protocol_file), "--method", "finetune", "--results-dir", str(results), "--no-mlflow")
     assert run_cli(*base).exit_code == 0
     assert run_cli(*base, "--no-trunk-cache").exit_code == 0
-    cached, uncached = [r for _, r in iter_results(results) if not r.is_reference]
+    cached, uncached = [r for _, r in iter_results(results) if r.method.spec == "finetune"]
     for c, u in zip(cached.curves, uncached.curves):
         for key in ("old", "new", "all"):
             assert getattr(c, key) == pytest.approx(getattr(u, key), abs=1e-6)
@@ -86,22 +85,45 @@ def test_interrupted_run_leaves_no_result(tiny_protocol_file, tmp_path, monkeypa
     assert not [f for f in files if f.suffix in (".json", ".tmp")]
 
 
-def test_joint_reference_takes_the_protocols_optimizer_settings_not_the_runs(tiny_protocol, monkeypatch, tmp_path):
-    from bench_stability_gap.harness import runner
+def test_joint_reference_takes_the_protocols_optimizer_settings_only(tiny_protocol):
+    from bench_stability_gap.harness.reference import joint_config
 
-    seen = {}
-
-    def fake_run_joint(bench, method, seed, options):
-        seen["config"] = method.config
-        raise KeyboardInterrupt  # stop before any training
-
-    monkeypatch.setattr(runner, "run_joint", fake_run_joint)
-    monkeypatch.setattr(runner, "prepare", lambda *a, **k: None)
     spec = tiny_protocol.model_copy(update={"joint": tiny_protocol.joint.model_copy(update={"lr": 0.0123})})
-    options = runner.RunOptions(results_dir=tmp_path, overrides={"lr": 0.5}, progress=False, log=False)
-    with pytest.raises(KeyboardInterrupt):
-        runner.joint_reference(spec, 0, options, bench=SimpleNamespace(device="cpu"))
-    assert seen["config"].lr == 0.0123
+    config = joint_config(spec)
+    assert (config.lr, config.weight_decay, config.layer_decay, config.trainable) == (0.0123, 0.05, 1.0, "body+head")
+
+
+@pytest.mark.parametrize("argv", [["-m", "joint", "--set", "lr=0.5"], ["-m", "joint+sgm"], ["-m", "joint+oocf"]])
+def test_a_variant_of_the_joint_reference_is_refused_before_any_compute(tiny_protocol_file, tmp_path, argv):
+    results = tmp_path / "r"
+    out = CliRunner().invoke(main, ["run", "--no-progress", "--no-mlflow", "-p", str(tiny_protocol_file),
+                                    "--results-dir", str(results), *argv])
+    assert out.exit_code == 2, out.output
+    assert "joint is the harness's upper-bound reference" in out.output and "joint section" in out.output
+    assert "Traceback" not in out.output and not list(results.rglob("*.json"))
+
+
+@pytest.mark.slow
+def test_a_run_trains_its_references_first_and_stores_what_it_was_scored_with(tiny_protocol_file, tmp_path):
+    from bench_stability_gap.harness.metrics import best_new_accuracy
+    from bench_stability_gap.leaderboard.aggregate import summarize
+    from bench_stability_gap.leaderboard.sources import load_folder
+
+    results = tmp_path / "r"
+    out = run_cli("--protocol", str(tiny_protocol_file), "--method", "vanilla+oocf", "--results-dir", str(results),
+                  "--no-mlflow")
+    assert out.exit_code == 0, out.output
+    assert "training the missing reference run(s) first: vanilla" in out.output
+    runs = {r.label: r for _, r in iter_results(results)}
+    assert set(runs) == {"joint", "vanilla", "vanilla+oocf"}
+    run, ref = runs["vanilla+oocf"], runs["vanilla"]
+    assert run.references.joint_run == ref.references.joint_run == runs["joint"].run_id
+    assert run.references.best_new == best_new_accuracy([ref.curves, run.curves])
+    assert set(run.references.best_new_runs.values()) <= {ref.run_id, run.run_id}
+    # the leaderboard re-finds the same references: the P_Δ written at run time is not stale
+    (board,) = summarize(load_folder(results).entries)
+    scored = {e.run_id: e.metrics for e in board.entries if e.metrics is not None}
+    assert scored[run.run_id] == run.metrics and scored[ref.run_id] == ref.metrics
 
 
 @pytest.mark.slow
@@ -122,9 +144,13 @@ def test_sweep_runs_a_grid_then_resumes_and_prints_its_table(tiny_protocol_file,
     cl = {r.method.spec: r for _, r in iter_results(results) if not r.is_reference}
     assert cl["vanilla+oocf"].config["lr"] == 2e-3 and cl["vanilla+oocf"].config["oocf"] == {}
     assert "oocf" not in cl["finetune"].config  # modifier settings are recorded under the modifier's name
+    # the A_best reference (vanilla, default settings) was trained first and sits in the table too
+    assert any(r.startswith("| vanilla |") for r in rows)
+    assert cl["vanilla+oocf"].references.best_new_methods == ["vanilla"]
     again = CliRunner().invoke(main, args, catch_exceptions=False)
     assert again.exit_code == 0 and "2 already done, 0 to run" in again.output
-    assert len([r for _, r in iter_results(results) if not r.is_reference]) == 2
+    assert sorted(r.label for _, r in iter_results(results) if not r.is_reference) == [
+        "finetune", "vanilla", "vanilla+oocf [lr=0.002]"]
 
 
 def test_sweep_with_a_bad_entry_fails_before_running_anything(tiny_protocol_file, tmp_path):

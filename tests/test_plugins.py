@@ -19,7 +19,8 @@ from bench_stability_gap.harness.cli import main
 from bench_stability_gap.harness.errors import BenchError
 from bench_stability_gap.harness.protocol import Protocol
 from bench_stability_gap.harness.registry import METHOD_GROUP, build_method, entries
-from bench_stability_gap.harness.runner import RunOptions, prepare, run_cl
+from bench_stability_gap.harness.continual import run_cl
+from bench_stability_gap.harness.workbench import RunOptions, prepare
 from tests.conftest import reduced_tiny
 
 EXAMPLE = Path(__file__).parent / "plugin_example"
@@ -91,7 +92,7 @@ def test_plugin_is_listed_with_its_distribution_and_version(example_installed):
 def test_plugin_runs_like_a_builtin_with_sgm_and_results_name_it(example_installed, tmp_path, bench_cache):
     protocol = small_protocol(tmp_path)
     common = ("--protocol", str(protocol), "--results-dir", str(tmp_path / "results"), "--no-mlflow", "--no-progress")
-    # the joint reference first: the runner currently hands --set overrides to the joint model as well
+    # the joint reference on its own first (a plain `-m joint` stores it; the run below reuses it)
     assert invoke("run", "--method", "joint", *common).exit_code == 0
     out = invoke("run", "--method", "example_replay+sgm", "--set", "smoothing=0.2", *common)
     assert out.exit_code == 0, out.output

@@ -1,0 +1,159 @@
+"""A run, stage by stage: method -> workbench -> references -> continual run -> scored result.
+
+1. build the method from its string and settings (before any compute: a typo costs nothing);
+2. ``workbench.prepare``: stream, input stores, deployed model;
+3. references: the joint model (``reference``) and the runs of the protocol's A_best reference set,
+   each trained once per protocol spec and seed when missing, found through ``results.select_runs``;
+4. ``continual.run_cl``: sessions 2..N under the budget guards;
+5. the result: scored against those references, written atomically (JSON first).
+
+No stage calls the pipeline back: references are trained by the same stages, in order, before the run
+that needs them.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from . import flops as FL
+from . import metrics as M
+from .continual import run_cl
+from .errors import BenchError
+from .protocol import Protocol
+from .reference import joint_settings, train_joint
+from .registry import MethodSpec, build_method, method_settings
+from .results import (JOINT, MethodStamp, ProtocolStamp, References, RunResult, Selection, git_commit,
+                      library_versions, now_iso, save_result, stored_selection)
+from .workbench import RunOptions, Workbench, prepare, say
+from ..methods.base import Method
+
+Stored = tuple[Path, Any]
+
+
+def check_joint_request(method_text: str, overrides: dict[str, Any]) -> None:
+    """``joint`` is the harness's reference: a variant of it would change every other run's S_Δ."""
+    base, *mods = [p.strip() for p in method_text.split("+")]
+    if base == JOINT and (mods or overrides):
+        given = " ".join([f"modifiers {'+'.join(mods)}"] * bool(mods) + [f"--set {overrides}"] * bool(overrides))
+        raise BenchError(
+            f"Method {method_text!r}: joint is the harness's upper-bound reference (A_joint), trained with the "
+            f"protocol's joint section (joint.lr, joint.weight_decay, joint.updates, joint.batch_size), so it "
+            f"takes no modifiers or --set ({given} given). To study another upper bound, copy the protocol "
+            f"file and change its joint section: the new spec hash keeps its references apart."
+        )
+
+
+def _stamp(spec: MethodSpec) -> MethodStamp:
+    return MethodStamp(
+        spec=spec.text, base=spec.base.name, modifiers=[m.name for m in spec.modifiers],
+        distribution=spec.base.distribution, version=spec.base.version,
+        modifier_distributions={m.name: f"{m.distribution}=={m.version}" for m in spec.modifiers},
+    )
+
+
+def _joint_stamp() -> MethodStamp:
+    from importlib import metadata
+
+    try:
+        version = metadata.version("bench-stability-gap")
+    except metadata.PackageNotFoundError:
+        version = "unknown"
+    return MethodStamp(spec=JOINT, base=JOINT, modifiers=[], distribution="bench-stability-gap", version=version)
+
+
+def _common(protocol: Protocol, bench: Workbench, seed: int, options: RunOptions, started: str) -> dict[str, Any]:
+    return dict(
+        run_id=uuid.uuid4().hex[:12], status="complete", seed=seed,
+        protocol=ProtocolStamp(name=protocol.name, version=protocol.version, hash=protocol.spec_hash),
+        versions=library_versions(), git_commit=git_commit(), started_at=started,
+        options={"device": str(bench.device), "trunk_cache": options.trunk_cache},
+    )
+
+
+def selection(protocol: Protocol, options: RunOptions) -> Selection[Stored]:
+    """Which stored runs of this protocol spec count (the one rule: ``results.select_runs``)."""
+    return stored_selection(options.results_dir, protocol.name, protocol.spec_hash, protocol.best_new_reference,
+                            joint_settings(protocol))
+
+
+def joint_reference(protocol: Protocol, seed: int, options: RunOptions, bench: Workbench) -> tuple[RunResult, Path]:
+    """The stored joint reference for this protocol spec and seed, trained and stored first when missing."""
+    found = selection(protocol, options).joints.get(seed)
+    if found is not None:
+        return found[1], found[0]
+    models = protocol.sessions if protocol.joint.mode == "per_session" else 1
+    say(options, f"No joint reference for {protocol.name} (seed {seed}) yet: training it first "
+                 f"({models} model(s) x {protocol.joint.updates} updates); later runs reuse it.")
+    started, t0 = now_iso(), time.perf_counter()
+    refs, budget, params = train_joint(bench, seed, options)
+    result = RunResult(**_common(protocol, bench, seed, options, started), method=_joint_stamp(),
+                       config=joint_settings(protocol), trainable_params=params, reference=refs, budget=budget,
+                       wall_time_s=time.perf_counter() - t0)
+    return result, save_result(options.results_dir, result)
+
+
+def _continual_result(protocol: Protocol, bench: Workbench, spec: MethodSpec, method: Method, seed: int,
+                      overrides: dict[str, Any], joint: RunResult, options: RunOptions) -> RunResult:
+    """Stage 4: the CL sessions, as an unscored result (metrics filled by ``_score``)."""
+    started, t0 = now_iso(), time.perf_counter()
+    curves, budget, params = run_cl(bench, method, seed, options)
+    return RunResult(**_common(protocol, bench, seed, options, started), method=_stamp(spec),
+                     config=method_settings(method), overrides=overrides, trainable_params=params, curves=curves,
+                     budget=FL.efficiency_vs_joint(budget, joint.budget), wall_time_s=time.perf_counter() - t0)
+
+
+def _score_and_save(result: RunResult, joint: RunResult, chosen: Selection[Stored], options: RunOptions) -> Path:
+    """Stage 5: metrics against the references, then the JSON. Curves are what cost compute: a run whose
+    metrics cannot be computed is saved with them, and the error says where."""
+    best, best_runs = chosen.best_new(result)
+    result.references = References(joint_run=joint.run_id, best_new=best, best_new_runs=best_runs,
+                                   best_new_methods=list(chosen.best_new_methods))
+    try:
+        result.metrics, problem = M.compute_metrics(result.curves, joint.reference, best), None
+    except ValueError as exc:
+        problem = str(exc)
+    path = save_result(options.results_dir, result)
+    if problem is not None:
+        raise BenchError(f"The run finished and its curves are saved in {path}, but its metrics cannot be "
+                         f"computed: {problem}. The leaderboard recomputes them from the stored curves.")
+    return path
+
+
+def _best_new_references(protocol: Protocol, bench: Workbench, seed: int, joint: RunResult, skip: str | None,
+                         options: RunOptions) -> None:
+    """Run the protocol's A_best reference methods missing for this seed (default settings), then score
+    and store them together, so each is scored against the whole set as later runs will be."""
+    done = selection(protocol, options)
+    todo = [m for m in protocol.best_new_reference if m != skip and (m, seed) not in done.runs]
+    if not todo:
+        return
+    say(options, f"A_best for P_Δ comes from {', '.join(protocol.best_new_reference)} (seed {seed}); "
+                 f"training the missing reference run(s) first: {', '.join(todo)}.")
+    fresh = []
+    for text in todo:
+        spec, method = build_method(text, protocol.name, {})
+        fresh.append(_continual_result(protocol, bench, spec, method, seed, {}, joint, options))
+    done.runs.update({(r.label, seed): (Path(), r) for r in fresh})
+    for result in fresh:
+        _score_and_save(result, joint, done, options)
+
+
+def execute(protocol: Protocol, method_text: str, seed: int, options: RunOptions,
+            bench: Workbench | None = None) -> tuple[RunResult, Path]:
+    """Run one method on one protocol and seed (or, for ``joint``, make sure its reference exists);
+    write the JSON result atomically and return it."""
+    check_joint_request(method_text, options.overrides)
+    if method_text.strip() == JOINT:
+        bench = bench or prepare(protocol, seed, options)
+        return joint_reference(protocol, seed, options, bench)
+    spec, method = build_method(method_text, protocol.name, options.overrides)
+    bench = bench or prepare(protocol, seed, options)
+    joint, _ = joint_reference(protocol, seed, options, bench)
+    is_reference = not options.overrides and method_text in protocol.best_new_reference
+    _best_new_references(protocol, bench, seed, joint, method_text if is_reference else None, options)
+    result = _continual_result(protocol, bench, spec, method, seed, dict(options.overrides), joint, options)
+    path = _score_and_save(result, joint, selection(protocol, options), options)
+    return result, path

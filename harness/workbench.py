@@ -1,0 +1,176 @@
+"""Stage 1 of a run: the workbench, everything a run builds once and its references share.
+
+The stream (class order, sessions), the input stores (images decoded once, frozen-trunk outputs cached),
+and the deployed model (trained on S1 once per protocol spec and cached, or the protocol's weights).
+Also the few device and training helpers every later stage uses: seeding, autocast, plain offline
+training (pre-training and the joint reference are the same loop).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from .atomic import atomic_write
+from .backbone import SplitModel, create_network, split_network
+from .errors import BenchError
+from .inputs import InputStore, Preprocess, feature_cache_key
+from .memory import Memory
+from .paths import cache_dir
+from .protocol import Protocol
+from .stream import Cycler, Stream, build_stream
+from ..methods.base import Context, MethodConfig, StandardMethod, TrainBatch
+
+
+@dataclass
+class RunOptions:
+    results_dir: Path
+    device: str = "cpu"
+    trunk_cache: bool = True
+    progress: bool = True
+    allow_download: bool = False
+    overrides: dict = field(default_factory=dict)
+    log: bool = True  # print what the harness is doing (references, caches)
+    amp: bool = True  # on CUDA: bf16 autocast and channels_last (no effect on the CPU)
+    # opt-in ($BENCH_CPU_CHANNELS_LAST=1): the body in channels_last on a CPU with oneDNN; faster
+    # backward, but float-level differences grow over training, so the curves are not the default's
+    cpu_channels_last: bool = field(default_factory=lambda: os.environ.get("BENCH_CPU_CHANNELS_LAST") == "1")
+
+
+def say(options: RunOptions, msg: str) -> None:
+    if options.log:
+        tqdm.write(msg)
+
+
+def seed_everything(seed: int) -> torch.Generator:
+    """Seed every RNG before any model is built, so head and LoRA init are reproducible."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    return torch.Generator().manual_seed(seed)
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise BenchError(f"--device {name} was asked for, but torch sees no CUDA device on this machine.")
+    return torch.device(name)
+
+
+def use_channels_last(model: SplitModel, device: torch.device, options: RunOptions) -> SplitModel:
+    """channels_last where it is faster: the whole model on CUDA (with amp), the body on a CPU with
+    oneDNN. Parameters keep their values; only their memory layout changes."""
+    if device.type == "cuda" and options.amp:
+        return model.to(memory_format=torch.channels_last)
+    if device.type == "cpu" and options.cpu_channels_last and torch.backends.mkldnn.is_available():
+        model.body.to(memory_format=torch.channels_last)
+    return model
+
+
+def autocast(device: torch.device, amp: bool = True) -> AbstractContextManager:
+    """bf16 autocast on CUDA (when ``amp``), nothing on the CPU."""
+    if amp and device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return nullcontext()
+
+
+@dataclass
+class Workbench:
+    """Everything a run builds once: stream, input stores, deployed model."""
+
+    protocol: Protocol
+    stream: Stream
+    device: torch.device
+    train_inputs: InputStore
+    test_inputs: InputStore
+    deployed: SplitModel
+
+    def batch(self, ids: np.ndarray, n_new: int) -> TrainBatch:
+        is_new = torch.zeros(len(ids), dtype=torch.bool)
+        is_new[:n_new] = True
+        labels = torch.from_numpy(self.stream.train.labels[ids]).to(self.device)
+        return TrainBatch(self.train_inputs.get(ids), labels, ids, is_new.to(self.device))
+
+    def context(self, memory: Memory, rng: np.random.Generator, generator: torch.Generator) -> Context:
+        """What a method is lent for a run."""
+        return Context(self.protocol, self.stream, self.device, memory, self.train_inputs, rng, generator)
+
+    @property
+    def input_shape(self) -> tuple[int, int, int]:
+        b = self.protocol.backbone
+        return (b.in_chans, b.input_size, b.input_size)
+
+
+def prepare(protocol: Protocol, seed: int, options: RunOptions) -> Workbench:
+    """Open the data, build the network, cache trunk features, and train or load the deployed model."""
+    device = resolve_device(options.device)
+    stream = build_stream(protocol, seed)
+    torch.manual_seed(protocol.pretrain.seed)
+    net = create_network(protocol.backbone, options.allow_download)
+    num_classes = None if protocol.pretrain.mode == "weights" else stream.pretrain_classes
+    model = split_network(net, protocol.backbone, num_classes).to(device)
+    if device.type == "cuda" and options.amp:  # before the trunk pass that fills the cache
+        model = model.to(memory_format=torch.channels_last)
+    if model.head.num_classes != stream.pretrain_classes:
+        raise BenchError(
+            f"Protocol {protocol.name}: the pretrained head has {model.head.num_classes} outputs but the "
+            f"pre-training data ({protocol.pretrain_data.source}) has {stream.pretrain_classes} classes."
+        )
+    sources = [protocol.pretrain_data, *protocol.stream_data]
+    root = cache_dir() / "trunk"
+    trunk = model.trunk if options.trunk_cache else None
+    train_pre = Preprocess(protocol.backbone, augment=protocol.training.augment)
+    amp = options.amp and device.type == "cuda"
+    variant = "cuda-bf16" if amp else ""
+    test_inputs = InputStore(stream.test, Preprocess(protocol.backbone), trunk, device,
+                             feature_cache_key(protocol.backbone, sources, "test", variant), root,
+                             desc="trunk (eval)", amp=amp, progress=options.progress)
+    cache_train = trunk is not None and not protocol.training.augment
+    train_inputs = InputStore(stream.train, train_pre, trunk if cache_train else None, device,
+                              feature_cache_key(protocol.backbone, sources, "train", variant), root,
+                              desc="trunk (train)", amp=amp, progress=options.progress)
+    model.trunk_cached = options.trunk_cache
+    bench = Workbench(protocol, stream, device, train_inputs, test_inputs, model)
+    if protocol.pretrain.mode == "train":
+        _deploy(bench, options)
+    use_channels_last(model, device, options)  # after pre-training: the deployed model is as before
+    return bench
+
+
+def _deploy(bench: Workbench, options: RunOptions) -> None:
+    """Fit the deployed model on S1 once per protocol spec; later runs load it from the cache."""
+    p = bench.protocol
+    path = cache_dir() / "deployed" / f"{p.name}-{p.spec_hash}.pt"
+    if path.is_file():
+        bench.deployed.load_state_dict(torch.load(path, map_location=bench.device, weights_only=True))
+        return
+    say(options, f"Training the deployed model on S1 ({p.pretrain.updates} updates, cached for later runs)")
+    config = MethodConfig(lr=p.pretrain.lr, weight_decay=p.pretrain.weight_decay, layer_decay=1.0,
+                          trainable=p.pretrain.trainable)
+    generator = seed_everything(p.pretrain.seed)
+    train_offline(bench, bench.deployed, config, bench.stream.pretrain_ids, p.pretrain.updates,
+                  p.pretrain.batch_size, np.random.default_rng(p.pretrain.seed), generator, "pretrain S1", options)
+    atomic_write(path, lambda fh: torch.save(bench.deployed.state_dict(), fh))
+
+
+def train_offline(bench: Workbench, model: SplitModel, config: MethodConfig, ids: np.ndarray, updates: int,
+                  batch_size: int, rng: np.random.Generator, generator: torch.Generator, desc: str,
+                  options: RunOptions) -> None:
+    """Plain offline training on ``ids`` with uniform batches (pre-training and the joint model)."""
+    learner = StandardMethod(config)
+    memory = Memory(bench.protocol.memory.model_copy(update={"policy": "none", "capacity": None}),
+                    bench.stream.train.labels, bench.stream.train.sample_bytes, rng)
+    learner.setup(model, bench.context(memory, rng, generator))
+    learner.optimizer, learner.scheduler = learner.build_optimizer(updates)
+    cycler = Cycler(ids, rng)
+    with autocast(bench.device, options.amp):
+        for _ in tqdm(range(updates), desc=desc, unit="upd", leave=False, disable=not options.progress):
+            learner.observe(bench.batch(cycler.take(batch_size), batch_size))
