@@ -363,6 +363,12 @@ def summarize(entries: Iterable[Entry]) -> list[Board]:
     return [summarize_protocol(name, groups[name]) for name in sorted(groups)]
 
 
+def boards_frame(boards: Sequence[Board]) -> pd.DataFrame:
+    """The tidy per-run frame of what the tables average: every ranked run and every joint run in use
+    (``is_reference``), one row each, with the row it belongs to as ``method``."""
+    return entry_frame([e for b in boards for e in b.ranked_runs + [b.joints[s] for s in sorted(b.joints)]])
+
+
 # ------------------------------------------------------------------------------------ text table
 
 

@@ -12,6 +12,7 @@ so a change to the protocol spec does not turn them stale: what is tested here i
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -21,6 +22,7 @@ import uuid
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from click.testing import CliRunner
 
@@ -355,6 +357,14 @@ def test_table_command_prints_the_same_aggregates(results_dir: Path) -> None:
     assert any(line.startswith("| joint (upper bound)") for line in lines)
     text = runner.invoke(main, ["leaderboard", "table", "--results", str(results_dir), "--format", "text"])
     assert text.exit_code == 0 and "S_Δ" in text.stdout and "|" not in text.stdout
+    # the tidy per-run frame behind the table: one row per ranked run and joint in use, same means
+    csv = runner.invoke(main, ["leaderboard", "table", "--results", str(results_dir), "--format", "csv"])
+    assert csv.exit_code == 0, csv.output
+    frame = pd.read_csv(io.StringIO(csv.stdout))
+    assert sorted(frame["run_id"]) == sorted([e.run_id for e in board.ranked_runs] + [e.run_id for e in board.joints.values()])
+    for row in board.rows:
+        assert frame[frame["method"] == row.method]["S_delta"].mean() == pytest.approx(row.stats["S_delta"].mean)
+    assert frame[frame["is_reference"]]["S_delta"].isna().all()
     unknown = runner.invoke(main, ["leaderboard", "table", "--results", str(results_dir), "--protocol", "tiny_cl"])
     assert unknown.exit_code == 2 and "tiny_cil" in unknown.output
 
