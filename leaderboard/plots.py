@@ -284,7 +284,7 @@ def run_plot(entry: Entry) -> str | None:
         ax.set_title(plain(f"{r.method.spec}, seed {r.seed}"), loc="left", pad=14)
         fig.legend(*ax.get_legend_handles_labels(), loc="lower center", ncols=5)
         dip = fig.add_subplot(grid[1])
-        shades = matplotlib.colormaps["viridis"](np.linspace(0.85, 0.0, len(sessions)))
+        shades = matplotlib.colormaps["viridis"](np.linspace(0.7, 0.0, len(sessions)))
         for (session, part), shade in zip(zoom.groupby("session"), shades):
             dip.plot(part["update"], part["old"] * part["scale"], color=shade, linewidth=1.4, label=f"S{session}")
         dip.set_title(f"old classes, first {ZOOM_FRACTION:.0%} of each session", fontsize=8, fontweight="normal")
