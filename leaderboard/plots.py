@@ -133,12 +133,17 @@ def draw_joint(ax: Axes, refs: pd.DataFrame, key: str, sessions: pd.DataFrame, l
                 color=JOINT_COLOR, markeredgecolor="white", markeredgewidth=0.6, label=label, zorder=5)
 
 
+def first_updates(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows of each session's first ``ZOOM_FRACTION`` of updates, and at least its first
+    ``ZOOM_POINTS`` eval points after update 0 (a sparse schedule still shows a dip)."""
+    return frame[(frame["fraction"] <= ZOOM_FRACTION + 1e-9) | (frame["point"] <= ZOOM_POINTS)]
+
+
 def draw_zoom_row(fig: Figure, grid, frame: pd.DataFrame, refs: pd.DataFrame, lines: Sequence[Line],
                   key: str = "old") -> None:
     """One small panel per session on its first updates (the stability-gap dip), shared y axis,
     with the joint model's end-of-session accuracy as a dashed level."""
-    first = (frame["fraction"] <= ZOOM_FRACTION + 1e-9) | (frame["point"] <= ZOOM_POINTS)
-    zoom = frame[first]
+    zoom = first_updates(frame)
     sessions = sorted(zoom["session"].unique())
     joint = (refs[key] * refs["scale"]).groupby(refs["session"]).mean() if not refs.empty else pd.Series(dtype=float)
     cols = min(len(sessions), MAX_ZOOM_COLUMNS)
@@ -272,7 +277,7 @@ def run_plot(entry: Entry) -> str | None:
     lines = [Line(name, name, color) for _, name, color in RUN_LINES]
     refs = references_frame([entry.joint.result] if entry.joint is not None else [])
     sessions = session_starts(one)
-    zoom = one[(one["fraction"] <= ZOOM_FRACTION + 1e-9) | (one["point"] <= ZOOM_POINTS)]
+    zoom = first_updates(one)
     with matplotlib.rc_context(STYLE):
         fig = Figure(figsize=(9.0, 3.4))
         fig.subplots_adjust(left=0.07, right=0.99, top=0.86, bottom=0.27, wspace=0.2)

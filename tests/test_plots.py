@@ -11,7 +11,7 @@ from results_factory import curve, hand_result, joint_run, two_session_run
 from bench_stability_gap.harness.results import RunResult
 from bench_stability_gap.harness.tidy import curves_frame
 from bench_stability_gap.leaderboard.aggregate import Board, Entry, summarize
-from bench_stability_gap.leaderboard.plots import board_plots, mean_band, run_plot
+from bench_stability_gap.leaderboard.plots import board_plots, first_updates, mean_band, run_plot
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -70,6 +70,18 @@ def test_mean_band_averages_seeds_and_keeps_sessions_apart() -> None:
     # session 2's last point and session 3's first share global update 4, and stay two points
     at4 = band[band["global_update"] == 4].sort_values("session")
     assert at4["mean"].tolist() == pytest.approx([80.0, 70.0]) and at4["std"].tolist() == [0.0, 0.0]
+
+
+@pytest.mark.parametrize("points, shown", [
+    ([0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 30, 40, 100], [0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20]),  # 20 % of 100
+    ([0, 50, 100, 150, 200, 600], [0, 50, 100, 150]),  # sparse: at least the first 3 points after update 0
+])
+def test_the_zoom_shows_each_sessions_first_updates(points: list[int], shown: list[int]) -> None:
+    acc = [0.5] * len(points)
+    r = hand_result("z", curves=[curve(s, points[-1], points, acc, acc, acc) for s in (2, 3)])
+    rows = first_updates(curves_frame([r]))
+    assert rows[rows["session"] == 2]["update"].tolist() == shown
+    assert rows[rows["session"] == 3]["update"].tolist() == shown
 
 
 def test_names_from_results_stay_literal_text() -> None:
