@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import logging
 import os
 import tempfile
@@ -26,15 +24,12 @@ def _flat(prefix: str, value, out: dict[str, str]) -> None:
 
 
 def curves_csv(result: RunResult) -> str:
-    buf = io.StringIO()
-    writer = csv.writer(buf)
-    writer.writerow(["session", "update", "global_update", "acc_old", "acc_new", "acc_all"])
-    offset = 0
-    for c in result.curves:
-        for u, o, n, a in zip(c.updates, c.old, c.new, c.all):
-            writer.writerow([c.session, u, offset + u, o, n, a])
-        offset += c.total_updates
-    return buf.getvalue()
+    """The run's rows of the tidy curves frame (``harness.tidy.curves_frame``), one per session × eval point."""
+    from .tidy import curves_frame
+
+    frame = curves_frame([result]).rename(columns={"old": "acc_old", "new": "acc_new", "all": "acc_all"})
+    tasks = [c for c in frame.columns if c.startswith("task_")]
+    return frame[["session", "update", "global_update", "acc_old", "acc_new", "acc_all", *tasks]].to_csv(index=False)
 
 
 def log_run(result: RunResult, json_path: Path, results_dir: Path, tracking_uri: str | None = None) -> str:

@@ -24,44 +24,16 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Literal
 
+import pandas as pd
+
 from ..harness.errors import BenchError
+from ..harness.metric_catalog import METRICS, TABLE_KEYS, Direction, MetricInfo, format_std, format_value, rank_precision
 from ..harness.metrics import Metrics, best_new_accuracy, compute_metrics, plasticity_gap
 from ..harness.results import RunResult, select_runs
+from ..harness.tidy import runs_frame, seed_stats
 
-Direction = Literal["min", "max"]
-
-
-@dataclass(frozen=True)
-class Column:
-    """One column of the leaderboard table (the paper's Table 1 columns plus the budget figures)."""
-
-    key: str
-    label: str  # as the paper writes it (Unicode)
-    direction: Direction  # min: lower is better (↓), max: higher is better (↑)
-    digits: int
-    unit: str  # shown in the header / glossary
-    title: str  # one line, for the header's tooltip and the text table's legend
-
-    @property
-    def arrow(self) -> str:
-        return "↓" if self.direction == "min" else "↑"
-
-
-COLUMNS: tuple[Column, ...] = (
-    Column("params", "#P", "min", 2, "M", "trainable parameters, in millions"),
-    Column("S_delta", "S_Δ", "min", 3, "", "stability gap: old-class accuracy missing vs. the joint model"),
-    Column("P_delta", "P_Δ", "min", 3, "", "plasticity gap: new-class accuracy missing vs. A_best, the best of the "
-           "protocol's reference methods and the run itself (same seed)"),
-    Column("P_delta_paper", "P_Δ (paper)", "min", 3, "", "plasticity gap against the paper's A_best: the best "
-           "new-class accuracy of any ranked run of the same seed (moves when a run is added)"),
-    Column("CK_delta", "CK_Δ", "min", 3, "", "continual knowledge gap: all-class accuracy missing vs. the joint model"),
-    Column("sigma", "σ", "max", 2, "%", "final accuracy on the pre-training classes"),
-    Column("mu", "μ", "max", 2, "%", "mean end-of-session accuracy on all seen classes, sessions 2..N"),
-    Column("alpha", "α", "max", 2, "%", "final accuracy on all classes"),
-    Column("updates", "updates", "min", 0, "", "optimizer updates over all learning sessions"),
-    Column("tflops", "train TFLOPs", "min", 2, "", "training compute, 10¹² floating-point operations"),
-    Column("wall", "wall time", "min", 1, "s", "wall-clock time of the run, in seconds"),
-)
+# The table's columns: the paper's Table 1 plus the budget figures, each described once in the catalog.
+COLUMNS: tuple[MetricInfo, ...] = tuple(METRICS[k] for k in TABLE_KEYS)
 COLUMN_BY_KEY = {c.key: c for c in COLUMNS}
 
 
@@ -136,69 +108,34 @@ def assign_slugs(entries: Iterable[Entry]) -> None:
 # ----------------------------------------------------------------------------------- run values
 
 
-def accuracy_scale(result: RunResult) -> float:
-    """100 when the run stores accuracies as fractions (shown as %), 1 when it stores percentages."""
-    values = [v for c in result.curves for v in (*c.old, *c.new, *c.all)]
-    values += [v for r in result.reference for v in (r.old, r.new, r.all)]
-    return 100.0 if not values or max(values) <= 1.0 + 1e-9 else 1.0
-
-
-def run_values(result: RunResult, metrics: Metrics | None, p_delta_paper: float | None = None) -> dict[str, float | None]:
-    """The table's columns for one run (``None``: not available, shown as "–")."""
-    budget = result.budget
-    out: dict[str, float | None] = {
-        "params": result.trainable_params / 1e6,
-        "updates": float(budget.optimizer_steps),
-        "tflops": None if budget.train_flops is None else budget.train_flops / 1e12,
-        "wall": result.wall_time_s,
-        "S_delta": None, "P_delta": None, "CK_delta": None, "sigma": None, "mu": None, "alpha": None,
-        "P_delta_paper": p_delta_paper,
-    }
-    scale = accuracy_scale(result)
-    if result.is_reference and result.reference:
-        last = max(result.reference, key=lambda r: r.session)
-        out["sigma"] = last.tasks[0] * scale if last.tasks else None
-        out["alpha"] = last.all * scale
-    elif metrics is not None:
-        out.update(S_delta=metrics.S_delta, P_delta=metrics.P_delta, CK_delta=metrics.CK_delta,
-                   sigma=metrics.sigma * scale, mu=metrics.mu * scale, alpha=metrics.alpha * scale)
-    return out
-
-
 @dataclass(frozen=True)
 class Stat:
-    """Mean ± sample standard deviation over seeds; ``std`` is None for a single value."""
+    """Mean ± sample standard deviation over seeds, as ``seed_stats`` computes it; ``std`` is None
+    for a single value, ``mean`` None when no run had the value."""
 
     mean: float | None
     std: float | None
     n: int
 
     @classmethod
+    def from_stats(cls, stats: pd.Series, key: str) -> Stat:
+        """One key of one group of a ``seed_stats`` frame (NaN -> None)."""
+        n = int(stats[(key, "count")])
+        mean, std = float(stats[(key, "mean")]), float(stats[(key, "std")])
+        return cls(mean if n else None, std if n > 1 and math.isfinite(std) else None, n)
+
+    @classmethod
     def of(cls, values: Iterable[float | None]) -> Stat:
-        xs = [float(v) for v in values if v is not None and math.isfinite(v)]
+        """The stat of one list of values (None or non-finite: missing), by the same pandas rule."""
+        xs = [math.nan if v is None else float(v) for v in values]
         if not xs:
             return cls(None, None, 0)
-        mean = sum(xs) / len(xs)
-        std = math.sqrt(sum((x - mean) ** 2 for x in xs) / (len(xs) - 1)) if len(xs) > 1 else None
-        if std is not None and std <= 1e-12 * max(1.0, abs(mean)):
-            std = 0.0  # identical values up to rounding error
-        return cls(mean, std, len(xs))
+        return cls.from_stats(seed_stats(pd.DataFrame({"v": xs, "method": ""}), ["v"]).iloc[0], "v")
 
 
-def fmt_number(value: float | None, column: Column) -> str:
-    """The column's display precision; "–" for a missing value."""
-    if value is None:
-        return "–"
-    if column.key == "tflops" and 0 < abs(value) < 0.01:
-        return f"{value:.2e}"
-    return f"{value:,.{column.digits}f}" if column.digits == 0 else f"{value:.{column.digits}f}"
-
-
-def rank_value(stat: Stat, column: Column) -> float | None:
+def rank_value(stat: Stat, column: MetricInfo) -> float | None:
     """The value a column ranks by: the mean rounded to display precision (as a reader compares)."""
-    if stat.mean is None:
-        return None
-    return round(stat.mean, column.digits if column.key != "tflops" else 6)
+    return None if stat.mean is None else round(stat.mean, rank_precision(column))
 
 
 def marks(values: Sequence[float | None], direction: Direction) -> list[str]:
@@ -225,6 +162,7 @@ class MethodRow:
     runs: list[Entry]
     stats: dict[str, Stat]
     color: str = ""
+    dash: str = "solid"  # matplotlib line style, for rows that share a colour
     marks: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -238,11 +176,19 @@ class MethodRow:
 
     @classmethod
     def of(cls, entries: list[Entry]) -> MethodRow:
+        """The row of one method's runs: mean ± std of every column over them (``seed_stats``)."""
         entries = sorted(entries, key=lambda e: e.result.seed)
-        per_run = [run_values(e.result, e.metrics, e.p_delta_paper) for e in entries]
-        stats = {c.key: Stat.of(v[c.key] for v in per_run) for c in COLUMNS}
+        stats = seed_stats(entry_frame(entries), [c.key for c in COLUMNS]).iloc[0]
         first = entries[0]
-        return cls(method=first.method, family=first.family, runs=entries, stats=stats)
+        return cls(method=first.method, family=first.family, runs=entries,
+                   stats={c.key: Stat.from_stats(stats, c.key) for c in COLUMNS})
+
+
+def entry_frame(entries: Sequence[Entry]) -> pd.DataFrame:
+    """The tidy per-run frame (``harness.tidy.runs_frame``) of these entries, labelled by their rows."""
+    return runs_frame([e.result for e in entries], metrics={e.run_id: e.metrics for e in entries},
+                      labels={e.run_id: e.method for e in entries},
+                      extra={e.run_id: {"P_delta_paper": e.p_delta_paper} for e in entries})
 
 
 @dataclass(eq=False)
@@ -273,9 +219,18 @@ class Board:
         return sorted({s for row in self.rows for s in row.seeds})
 
 
-PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
-           "#bcbd22", "#7f7f7f", "#393b79", "#ad494a", "#637939", "#8c6d31", "#7b4173", "#3182bd")
-JOINT_COLOR = "#111111"
+# Okabe & Ito's colour-blind-safe palette (yellow left out: unreadable on white; black is the joint
+# model's). Past six methods the colours repeat with another line style, so no two rows look alike.
+PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9")
+DASHES = ("solid", "dashed", "dotted", "dashdot")
+JOINT_COLOR = "#000000"
+
+
+def assign_styles(rows: Sequence[MethodRow]) -> None:
+    """Colour and line style per method, by name (a method keeps its look when rows are re-sorted)."""
+    for i, row in enumerate(sorted(rows, key=lambda r: r.method)):
+        row.color = PALETTE[i % len(PALETTE)]
+        row.dash = DASHES[(i // len(PALETTE)) % len(DASHES)]
 
 
 def _current_hash(name: str, entries: Sequence[Entry]) -> tuple[str, str, object | None]:
@@ -363,8 +318,7 @@ def summarize_protocol(name: str, entries: list[Entry]) -> Board:
         return (s if s is not None else math.inf, row.method)
 
     rows.sort(key=order)
-    for i, row in enumerate(sorted(rows, key=lambda r: r.method)):
-        row.color = PALETTE[i % len(PALETTE)]
+    assign_styles(rows)
     for column in COLUMNS:
         for row, mark in zip(rows, marks([rank_value(r.stats[column.key], column) for r in rows], column.direction)):
             row.marks[column.key] = mark
@@ -400,23 +354,21 @@ def summarize(entries: Iterable[Entry]) -> list[Board]:
     return [summarize_protocol(name, groups[name]) for name in sorted(groups)]
 
 
+def boards_frame(boards: Sequence[Board]) -> pd.DataFrame:
+    """The tidy per-run frame of what the tables average: every ranked run and every joint run in use
+    (``is_reference``), one row each, with the row it belongs to as ``method``."""
+    return entry_frame([e for b in boards for e in b.ranked_runs + [b.joints[s] for s in sorted(b.joints)]])
+
+
 # ------------------------------------------------------------------------------------ text table
 
 
-def fmt_std(stat: Stat, column: Column) -> str | None:
-    """The ± part: one more digit than the mean for the gaps (as the paper prints it); none when 0."""
-    if stat.std is None or stat.std == 0:
-        return None
-    digits = column.digits + 1 if column.digits >= 3 else column.digits
-    return f"{stat.std:.{digits}f}"
-
-
-def cell_text(stat: Stat, column: Column, runs: int = 0) -> str:
+def cell_text(stat: Stat, column: MetricInfo, runs: int = 0) -> str:
     """"mean ± std", with "(n of runs)" when only some of the row's runs had the value."""
     if stat.mean is None:
         return "–"
-    text = fmt_number(stat.mean, column)
-    std = fmt_std(stat, column)
+    text = format_value(stat.mean, column)
+    std = format_std(stat.std, column)
     text = f"{text} ± {std}" if std else text
     return f"{text} ({stat.n} of {runs})" if 0 < stat.n < runs else text
 
@@ -424,7 +376,7 @@ def cell_text(stat: Stat, column: Column, runs: int = 0) -> str:
 def format_table(boards: Sequence[Board], fmt: Literal["markdown", "text"] = "markdown") -> str:
     """The aggregated numbers as a Markdown (best **bold**, 2nd _italic_) or plain-text table."""
     out: list[str] = []
-    headers = ["method", "seeds"] + [f"{c.label}{' (' + c.unit + ')' if c.unit else ''} {c.arrow}" for c in COLUMNS]
+    headers = ["method", "seeds"] + [f"{c.symbol}{' (' + c.unit + ')' if c.unit else ''} {c.arrow}" for c in COLUMNS]
     for board in boards:
         title = f"{board.name} (protocol hash {board.current_hash})"
         out.append(f"## {title}" if fmt == "markdown" else title)

@@ -54,10 +54,12 @@ def build(results: Path | None, tracking_uri: str | None, out: Path, mlflow_ui: 
 @_results_option
 @_tracking_option
 @click.option("--protocol", "-p", "protocols", multiple=True, help="only this protocol (repeatable)")
-@click.option("--format", "fmt", type=click.Choice(["markdown", "text"]), default="markdown", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["markdown", "text", "csv"]), default="markdown",
+              show_default=True, help="csv: one row per run the table averages (the tidy frame), for pandas & co.")
 def table(results: Path | None, tracking_uri: str | None, protocols: tuple[str, ...], fmt: str) -> None:
-    """Print the leaderboard's aggregated numbers (mean ± std over seeds) as a Markdown or text table."""
-    from .aggregate import format_table, summarize
+    """Print the leaderboard's aggregated numbers (mean ± std over seeds) as a Markdown or text table,
+    or the per-run numbers behind them as CSV."""
+    from .aggregate import boards_frame, format_table, summarize
     from .sources import load
 
     if results is not None and tracking_uri is not None:
@@ -76,5 +78,8 @@ def table(results: Path | None, tracking_uri: str | None, protocols: tuple[str, 
         boards = [b for b in boards if b.name in protocols]
     if not boards:
         click.echo(f"No results in {loaded.origin}.")
+        return
+    if fmt == "csv":
+        click.echo(boards_frame(boards).to_csv(index=False), nl=False)
         return
     click.echo(format_table(boards, fmt), nl=False)

@@ -1,361 +1,299 @@
-"""Static SVG line plots, written by hand: no plotting library, no JavaScript needed to read them.
+"""Static SVG plots drawn by matplotlib (Agg, no pyplot state) from the tidy curves frame.
 
-Every piece of text that came from a result (method names) is XML-escaped here, since these files
-are written outside the (autoescaping) templates.
+Every plot reads ``harness.tidy.curves_frame``: mean over seeds with a ± std band per method, the
+joint model's accuracy at the end of each session as stars, dotted session boundaries. The
+stability gap lives in the first updates of each session, so the old-class figure and each run's
+figure add a row of small multiples zoomed on the first ``ZOOM_FRACTION`` of every session.
+
+Text stays text in the SVG (``svg.fonttype: none``), which matplotlib XML-escapes; a ``$`` in a
+name from a result is escaped so it never turns into mathtext. Colours are colour-blind safe
+(Okabe & Ito, ``aggregate.PALETTE``); rows past the palette differ by line style too.
 """
 
 from __future__ import annotations
 
+import io
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from html import escape
+from dataclasses import dataclass
 
-from ..harness.curves import SessionCurve
+import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.ticker import EngFormatter
 
-from .aggregate import JOINT_COLOR, Board, Entry, MethodRow, accuracy_scale
+from ..harness.tidy import curves_frame, references_frame
 
-Point = tuple[float, float]
+from .aggregate import JOINT_COLOR, PALETTE, Board, Entry
+
+ZOOM_FRACTION = 0.2  # the zoomed panels show this share of each session's updates (at least ZOOM_POINTS points)
+ZOOM_POINTS = 3
+MAX_ZOOM_COLUMNS = 6
+
+STYLE = {
+    "svg.fonttype": "none",  # real <text>: selectable, escaped, readable by a screen reader
+    "svg.hashsalt": "bench-leaderboard",  # stable element ids: the same results give the same file
+    "font.family": "sans-serif",
+    "font.sans-serif": ["DejaVu Sans", "Helvetica", "Arial"],
+    "font.size": 9,
+    "axes.titlesize": 10,
+    "axes.titleweight": "bold",
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.color": "#e6e6e6",
+    "grid.linewidth": 0.6,
+    "legend.frameon": False,
+}
 
 
-@dataclass
-class Series:
+@dataclass(frozen=True)
+class Line:
+    """One plotted series: a label and its look (``frame`` rows are selected by ``method``)."""
+
+    method: str
     label: str
     color: str
-    points: list[Point]
-    band: list[tuple[float, float, float]] = field(default_factory=list)  # (x, low, high)
-    dashed: bool = False
+    dash: str = "solid"
 
 
-@dataclass
-class Markers:
-    label: str
-    color: str
-    points: list[Point]
+def plain(text: str) -> str:
+    """Text from a result, shown as typed: matplotlib would read ``$..$`` as mathtext."""
+    return text.replace("\\", "\\\\").replace("$", r"\$")
 
 
-# ------------------------------------------------------------------------------------- geometry
+def to_svg(fig: Figure) -> str:
+    """The figure as an SVG document (no date in it: the same results give the same file)."""
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", metadata={"Date": None})
+    return buf.getvalue()
 
 
-def nice_step(span: float, target: int) -> float:
-    """A 1/2/5 × 10^k step giving about ``target`` ticks over ``span``."""
-    if span <= 0:
-        return 1.0
-    raw = span / max(target, 1)
-    mag = 10 ** math.floor(math.log10(raw))
-    for m in (1, 2, 2.5, 5, 10):
-        if raw <= m * mag:
-            return m * mag
-    return 10 * mag
+def legend(fig: Figure, ax: Axes, ncols: int) -> None:
+    """One legend under the figure, for the main panel's series (the zoomed panels repeat them)."""
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=max(1, min(ncols, len(labels))))
 
 
-def _ticks(lo: float, hi: float, target: int) -> list[float]:
-    step = nice_step(hi - lo, target)
-    start = math.ceil(lo / step - 1e-9) * step
-    out, v = [], start
-    while v <= hi + 1e-9 * max(1.0, abs(hi)):
-        out.append(round(v, 10))
-        v += step
-    return out
+# ------------------------------------------------------------------------------------ drawing
 
 
-def _fmt_tick(v: float) -> str:
-    if abs(v) >= 1000 and float(v).is_integer():
-        return f"{v / 1000:g}k" if v % 1000 == 0 else f"{int(v):,}"
-    return f"{v:g}"
+def mean_band(frame: pd.DataFrame, key: str, x: str, within: Sequence[str] = ("session",)) -> pd.DataFrame:
+    """Per method, ``within`` group and ``x``: mean and sample std over the runs (seeds) of ``key`` in %.
+
+    Grouping by session keeps a session's last point and the next one's first apart although they
+    share a global update (the old classes change between them).
+    """
+    values = frame.assign(value=frame[key] * frame["scale"])
+    keys = ["method", *within, x]
+    return values.groupby(keys, sort=True)["value"].agg(["mean", "std", "count"]).reset_index()
 
 
-def _text_width(text: str, size: float = 12) -> float:
-    return len(text) * size * 0.6
+def draw_lines(ax: Axes, stats: pd.DataFrame, lines: Sequence[Line], x: str) -> None:
+    """Mean line per method, and a ± std band where more than one run contributed."""
+    for line in lines:
+        s = stats[stats["method"] == line.method]
+        if s.empty:
+            continue
+        ax.plot(s[x], s["mean"], color=line.color, linestyle=line.dash, linewidth=1.6, label=line.label)
+        band = s[s["count"] > 1]
+        if not band.empty:
+            ax.fill_between(band[x], band["mean"] - band["std"], band["mean"] + band["std"], color=line.color,
+                            alpha=0.15, linewidth=0)
 
 
-def line_plot(
-    series: Sequence[Series],
-    markers: Sequence[Markers] = (),
-    *,
-    title: str,
-    x_label: str,
-    y_label: str,
-    boundaries: Sequence[tuple[float, str]] = (),
-    width: int = 760,
-    height: int = 300,
-    y_range: tuple[float, float] | None = None,
-) -> str:
-    """An SVG document: lines (with optional ± bands), star markers, dotted session boundaries, legend."""
-    left, right, top, bottom = 56, 18, 44, 42
-    # legend rows under the plot
-    entries = [(s.label, s.color, "line", s.dashed) for s in series] + [(m.label, m.color, "star", False) for m in markers]
-    rows: list[list[tuple[str, str, str, bool, float]]] = [[]]
-    x_cursor = left
-    for label, color, kind, dashed in entries:
-        w = 30 + _text_width(label) + 18
-        if x_cursor + w > width - right and rows[-1]:
-            rows.append([])
-            x_cursor = left
-        rows[-1].append((label, color, kind, dashed, x_cursor))
-        x_cursor += w
-    legend_h = 20 * len(rows) if entries else 0
-    total_h = height + legend_h
-    pw, ph = width - left - right, height - top - bottom
-
-    xs = [p[0] for s in series for p in s.points] + [p[0] for m in markers for p in m.points]
-    xs += [b[0] for b in boundaries]
-    ys = [p[1] for s in series for p in s.points] + [p[1] for m in markers for p in m.points]
-    ys = [y for y in ys if math.isfinite(y)]
-    if ys:  # the ± bands widen the range, but never past 0..100 when the lines stay inside it
-        band = [v for s in series for _, lo, hi in s.band for v in (lo, hi)]
-        ys += [min(100.0, v) if max(ys) <= 100 else v for v in band if v >= 0 or min(ys) < 0]
-    x0, x1 = (min(xs), max(xs)) if xs else (0.0, 1.0)
-    if x1 <= x0:
-        x1 = x0 + 1
-    if y_range:
-        y0, y1 = y_range
-    elif ys:
-        lo, hi = min(ys), max(ys)
-        pad = max((hi - lo) * 0.06, 0.5)
-        y0, y1 = max(0.0, lo - pad), min(100.0, hi + pad) if hi <= 100 else hi + pad
-        step = nice_step(y1 - y0, 5)
-        y0, y1 = math.floor(y0 / step) * step, math.ceil(y1 / step) * step
-    else:
-        y0, y1 = 0.0, 100.0
-    if y1 <= y0:
-        y1 = y0 + 1
-
-    def sx(x: float) -> float:
-        return left + (x - x0) / (x1 - x0) * pw
-
-    def sy(y: float) -> float:
-        return top + (1 - (y - y0) / (y1 - y0)) * ph
-
-    out: list[str] = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {total_h}" width="{width}" height="{total_h}" '
-        f'role="img" aria-label="{escape(title)}" font-family="system-ui, -apple-system, Segoe UI, Roboto, Helvetica, Arial, sans-serif" font-size="12">',
-        f"<title>{escape(title)}</title>",
-        f'<rect x="0" y="0" width="{width}" height="{total_h}" fill="#ffffff"/>',
-        f'<text x="{left}" y="20" font-size="14" font-weight="600" fill="#1a1a1a">{escape(title)}</text>',
-    ]
-    # grid + axes
-    for t in _ticks(y0, y1, 5):
-        y = sy(t)
-        out.append(f'<line x1="{left}" y1="{y:.1f}" x2="{left + pw}" y2="{y:.1f}" stroke="#e6e6e6"/>')
-        out.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end" fill="#555">{_fmt_tick(t)}</text>')
-    for t in _ticks(x0, x1, 8):
-        x = sx(t)
-        out.append(f'<line x1="{x:.1f}" y1="{top + ph}" x2="{x:.1f}" y2="{top + ph + 4}" stroke="#888"/>')
-        out.append(f'<text x="{x:.1f}" y="{top + ph + 17}" text-anchor="middle" fill="#555">{_fmt_tick(t)}</text>')
-    out.append(f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#bbb"/>')
-    out.append(f'<text x="{left + pw / 2:.1f}" y="{top + ph + 34}" text-anchor="middle" fill="#333">{escape(x_label)}</text>')
-    out.append(f'<text transform="translate(15 {top + ph / 2:.1f}) rotate(-90)" text-anchor="middle" fill="#333">{escape(y_label)}</text>')
-    # session boundaries
-    for bx, label in boundaries:
-        x = sx(bx)
-        if left < x < left + pw:
-            out.append(f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{top + ph}" stroke="#999" stroke-dasharray="2 3"/>')
-    for i, (bx, label) in enumerate(boundaries):
-        nxt = boundaries[i + 1][0] if i + 1 < len(boundaries) else x1
-        if label:
-            out.append(f'<text x="{(sx(bx) + sx(nxt)) / 2:.1f}" y="{top - 5}" text-anchor="middle" fill="#777" font-size="11">{escape(label)}</text>')
-    # clip lines to the plot area
-    out.append(f'<defs><clipPath id="plot"><rect x="{left}" y="{top}" width="{pw}" height="{ph}"/></clipPath></defs>')
-    out.append('<g clip-path="url(#plot)">')
-    for s in series:
-        if len(s.band) >= 2:
-            upper = " ".join(f"{sx(x):.1f},{sy(hi):.1f}" for x, _, hi in s.band)
-            lower = " ".join(f"{sx(x):.1f},{sy(lo):.1f}" for x, lo, _ in reversed(s.band))
-            out.append(f'<polygon points="{upper} {lower}" fill="{s.color}" fill-opacity="0.14" stroke="none"/>')
-    for s in series:
-        for segment in _segments(s.points):
-            pts = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in segment)
-            dash = ' stroke-dasharray="6 4"' if s.dashed else ""
-            out.append(f'<polyline points="{pts}" fill="none" stroke="{s.color}" stroke-width="1.8" '
-                       f'stroke-linejoin="round"{dash}><title>{escape(s.label)}</title></polyline>')
-    out.append("</g>")
-    for m in markers:
-        for x, y in m.points:
-            out.append(f'<path d="{_star(sx(x), sy(y), 7)}" fill="{m.color}" stroke="#fff" stroke-width="0.8">'
-                       f"<title>{escape(m.label)}: {y:.2f}</title></path>")
-    # legend
-    for r, row in enumerate(rows):
-        y = height + 6 + r * 20
-        for label, color, kind, dashed, x in row:
-            if kind == "line":
-                dash = ' stroke-dasharray="6 4"' if dashed else ""
-                out.append(f'<line x1="{x}" y1="{y}" x2="{x + 24}" y2="{y}" stroke="{color}" stroke-width="2.5"{dash}/>')
-            else:
-                out.append(f'<path d="{_star(x + 12, y, 7)}" fill="{color}"/>')
-            out.append(f'<text x="{x + 30}" y="{y + 4}" fill="#222">{escape(label)}</text>')
-    out.append("</svg>")
-    return "\n".join(out) + "\n"
+def session_starts(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per session: its first and last global update (from any run: a protocol fixes them)."""
+    first = frame.drop_duplicates("session").sort_values("session")
+    start = first["global_update"] - first["update"]
+    return pd.DataFrame({"session": first["session"].to_numpy(), "start": start.to_numpy(),
+                         "end": (start + first["total_updates"]).to_numpy()})
 
 
-def _segments(points: Sequence[Point]) -> list[list[Point]]:
-    """Split a line where the x values restart (a new session) or a value is missing."""
-    segs: list[list[Point]] = [[]]
-    for p in points:
-        if segs[-1] and p[0] < segs[-1][-1][0]:
-            segs.append([])
-        if math.isfinite(p[1]):
-            segs[-1].append(p)
-    return [s for s in segs if len(s) >= 1]
+def draw_sessions(ax: Axes, sessions: pd.DataFrame) -> None:
+    """Dotted boundaries and an S_j label above each session."""
+    for row in sessions.itertuples():
+        if row.start > 0:
+            ax.axvline(row.start, color="#999999", linestyle=":", linewidth=0.9)
+        ax.annotate(f"S{row.session}", xy=((row.start + row.end) / 2, 1.0), xycoords=("data", "axes fraction"),
+                    ha="center", va="bottom", fontsize=8, color="#666666")
 
 
-def _star(cx: float, cy: float, r: float) -> str:
-    pts = []
-    for k in range(10):
-        rad = r if k % 2 == 0 else r * 0.45
-        a = -math.pi / 2 + k * math.pi / 5
-        pts.append(f"{cx + rad * math.cos(a):.1f},{cy + rad * math.sin(a):.1f}")
-    return "M" + " L".join(pts) + " Z"
+def draw_joint(ax: Axes, refs: pd.DataFrame, key: str, sessions: pd.DataFrame, label: str) -> None:
+    """Stars: the joint model at the end of each session (mean over the seeds in use)."""
+    if refs.empty:
+        return
+    ends = sessions.set_index("session")["end"]
+    joint = (refs[key] * refs["scale"]).groupby(refs["session"]).mean()
+    joint = joint[joint.index.isin(ends.index)]
+    if not joint.empty:
+        ax.plot(ends[joint.index], joint.to_numpy(), linestyle="none", marker="*", markersize=11,
+                color=JOINT_COLOR, markeredgecolor="white", markeredgewidth=0.6, label=label, zorder=5)
 
 
-# --------------------------------------------------------------------------------- curve data
+def first_updates(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows of each session's first ``ZOOM_FRACTION`` of updates, and at least its first
+    ``ZOOM_POINTS`` eval points after update 0 (a sparse schedule still shows a dip)."""
+    return frame[(frame["fraction"] <= ZOOM_FRACTION + 1e-9) | (frame["point"] <= ZOOM_POINTS)]
 
 
-def _interp(xs: Sequence[float], ys: Sequence[float], x: float) -> float:
-    if x <= xs[0]:
-        return ys[0]
-    for i in range(1, len(xs)):
-        if x <= xs[i]:
-            t = (x - xs[i - 1]) / (xs[i] - xs[i - 1])
-            return ys[i - 1] + t * (ys[i] - ys[i - 1])
-    return ys[-1]
+def draw_zoom_row(fig: Figure, grid, frame: pd.DataFrame, refs: pd.DataFrame, lines: Sequence[Line],
+                  key: str = "old") -> None:
+    """One small panel per session on its first updates (the stability-gap dip), shared y axis,
+    with the joint model's end-of-session accuracy as a dashed level."""
+    zoom = first_updates(frame)
+    sessions = sorted(zoom["session"].unique())
+    joint = (refs[key] * refs["scale"]).groupby(refs["session"]).mean() if not refs.empty else pd.Series(dtype=float)
+    cols = min(len(sessions), MAX_ZOOM_COLUMNS)
+    sub = grid.subgridspec(math.ceil(len(sessions) / cols), cols)
+    share = None
+    for i, session in enumerate(sessions):
+        ax = fig.add_subplot(sub[i // cols, i % cols], sharey=share)
+        share = share or ax
+        part = zoom[zoom["session"] == session]
+        draw_lines(ax, mean_band(part, key, "update"), lines, "update")
+        if session in joint.index:
+            ax.axhline(joint[session], color=JOINT_COLOR, linestyle="--", linewidth=1.0)
+        ax.set_title(f"S{session}: first {int(part['update'].max()):,} of {int(part['total_updates'].iloc[0]):,} updates",
+                     fontsize=8, fontweight="normal")
+        ax.xaxis.set_major_formatter(EngFormatter(sep=""))
+        if i % cols == 0:
+            ax.set_ylabel(f"{key}-class acc. (%)")
+        else:
+            ax.tick_params(labelleft=False)
 
 
-def _mean_std(values: Sequence[float]) -> tuple[float, float]:
-    m = sum(values) / len(values)
-    s = math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else 0.0
-    return m, s
+def stream_axes(ax: Axes, sessions: pd.DataFrame, y_label: str) -> None:
+    draw_sessions(ax, sessions)
+    ax.set_xlabel("updates (all learning sessions)")
+    ax.set_ylabel(y_label)
+    ax.xaxis.set_major_formatter(EngFormatter(sep=""))
+    lo, hi = sessions["start"].min(), sessions["end"].max()
+    ax.set_xlim(lo, hi + 0.015 * (hi - lo))  # room for the last session's star
 
 
-def _global(curves: Sequence[SessionCurve], key: str, scale: float) -> tuple[list[float], list[float]]:
-    """One run's accuracy over all sessions: x = updates since the first learning session began."""
-    xs: list[float] = []
-    ys: list[float] = []
-    offset = 0
-    for c in sorted(curves, key=lambda c: c.session):
-        xs += [offset + u for u in c.updates]
-        ys += [v * scale for v in getattr(c, key)]
-        offset += c.total_updates
-    return xs, ys
+# ------------------------------------------------------------------------------- board plots
 
 
-def _average_over_sessions(curves: Sequence[SessionCurve], key: str, scale: float) -> tuple[list[float], list[float]]:
-    """The mean curve over sessions, on the first session's eval points (paper Fig. 1b)."""
-    ordered = sorted(curves, key=lambda c: c.session)
-    grid = [float(u) for u in ordered[0].updates]
-    ys = [sum(_interp(c.updates, getattr(c, key), x) for c in ordered) / len(ordered) * scale for x in grid]
-    return grid, ys
+def board_lines(board: Board) -> list[Line]:
+    return [Line(row.method, plain(f"{row.method} (n={len(row.runs)})" if len(row.runs) > 1 else row.method),
+                 row.color, row.dash) for row in board.rows]
 
 
-def _seed_mean(runs: Sequence[tuple[list[float], list[float]]]) -> tuple[list[Point], list[tuple[float, float, float]]]:
-    """Mean ± std over seeds on the first run's x grid (seeds share eval points under one protocol)."""
-    xs = runs[0][0]
-    points, band = [], []
-    for i, x in enumerate(xs):
-        vals = [ys[i] if len(rx) == len(xs) and rx[i] == x else _interp(rx, ys, x) for rx, ys in runs]
-        m, s = _mean_std(vals)
-        points.append((x, m))
-        band.append((x, m - s, m + s))
-    return points, (band if len(runs) > 1 else [])
+def board_frames(board: Board) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The curves of the ranked runs and the joint references in use, labelled by their rows."""
+    runs = [e for row in board.rows for e in row.runs]
+    curves = curves_frame([e.result for e in runs], labels={e.run_id: e.method for e in runs})
+    refs = references_frame([e.result for e in board.joints.values()])
+    return curves, refs
 
 
-def _row_series(row: MethodRow, key: str, average: bool) -> Series:
-    curves = [(e.result.curves, accuracy_scale(e.result)) for e in row.runs]
-    per_run = [(_average_over_sessions if average else _global)(c, key, s) for c, s in curves]
-    points, band = _seed_mean(per_run)
-    n = len(row.runs)
-    return Series(label=f"{row.method} (n={n})" if n > 1 else row.method, color=row.color, points=points, band=band)
-
-
-def _joint_markers(board: Board, key: str, average: bool) -> Markers | None:
-    """The joint model's accuracy at the end of each session, mean over the seeds in use."""
-    joints = list(board.joints.values())
-    template = board.rows[0].runs[0].result.curves if board.rows else None
-    if not joints or not template:
-        return None
-    ends: dict[int, float] = {}
-    offset = 0
-    for c in sorted(template, key=lambda c: c.session):
-        offset += c.total_updates
-        ends[c.session] = offset
-    per_session: dict[int, list[float]] = {}
-    for j in joints:
-        scale = accuracy_scale(j.result)
-        for ref in j.result.reference:
-            per_session.setdefault(ref.session, []).append(getattr(ref, key) * scale)
-    means = {s: sum(v) / len(v) for s, v in per_session.items() if s in ends}
-    if not means:
-        return None
-    if average:
-        last = max(c.updates[-1] for c in template)
-        return Markers("joint (upper bound)", JOINT_COLOR, [(float(last), sum(means.values()) / len(means))])
-    return Markers("joint (upper bound)", JOINT_COLOR, [(ends[s], v) for s, v in sorted(means.items())])
-
-
-def _boundaries(board: Board) -> list[tuple[float, str]]:
-    if not board.rows:
-        return []
-    out, offset = [], 0
-    for c in sorted(board.rows[0].runs[0].result.curves, key=lambda c: c.session):
-        out.append((float(offset), f"S{c.session}"))
-        offset += c.total_updates
-    return out
-
-
-PLOTS: tuple[tuple[str, str, str, bool, int], ...] = (
-    # (file stem, curve key, title, averaged over sessions, width): the first is shown full width
-    ("old", "old", "Old-class accuracy over all sessions (the stability gap)", False, 1160),
-    ("new", "new", "New-class accuracy over all sessions", False, 460),
-    ("all", "all", "All-class accuracy over all sessions", False, 460),
-    ("old-avg", "old", "Old-class accuracy, average over sessions", True, 460),
+PLOTS: tuple[tuple[str, str, str], ...] = (
+    # (file stem, curve column, title): "old" is shown full width with the zoomed row under it
+    ("old", "old", "Old-class accuracy: the stability gap"),
+    ("new", "new", "New-class accuracy"),
+    ("all", "all", "All-class accuracy"),
+    ("pretrain", "task_1", "Pre-training classes (session 1) only"),
+    ("old-avg", "old", "Old-class accuracy, mean over sessions"),
 )
+
+
+def stream_figure(curves: pd.DataFrame, refs: pd.DataFrame, lines: Sequence[Line], key: str, title: str,
+                  zoom: bool, width: float) -> Figure:
+    """Accuracy over the whole stream (and, with ``zoom``, the first updates of each session below)."""
+    fig = Figure(figsize=(width, 5.4 if zoom else 3.6), layout="constrained")
+    grid = fig.add_gridspec(2 if zoom else 1, 1, height_ratios=[1.5, 1] if zoom else [1])
+    ax = fig.add_subplot(grid[0])
+    sessions = session_starts(curves)
+    draw_lines(ax, mean_band(curves, key, "global_update"), lines, "global_update")
+    draw_joint(ax, refs, key, sessions, "joint (upper bound)")
+    what = "pre-training-class" if key == "task_1" else f"{key}-class"
+    stream_axes(ax, sessions, f"{what} accuracy (%)")
+    ax.set_title(title, loc="left", pad=14)
+    if zoom:
+        draw_zoom_row(fig, grid[1], curves, refs, lines, key)
+    legend(fig, ax, 4 if width > 8 else 2)
+    return fig
+
+
+def average_figure(curves: pd.DataFrame, refs: pd.DataFrame, lines: Sequence[Line], title: str) -> Figure:
+    """Old-class accuracy averaged over sessions at each update within a session (paper Fig. 1b)."""
+    fig = Figure(figsize=(5.2, 3.6), layout="constrained")
+    ax = fig.add_subplot()
+    per_run = (curves.groupby(["method", "run_id", "update"], sort=True)
+               .agg(old=("old", "mean"), scale=("scale", "first")).reset_index())
+    draw_lines(ax, mean_band(per_run, "old", "update", within=()), lines, "update")
+    if not refs.empty:
+        level = (refs["old"] * refs["scale"]).groupby(refs["run_id"]).mean().mean()
+        ax.axhline(level, color=JOINT_COLOR, linestyle="--", linewidth=1.0, label="joint (mean over sessions)")
+    ax.set_xlabel("updates within a session")
+    ax.set_ylabel("old-class accuracy (%)")
+    ax.xaxis.set_major_formatter(EngFormatter(sep=""))
+    ax.set_title(title, loc="left")
+    legend(fig, ax, 2)
+    return fig
 
 
 def board_plots(board: Board) -> dict[str, tuple[str, str]]:
     """``stem -> (title, svg)`` for one protocol; empty when nothing is ranked."""
     if not board.rows:
         return {}
+    curves, refs = board_frames(board)
+    lines = board_lines(board)
     out = {}
-    for stem, key, title, average, width in PLOTS:
-        series = [_row_series(row, key, average) for row in board.rows]
-        marker = _joint_markers(board, key, average)
-        svg = line_plot(
-            series, [marker] if marker else [], title=title,
-            x_label="updates within a session" if average else "updates (all learning sessions)",
-            y_label=f"{key}-class accuracy (%)",
-            boundaries=[] if average else _boundaries(board),
-            width=width, height=340 if width > 1000 else 300,
-        )
-        out[stem] = (title, svg)
+    with matplotlib.rc_context(STYLE):
+        for stem, key, title in PLOTS:
+            if stem == "old-avg":
+                fig = average_figure(curves, refs, lines, title)
+            else:
+                fig = stream_figure(curves, refs, lines, key, title, zoom=stem == "old",
+                                    width=11.0 if stem == "old" else 5.2)
+            out[stem] = (title, to_svg(fig))
     return out
 
 
-RUN_COLORS = {"old": "#1f77b4", "new": "#d62728", "all": "#2ca02c"}
+# --------------------------------------------------------------------------------- run plots
+
+RUN_LINES = (  # the run's own curves: which classes, in the palette's first colours
+    ("old", "old classes", PALETTE[0]),
+    ("new", "new classes", PALETTE[1]),
+    ("all", "all classes", PALETTE[2]),
+    ("task_1", "pre-training classes", PALETTE[3]),
+)
 
 
 def run_plot(entry: Entry) -> str | None:
-    """Old / new / all-class accuracy of one run, with its joint reference's old-class accuracy."""
+    """One run: old / new / all / pre-training-class accuracy over the stream with the joint model's
+    old-class accuracy per session, and beside it the first updates of every session overlaid (the
+    stability-gap dip; later sessions darker)."""
     r = entry.result
     if not r.curves:
         return None
-    scale = accuracy_scale(r)
-    series = []
-    for key in ("old", "new", "all"):
-        xs, ys = _global(r.curves, key, scale)
-        series.append(Series(label=f"{key} classes", color=RUN_COLORS[key], points=list(zip(xs, ys))))
-    markers = []
-    if entry.joint is not None:
-        ends, offset = {}, 0
-        for c in sorted(r.curves, key=lambda c: c.session):
-            offset += c.total_updates
-            ends[c.session] = offset
-        js = accuracy_scale(entry.joint.result)
-        pts = [(ends[ref.session], ref.old * js) for ref in entry.joint.result.reference if ref.session in ends]
-        if pts:
-            markers.append(Markers("joint, old classes", JOINT_COLOR, pts))
-    bounds, offset = [], 0
-    for c in sorted(r.curves, key=lambda c: c.session):
-        bounds.append((float(offset), f"S{c.session}"))
-        offset += c.total_updates
-    return line_plot(series, markers, title=f"{r.method.spec}, seed {r.seed}", x_label="updates (all learning sessions)",
-                     y_label="accuracy (%)", boundaries=bounds, height=280)
+    one = curves_frame([r])
+    # one "method" per kind of accuracy, so the same drawing code serves
+    long = pd.concat([one.assign(method=name, value=one[key]) for key, name, _ in RUN_LINES], ignore_index=True)
+    lines = [Line(name, name, color) for _, name, color in RUN_LINES]
+    refs = references_frame([entry.joint.result] if entry.joint is not None else [])
+    sessions = session_starts(one)
+    zoom = first_updates(one)
+    with matplotlib.rc_context(STYLE):
+        fig = Figure(figsize=(9.0, 3.4))
+        fig.subplots_adjust(left=0.07, right=0.99, top=0.86, bottom=0.27, wspace=0.2)
+        grid = fig.add_gridspec(1, 2, width_ratios=[2.6, 1])
+        ax = fig.add_subplot(grid[0])
+        draw_lines(ax, mean_band(long, "value", "global_update"), lines, "global_update")
+        draw_joint(ax, refs, "old", sessions, "joint, old classes")
+        stream_axes(ax, sessions, "accuracy (%)")
+        ax.set_title(plain(f"{r.method.spec}, seed {r.seed}"), loc="left", pad=14)
+        fig.legend(*ax.get_legend_handles_labels(), loc="lower center", ncols=5)
+        dip = fig.add_subplot(grid[1])
+        shades = matplotlib.colormaps["viridis"](np.linspace(0.7, 0.0, len(sessions)))
+        for (session, part), shade in zip(zoom.groupby("session"), shades):
+            dip.plot(part["update"], part["old"] * part["scale"], color=shade, linewidth=1.4, label=f"S{session}")
+        dip.set_title(f"old classes, first {ZOOM_FRACTION:.0%} of each session", fontsize=8, fontweight="normal")
+        dip.set_xlabel("updates within the session")
+        dip.xaxis.set_major_formatter(EngFormatter(sep=""))
+        dip.legend(fontsize=7, ncols=2, loc="lower right")
+        return to_svg(fig)

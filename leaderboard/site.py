@@ -19,23 +19,11 @@ from urllib.parse import quote
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from ..harness.errors import BenchError
+from ..harness.metric_catalog import METRICS, format_std, format_value
 from ..harness.metrics import RECOVERY_FRACTIONS
+from ..harness.tidy import VALUE_KEYS, run_values
 
-from .aggregate import (
-    COLUMN_BY_KEY,
-    COLUMNS,
-    Board,
-    Entry,
-    MethodRow,
-    Stat,
-    assign_slugs,
-    fmt_number,
-    fmt_std,
-    marks,
-    rank_value,
-    run_values,
-    summarize,
-)
+from .aggregate import COLUMN_BY_KEY, COLUMNS, Board, Entry, MethodRow, Stat, assign_slugs, marks, rank_value, summarize
 from .glossary import OMEGA_NOTE, TERMS
 from .plots import board_plots, run_plot
 from .reported import ReportedTable, load_reported
@@ -72,16 +60,20 @@ def protocol_slug(name: str, i: int) -> str:
 def _cell(stat: Stat, key: str, mark: str = "", runs: int = 0) -> dict:
     """One table cell; ``partial`` says how many of the row's runs had the value, when not all did."""
     column = COLUMN_BY_KEY[key]
-    std = fmt_std(stat, column)
+    std = format_std(stat.std, column)
     value = rank_value(stat, column)
-    return {"key": key, "text": fmt_number(stat.mean, column), "std": std, "mark": mark,
+    return {"key": key, "text": format_value(stat.mean, column), "std": std, "mark": mark,
             "value": "" if value is None else repr(value),
             "partial": f"{stat.n} of {runs} runs" if 0 < stat.n < runs else None}
 
 
+SVG_DASHES = {"dashed": "6 3", "dotted": "1.5 2.5", "dashdot": "6 2 1.5 2"}  # the plots' line styles, for the swatch
+
+
 def _row_view(row: MethodRow, run_href: dict[int, str], reference: bool = False) -> dict:
     return {
-        "method": row.method, "family": row.family, "color": row.color, "reference": reference,
+        "method": row.method, "family": row.family, "color": row.color, "dasharray": SVG_DASHES.get(row.dash, ""),
+        "reference": reference,
         "n": len(row.runs), "distribution": row.distribution,
         "runs": [{"seed": e.result.seed, "href": run_href[id(e)]} for e in row.runs],
         "cells": [_cell(row.stats[c.key], c.key, "" if reference else row.marks.get(c.key, ""), len(row.runs))
@@ -237,7 +229,7 @@ def build_site(loaded: Loaded, out: Path, *, mlflow_ui: str | None = None, repor
         for key in ("S_delta", "P_delta", "CK_delta", "min_acc", "wc_acc"):
             now = getattr(entry.metrics, key) if entry.metrics else None
             then = getattr(stored, key) if stored else None
-            compare.append({"key": key, "now": now, "stored": then,
+            compare.append({"key": key, "symbol": METRICS[key].symbol, "now": now, "stored": then,
                             "changed": now is not None and then is not None and abs(now - then) > 5e-4})
         sessions = [c.session for c in sorted(r.curves, key=lambda c: c.session)]
         m = entry.metrics or stored
@@ -245,7 +237,7 @@ def build_site(loaded: Loaded, out: Path, *, mlflow_ui: str | None = None, repor
                     if m else [])
         html = run_tpl.render(
             **common, root="../", entry=entry, r=r, board=board, board_slug=board_slug[id(board)],
-            values=[{"column": c, "text": fmt_number(values[c.key], c)} for c in COLUMNS],
+            values=[{"column": METRICS[k], "text": format_value(values[k], METRICS[k])} for k in VALUE_KEYS],
             compare=compare, sessions=sessions, recovery=recovery, metrics=m,
             plot=f"{entry.slug}.svg" if svg else None, json_href=f"{entry.slug}.json",
             mlflow_href=href, mlflow_hint=hint,

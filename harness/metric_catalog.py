@@ -1,0 +1,163 @@
+"""Every number bench reports, described once: key, symbol, direction, digits, unit, meaning.
+
+The CLI summary (``harness.cli.print_summary``), the leaderboard's columns (``leaderboard.aggregate.COLUMNS``)
+and the glossary page (``leaderboard.glossary``) all read this table, so a symbol, a direction, a
+precision or a sentence cannot disagree between them. ``format_value`` is the one display rule.
+
+``equation`` is constant HTML written here (never data from a result); the glossary marks it safe.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Direction = Literal["min", "max", "ref"]  # ref: a reference the others are scored against, not a score
+
+
+@dataclass(frozen=True)
+class MetricInfo:
+    key: str  # the name in RunResult.metrics, MLflow and the tidy frame
+    symbol: str  # as the paper writes it (Unicode), for text and table headers
+    name: str  # a few words
+    direction: Direction
+    digits: int  # display precision (see ``format_value``)
+    unit: str  # "%", "M", "s" or ""
+    description: str  # one line: header tooltips, the CLI summary
+    meaning: str  # the glossary's paragraph
+    equation: str  # constant HTML for the glossary
+    symbol_html: str = ""  # the symbol with sub/superscripts, when it differs from ``symbol``
+
+    @property
+    def arrow(self) -> str:
+        return {"min": "↓", "max": "↑"}.get(self.direction, "")
+
+    @property
+    def html_symbol(self) -> str:
+        return self.symbol_html or self.symbol
+
+
+def _omega(kind: str, acc: str, ref: str) -> str:
+    """The paper's gap equation (eq. 1-3) for one kind of accuracy, as HTML."""
+    return (f"1 − <sup>1</sup>⁄<sub>N−1</sub> Σ<sub>j=2..N</sub> Ω<sub>j</sub><sup>{kind}</sup>, &nbsp; "
+            f"Ω<sub>j</sub><sup>{kind}</sup> = Σ<sub>i</sub> w<sub>i</sub> · A<sub>i</sub>({acc}) / {ref}({acc})")
+
+
+CATALOG: tuple[MetricInfo, ...] = (
+    MetricInfo("params", "#P", "trainable parameters", "min", 2, "M", "trainable parameters, in millions",
+               "What the method may change: the whole body and head for vanilla rehearsal, the head for "
+               "output-layer-only, LoRA adapters and the head for SGM.",
+               "#P = number of parameters that receive gradient updates (millions)"),
+    MetricInfo("S_delta", "S_Δ", "stability gap", "min", 3, "",
+               "stability gap: old-class accuracy missing vs. the joint model",
+               "How much accuracy on the previously learned classes is missing while a session is learned, "
+               "relative to a joint model trained on everything seen so far. Negative values mean transfer.",
+               "S<sub>Δ</sub> = " + _omega("old", "E<sub>1:j−1</sub>", "A<sub>joint</sub>"), "S<sub>Δ</sub>"),
+    MetricInfo("P_delta", "P_Δ", "plasticity gap", "min", 3, "",
+               "plasticity gap: new-class accuracy missing vs. A_best (the protocol's reference runs, same seed)",
+               "How slowly the new classes of each session are learned, relative to A<sub>best</sub>: the best "
+               "accuracy on them reached by the protocol's reference methods (its best_new_reference, default "
+               "settings, same seed: each seed has its own class order) or by the run itself. A submitted run "
+               "never moves another run's P<sub>Δ</sub>.",
+               "P<sub>Δ</sub> = " + _omega("new", "E<sub>j</sub>", "A<sub>best</sub>"), "P<sub>Δ</sub>"),
+    MetricInfo("P_delta_paper", "P_Δ (paper)", "plasticity gap, paper's form", "min", 3, "",
+               "plasticity gap vs. the best new-class accuracy of any ranked run of the same seed",
+               "P<sub>Δ</sub> as the paper computes it: A<sub>best</sub> is the best accuracy on the new classes "
+               "reached by any ranked run of the protocol with the same seed. It moves when a better learner is "
+               "added, so it is shown beside P<sub>Δ</sub>, not instead of it.",
+               "P<sub>Δ</sub> with A<sub>best</sub> = max over ranked runs", "P<sub>Δ</sub> (paper)"),
+    MetricInfo("CK_delta", "CK_Δ", "continual knowledge gap", "min", 3, "",
+               "continual knowledge gap: all-class accuracy missing vs. the joint model",
+               "The balance of old and new knowledge: accuracy on all classes seen so far, relative to the "
+               "joint model.",
+               "CK<sub>Δ</sub> = " + _omega("all", "E<sub>1:j</sub>", "A<sub>joint</sub>"), "CK<sub>Δ</sub>"),
+    MetricInfo("sigma", "σ", "pre-training accuracy", "max", 2, "%", "final accuracy on the pre-training classes",
+               "Final accuracy on the classes of the deployed model (session 1): what must not be lost.",
+               "σ = A<sub>U<sub>N</sub></sub>(E<sub>1</sub>) &nbsp;(%)"),
+    MetricInfo("mu", "μ", "average accuracy", "max", 2, "%",
+               "mean end-of-session accuracy on all seen classes, sessions 2..N",
+               "Mean over learning sessions of the end-of-session accuracy on all classes seen so far.",
+               "μ = <sup>1</sup>⁄<sub>N−1</sub> Σ<sub>j=2..N</sub> A<sub>U<sub>j</sub></sub>(E<sub>1:j</sub>) &nbsp;(%)"),
+    MetricInfo("alpha", "α", "final accuracy", "max", 2, "%", "final accuracy on all classes",
+               "Accuracy on all classes at the end of the stream, the classic continual-learning number.",
+               "α = A<sub>U<sub>N</sub></sub>(E<sub>1:N</sub>) &nbsp;(%)"),
+    MetricInfo("updates", "updates", "optimizer updates", "min", 0, "",
+               "optimizer updates over all learning sessions",
+               "Optimizer steps over all learning sessions; the protocol fixes U, so equal for every method.",
+               "Σ<sub>j=2..N</sub> U<sub>j</sub>"),
+    MetricInfo("tflops", "train TFLOPs", "training compute", "min", 2, "",
+               "training compute, 10¹² floating-point operations",
+               "Counted by the harness (forward only through frozen parts, forward + backward where gradients "
+               "flow). Shown as “–” until the run recorded FLOPs.",
+               "2 × MACs × samples, summed over the parts each sample passes through, / 10<sup>12</sup>"),
+    MetricInfo("wall", "wall time", "wall-clock time", "min", 1, "s", "wall-clock time of the run, in seconds",
+               "Time the run took on its machine (continual learning only, without the joint reference). "
+               "Only comparable between runs on the same hardware.",
+               "seconds"),
+    MetricInfo("min_acc", "min-ACC", "worst-case old-task accuracy (De Lange et al.)", "max", 2, "%",
+               "De Lange et al.'s worst-case accuracy on the earlier tasks",
+               "Shown on each run's page and in the CLI summary.",
+               "min-ACC = <sup>1</sup>⁄<sub>N−1</sub> Σ<sub>k&lt;N</sub> min<sub>i after k was learned</sub> "
+               "A<sub>i</sub>(E<sub>k</sub>)"),
+    MetricInfo("wc_acc", "WC-ACC", "worst-case accuracy (De Lange et al.)", "max", 2, "%",
+               "De Lange et al.'s worst-case accuracy, final task included",
+               "Shown on each run's page and in the CLI summary.",
+               "WC-ACC = <sup>1</sup>⁄<sub>N</sub> A<sub>final</sub>(E<sub>N</sub>) + (1 − <sup>1</sup>⁄<sub>N</sub>) "
+               "· min-ACC"),
+    MetricInfo("recovery", "recovery@p", "updates to recover old accuracy (paper Table 4)", "min", 0, "",
+               "updates to recover p % of the joint model's old-class accuracy, per session",
+               "0 means no stability gap at all; “–” means the run never recovered in that session.",
+               "first eval point after the drop where A<sub>i</sub>(E<sub>1:j−1</sub>) ≥ p · "
+               "A<sub>joint</sub>(E<sub>1:j−1</sub>), p ∈ {97, 98, 99, 100} %"),
+    MetricInfo("to_best", "to 99% best", "updates to learn the new classes (paper Fig. 5)", "min", 0, "",
+               "updates to reach 99 % of the best new-class accuracy, per session",
+               "How fast a method learns each session's new classes.",
+               "first eval point where A<sub>i</sub>(E<sub>j</sub>) ≥ 0.99 · A<sub>best</sub>(E<sub>j</sub>)"),
+    MetricInfo("A_joint", "A_joint", "joint reference", "ref", 2, "%",
+               "accuracy of a model trained jointly on every session so far",
+               "The upper bound, owned by the harness: the newest complete joint run with the same protocol "
+               "hash and seed as the run scored, made with the protocol's joint settings (a joint run given "
+               "modifiers or --set is never used).",
+               "A<sub>joint</sub>(E) = accuracy on E of a model trained jointly on S<sub>1</sub>..S<sub>j</sub>",
+               "A<sub>joint</sub>"),
+    MetricInfo("A_best", "A_best", "best new-class accuracy", "ref", 2, "%",
+               "best new-class accuracy of the protocol's reference runs (same seed) or the run scored",
+               "Per seed and session, over the runs of the protocol's reference set (best_new_reference, "
+               "default settings, the same seed) and the run being scored: a submitted run never moves "
+               "another run's reference. The paper's form (over every ranked run of the seed) gives "
+               "P<sub>Δ</sub> (paper).",
+               "A<sub>best</sub>(E<sub>j</sub>) = max over reference runs r (and the scored run) and eval "
+               "points i of A<sub>i</sub><sup>r</sup>(E<sub>j</sub>)",
+               "A<sub>best</sub>"),
+)
+METRICS: dict[str, MetricInfo] = {m.key: m for m in CATALOG}
+
+# The leaderboard's columns (the paper's Table 1 plus the budget figures) and the CLI summary's rows.
+TABLE_KEYS: tuple[str, ...] = ("params", "S_delta", "P_delta", "P_delta_paper", "CK_delta", "sigma", "mu", "alpha", "updates",
+                               "tflops", "wall")
+SUMMARY_KEYS: tuple[str, ...] = ("params", "S_delta", "P_delta", "CK_delta", "sigma", "mu", "alpha", "min_acc",
+                                 "wc_acc")
+# Accuracies stored as fractions (or percentages, by the run's own choice) and shown in %.
+ACCURACY_KEYS: tuple[str, ...] = ("sigma", "mu", "alpha", "min_acc", "wc_acc")
+
+
+def format_value(value: float | None, info: MetricInfo) -> str:
+    """The metric's display precision; "–" for a missing value; tiny TFLOPs in scientific notation."""
+    if value is None:
+        return "–"
+    if info.key == "tflops" and 0 < abs(value) < 0.01:
+        return f"{value:.2e}"
+    return f"{value:,.{info.digits}f}" if info.digits == 0 else f"{value:.{info.digits}f}"
+
+
+def format_std(std: float | None, info: MetricInfo) -> str | None:
+    """The ± part: one more digit than the mean for the gaps (as the paper prints it); none when 0 or absent."""
+    if std is None or std == 0:
+        return None
+    digits = info.digits + 1 if info.digits >= 3 else info.digits
+    return f"{std:.{digits}f}"
+
+
+def rank_precision(info: MetricInfo) -> int:
+    """The digits a column ranks at: display precision (as a reader compares), finer for TFLOPs."""
+    return 6 if info.key == "tflops" else info.digits
