@@ -17,7 +17,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from .errors import BenchError, did_you_mean
-from .specfile import format_validation_error
+from .specfile import format_validation_error, safe_yaml
 
 METHOD_GROUP = "bench.methods"
 MODIFIER_GROUP = "bench.modifiers"
@@ -97,7 +97,7 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
         key, eq, value = pair.partition("=")
         if not eq or not key.strip():
             raise BenchError(f"--set {pair!r} must look like key=value (e.g. --set lr=0.001).")
-        out[key.strip()] = yaml.safe_load(value)
+        out[key.strip()] = safe_yaml(value, "--set", repr(pair))
     return out
 
 
