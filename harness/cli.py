@@ -95,15 +95,16 @@ def _run_options(f):
 
 
 def _run_one(protocol, method: str, seed: int, options, tracking_uri: str | None, no_mlflow: bool) -> None:
-    """One run: execute (the JSON is written atomically first), print its summary, mirror it to MLflow."""
+    """One run: execute (the JSON is written atomically first), print its summary, mirror it to MLflow.
+    A tracking failure never costs the result: the JSON stays, and the error says how to sync it later."""
     from .runner import execute
 
     result, path = execute(protocol, method, seed, options)
     print_summary(result, path)
     if not no_mlflow:
-        from .tracking import log_run
-        rid = log_run(result, path, options.results_dir, tracking_uri)
-        click.echo(f"  MLflow run {rid} in {tracking_uri or 'sqlite:///' + str(options.results_dir / 'mlflow.db')}")
+        from .tracking import log_run_or_explain
+        rid, uri = log_run_or_explain(result, path, options.results_dir, tracking_uri)
+        click.echo(f"  MLflow run {rid} in {uri}")
 
 
 def _options(overrides: dict, results_dir: Path | None, device: str, trunk_cache: bool, progress: bool,
@@ -125,11 +126,16 @@ def run(protocol: str, method: str, seed: int, overrides: tuple[str, ...], resul
         device: str, trunk_cache: bool, progress: bool, allow_download: bool, tracking_uri: str | None,
         no_mlflow: bool) -> None:
     """Run METHOD on PROTOCOL (default: vanilla on the embedded tiny_cil) and print its gap metrics."""
+    from .paths import results_dir as resolve_results
+    from .preflight import check_backbone, check_run
     from .protocol import load_protocol
     from .registry import parse_overrides
 
     spec = load_protocol(protocol)
-    options = _options(parse_overrides(list(overrides)), results_dir, device, trunk_cache, progress, allow_download)
+    settings = parse_overrides(list(overrides))
+    check_run(spec, method, seed, settings, resolve_results(results_dir), tracking_uri, not no_mlflow)  # no torch yet
+    check_backbone(spec)
+    options = _options(settings, results_dir, device, trunk_cache, progress, allow_download)
     _run_one(spec, method, seed, options, tracking_uri, no_mlflow)
 
 
@@ -147,11 +153,20 @@ def sweep(sweep: str, seeds: str | None, dry_run: bool, table_path: Path | None,
     runs already in the results folder, then print the mean ± std table of what it covers."""
     from .sweep import load_sweep, plan, sweep_table
 
+    from .paths import results_dir as resolve_results
+    from .preflight import RESULTS_MIN_FREE, check_seed, check_tracking_uri, check_writable_folder
+
     spec = load_sweep(sweep)
     try:
         chosen = [int(s) for s in seeds.split(",")] if seeds else None
     except ValueError:
         raise BenchError(f"--seeds {seeds!r} must be comma-separated integers, e.g. 0,1,2.") from None
+    for seed in chosen or spec.seeds:
+        check_seed(seed, "seed")
+    if not dry_run:
+        check_writable_folder(resolve_results(results_dir), "results folder", RESULTS_MIN_FREE)
+        if not no_mlflow:
+            check_tracking_uri(tracking_uri)
     options = _options({}, results_dir, device, trunk_cache, progress, allow_download)
     runs = plan(spec, options.results_dir, chosen)
     todo = [r for r in runs if r.done is None]
@@ -199,6 +214,31 @@ def ls(what: str) -> None:
             click.echo(f"  {name:<14} {entry.distribution} {entry.version:<8} {summary}")
 
 
+@main.command()
+@click.option("--results", "results", type=click.Path(path_type=Path), envvar="BENCH_RESULTS_DIR",
+              help="results folder to mirror [default: ./bench-results]")
+@click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI",
+              help="MLflow tracking URI [default: sqlite in the results folder]")
+def sync(results: Path | None, tracking_uri: str | None) -> None:
+    """Mirror stored results that are not yet in MLflow (after a tracking failure, or --no-mlflow).
+    Idempotent: a result already mirrored is left alone."""
+    from .paths import results_dir as resolve_results
+    from .preflight import check_tracking_uri
+    from .tracking import Store, sync as sync_results
+
+    root = resolve_results(results)
+    if not (root / "runs").is_dir():
+        raise BenchError(f"Results folder {root} holds no runs/ folder: nothing to sync.")
+    check_tracking_uri(tracking_uri)
+    report = sync_results(root, tracking_uri)
+    for path, rid in report.added:
+        click.echo(f"  mirrored {path} -> MLflow run {rid}")
+    if report.replaced:
+        click.echo(f"  deleted {len(report.replaced)} unfinished mirror(s), logged again whole: {', '.join(report.replaced)}")
+    click.echo(f"Synced {root} to {Store(root, tracking_uri).uri}: {len(report.added)} added, "
+               f"{report.present} already there.")
+
+
 @main.group()
 def show() -> None:
     """Show a protocol's full spec."""
@@ -232,6 +272,9 @@ def validate(file: Path) -> None:
     if not file.is_file():
         raise BenchError(f"Protocol file {file} does not exist.")
     p = load_protocol(str(file))
+    from .preflight import check_backbone
+
+    check_backbone(p)
     click.echo(f"OK: protocol {p.name} v{p.version}, hash {p.spec_hash}")
 
 

@@ -209,14 +209,16 @@ def _size_problems(p: Protocol) -> list[str]:
     counts = [s.num_classes for s in p.stream_data]
     n_stream = None if None in counts else sum(counts)
     if p.ordering == "cil" and p.classes_per_session and n_stream is not None:
-        need = p.sessions * p.classes_per_session
-        if need != n_stream:
-            verb = "leaves" if need < n_stream else "needs"
+        per, need = p.classes_per_session, p.sessions * p.classes_per_session
+        if n_stream % per:
             problems.append(
-                f"sessions ({p.sessions}) x classes_per_session ({p.classes_per_session}) = {need} classes, but "
-                f"the stream sources hold {n_stream}: it {verb} {abs(n_stream - need)} class(es) "
-                f"{'unused' if need < n_stream else 'more'}; make the product match, or narrow a source with "
+                f"classes_per_session ({per}) does not divide the {n_stream} stream classes: "
+                f"{n_stream % per} class(es) could never be drawn; pick a divisor or narrow a source with "
                 f"stream_data[i].classes")
+        elif need > n_stream:
+            problems.append(
+                f"sessions ({p.sessions}) x classes_per_session ({per}) = {need} classes, but the stream "
+                f"sources hold only {n_stream}")
     pre = _samples(p.pretrain_data, p.pretrain_data.num_classes)
     if p.pretrain.mode == "train" and pre is not None and p.pretrain.batch_size > pre:
         problems.append(f"pretrain.batch_size ({p.pretrain.batch_size}) exceeds the {pre} pre-training samples")
