@@ -55,7 +55,7 @@ def curves_csv(result: RunResult) -> str:
     return buf.getvalue()
 
 
-def _import_mlflow():
+def import_mlflow():
     """MLflow, configured to fail fast and quietly (a slow import: only when tracking)."""
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", HTTP_TIMEOUT_S)
@@ -168,7 +168,7 @@ class Store:
     @contextmanager
     def session(self):
         """The client, with the store locked (sqlite) and every MLflow error turned into one paragraph."""
-        mlflow = _import_mlflow()
+        mlflow = import_mlflow()
         from mlflow.tracking import MlflowClient
 
         with store_lock(self.uri):

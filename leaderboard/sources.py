@@ -113,8 +113,9 @@ def load_mlflow(tracking_uri: str, warn: Warn = _ignore) -> Loaded:
     file); a joint run named by a CL run's ``references.joint_run`` that is not in MLflow is read from
     the results folder the CL run's ``bench.json`` tag points into, when that folder is reachable.
     """
-    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    import mlflow
+    from ..harness.tracking import import_mlflow
+
+    mlflow = import_mlflow()  # configured to fail fast: a dead server errors in seconds, not minutes
     from mlflow.entities import ViewType
     from mlflow.tracking import MlflowClient
 
@@ -123,8 +124,6 @@ def load_mlflow(tracking_uri: str, warn: Warn = _ignore) -> Loaded:
         db = Path(tracking_uri[len("sqlite:///"):])
         if not db.is_file():  # MLflow would create an empty store there: say it instead
             raise BenchError(f"MLflow tracking store {tracking_uri}: no database file at {db}.")
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")  # a dead server fails in seconds, not minutes
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     try:
         client = MlflowClient(tracking_uri=tracking_uri)
         experiments = client.search_experiments(view_type=ViewType.ACTIVE_ONLY)
