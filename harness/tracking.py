@@ -149,6 +149,12 @@ def _log_artifacts(client, rid: str, result: RunResult, json_path: Path) -> None
         client.log_artifact(rid, str(csv_path))
 
 
+def _first_line(text: str, limit: int = 300) -> str:
+    """MLflow's messages carry whole tracebacks of the HTTP layer: one line of it is the paragraph."""
+    line = text.strip().splitlines()[0] if text.strip() else "(no message)"
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
 @dataclass
 class Store:
     """One tracking store: where it is, and its client (created under the store lock)."""
@@ -179,9 +185,10 @@ class Store:
             except BenchError:
                 raise
             except mlflow.exceptions.MlflowException as exc:
-                raise BenchError(f"MLflow tracking store {self.uri} is not usable: {exc.message}") from None
+                raise BenchError(f"MLflow tracking store {self.uri} is not usable: {_first_line(exc.message)}") from None
             except Exception as exc:  # noqa: BLE001 - requests, sqlalchemy and OS errors all mean the same here
-                raise BenchError(f"MLflow tracking store {self.uri} is not usable: {type(exc).__name__}: {exc}") from None
+                raise BenchError(f"MLflow tracking store {self.uri} is not usable: "
+                                 f"{type(exc).__name__}: {_first_line(str(exc))}") from None
 
 
 def log_run(result: RunResult, json_path: Path, results_dir: Path, tracking_uri: str | None = None) -> str:
