@@ -153,6 +153,8 @@ def load_result(path: Path) -> RunResult:
         return RunResult.model_validate_json(path.read_text())
     except (ValidationError, json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise BenchError(f"Result file {path} is corrupt or not a bench result: {str(exc).splitlines()[0]}") from None
+    except OSError as exc:
+        raise BenchError(f"Result file {path} cannot be read: {exc.strerror or exc}.") from None
 
 
 Skip = Callable[[Path, str], None]

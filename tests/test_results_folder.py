@@ -140,3 +140,12 @@ def test_full_disk_everywhere_says_exactly_what_was_lost(tmp_path, monkeypatch) 
         save_result(tmp_path / "results", result)
     assert f"the result of run {result.run_id} is lost" in str(err.value)
     assert not any(p.is_file() for p in tmp_path.rglob("*"))
+
+
+def test_validate_a_folder_named_like_a_result(tmp_path) -> None:
+    from bench_stability_gap.harness.cli import main
+
+    folder = tmp_path / "x.json"
+    folder.mkdir()
+    out = CliRunner().invoke(main, ["validate", str(folder)], catch_exceptions=False)
+    assert out.exit_code == 2 and f"Result file {folder} cannot be read" in out.output and "Traceback" not in out.output
