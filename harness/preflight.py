@@ -161,13 +161,16 @@ def check_backbone(protocol: Protocol) -> None:
     import torch
 
     spec = protocol.backbone
-    if not timm.is_model(spec.model):
-        import difflib
-
-        close = difflib.get_close_matches(spec.model, timm.list_models(), n=3, cutoff=0.6)
-        hint = f" Did you mean: {', '.join(close)}?" if close else ""
-        raise BenchError(f"backbone.model {spec.model!r} of protocol {protocol.name} is not a timm model.{hint}")
     kind, _, ref = spec.weights.partition(":")
+    for field, name in (("backbone.model", spec.model), ("backbone.weights", ref if kind == "timm" else None)):
+        if name is not None and not timm.is_model(name):
+            import difflib
+
+            close = difflib.get_close_matches(name, timm.list_models(), n=3, cutoff=0.6)
+            hint = f" Did you mean: {', '.join(close)}?" if close else ""
+            raise BenchError(f"{field} {name!r} of protocol {protocol.name} is not a timm model.{hint}")
+    if kind not in ("package", "file", "timm", "none"):
+        raise BenchError(f"backbone.weights {spec.weights!r} must start with package:, file:, timm: or none:.")
     if kind != "file":
         return
     path = Path(os.path.expandvars(ref)).expanduser()

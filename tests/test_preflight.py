@@ -174,6 +174,13 @@ def test_unknown_backbone_is_named_with_suggestions(tmp_path) -> None:
     refused(out, "backbone.model 'tf_efficientnet_lite00'", "not a timm model", "tf_efficientnet_lite0")
 
 
+def test_unknown_timm_weights_and_weight_kinds_are_named(tmp_path) -> None:
+    refused(invoke("validate", str(protocol_file(tmp_path, weights="timm:convnextv2_femtoo.fcmae"))),
+            "backbone.weights 'convnextv2_femtoo.fcmae'", "not a timm model")
+    refused(invoke("validate", str(protocol_file(tmp_path, weights="http://x/w.pth"))),
+            "backbone.weights 'http://x/w.pth' must start with package:, file:, timm: or none:")
+
+
 @pytest.mark.parametrize("content, needle", [
     (None, "does not exist"),
     (b"not a torch file", "cannot be loaded as PyTorch weights"),
