@@ -154,7 +154,7 @@ def sweep(sweep: str, seeds: str | None, dry_run: bool, table_path: Path | None,
     from .sweep import load_sweep, plan, sweep_table
 
     from .paths import results_dir as resolve_results
-    from .preflight import RESULTS_MIN_FREE, check_seed, check_tracking_uri, check_writable_folder
+    from .preflight import check_backbone, check_outputs, check_seed
 
     spec = load_sweep(sweep)
     try:
@@ -164,12 +164,13 @@ def sweep(sweep: str, seeds: str | None, dry_run: bool, table_path: Path | None,
     for seed in chosen or spec.seeds:
         check_seed(seed, "seed")
     if not dry_run:
-        check_writable_folder(resolve_results(results_dir), "results folder", RESULTS_MIN_FREE)
-        if not no_mlflow:
-            check_tracking_uri(tracking_uri)
+        check_outputs(resolve_results(results_dir), tracking_uri, not no_mlflow)
     options = _options({}, results_dir, device, trunk_cache, progress, allow_download)
-    runs = plan(spec, options.results_dir, chosen)
+    runs = plan(spec, options.results_dir, chosen)  # builds every method: names and settings checked
     todo = [r for r in runs if r.done is None]
+    if not dry_run:
+        for protocol in {r.protocol.spec_hash: r.protocol for r in todo}.values():
+            check_backbone(protocol)
     click.echo(f"Sweep {spec.name}: {len(runs)} run(s), {len(runs) - len(todo)} already done, {len(todo)} to run; "
                f"results in {options.results_dir}")
     for i, r in enumerate(runs, 1):

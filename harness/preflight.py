@@ -143,11 +143,17 @@ def check_run(protocol: Protocol, method: str, seed: int, overrides: dict[str, A
               tracking_uri: str | None, mlflow: bool) -> None:
     """Everything about one run that can be checked without torch or MLflow, in the order a user
     would fix them: method and settings, seed, folders and free space, tracking store."""
-    from .paths import cache_dir_path
     from .registry import check_method
 
     check_method(method, protocol.name, overrides)
     check_seed(seed)
+    check_outputs(results_dir, tracking_uri, mlflow)
+
+
+def check_outputs(results_dir: Path, tracking_uri: str | None, mlflow: bool) -> None:
+    """Where a run writes: results and cache folders writable with room, the tracking store usable."""
+    from .paths import cache_dir_path
+
     check_writable_folder(results_dir, "results folder", RESULTS_MIN_FREE)
     check_writable_folder(cache_dir_path(), "cache folder ($BENCH_CACHE_DIR)", CACHE_MIN_FREE)
     if mlflow:
