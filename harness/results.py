@@ -148,13 +148,20 @@ def save_result(root: Path, result: RunResult) -> Path:
     return write_or_rescue(path, result.model_dump_json(indent=1), f"the result of run {result.run_id}")
 
 
-def load_result(path: Path) -> RunResult:
+def parse_result(data: bytes, path: Path) -> RunResult:
+    """A result from the bytes of its file; anything else is a BenchError naming ``path``."""
     try:
-        return RunResult.model_validate_json(path.read_text())
+        return RunResult.model_validate_json(data)
     except (ValidationError, json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise BenchError(f"Result file {path} is corrupt or not a bench result: {str(exc).splitlines()[0]}") from None
+
+
+def load_result(path: Path) -> RunResult:
+    try:
+        data = path.read_bytes()
     except OSError as exc:
         raise BenchError(f"Result file {path} cannot be read: {exc.strerror or exc}.") from None
+    return parse_result(data, path)
 
 
 Skip = Callable[[Path, str], None]
@@ -217,11 +224,14 @@ def scan_results(base: Path, skip: Skip) -> list[tuple[Path, RunResult | BenchEr
                 skip(path, reason)
                 continue
             try:
-                out.append((path, load_result(path)))
+                data = path.read_bytes()
+            except OSError as exc:  # unreadable is junk to skip; unparsable comes back as its error
+                skip(path, f"cannot be read ({exc.strerror})")
+                continue
+            try:
+                out.append((path, parse_result(data, path)))
             except BenchError as err:
                 out.append((path, err))
-            except OSError as exc:
-                skip(path, f"cannot be read ({exc.strerror})")
     return out
 
 

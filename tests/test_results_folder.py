@@ -23,6 +23,19 @@ def a_result() -> RunResult:
     return load_result(sorted(FIXTURES.glob("*.json"))[0])
 
 
+@pytest.fixture(autouse=True)
+def no_read_for_root(monkeypatch) -> None:
+    """Root reads files whatever their mode: make a mode-0 file unreadable for every user."""
+    real = Path.read_bytes
+
+    def read_bytes(self: Path) -> bytes:
+        if self.exists() and stat.S_IMODE(self.stat().st_mode) == 0 and self.is_file():
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(self))
+        return real(self)
+
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+
+
 @pytest.fixture
 def junk_folder(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
     """A results folder with one good run and every kind of junk beside it; junk name -> expected reason."""
@@ -41,15 +54,15 @@ def junk_folder(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
     (proto / "folder.json").mkdir()
     (proto / "copy.json").symlink_to(good)
     (proto / "linked_dir").symlink_to(good.parent, target_is_directory=True)
-    if os.geteuid() != 0:  # root reads everything
+    unreadable = proto / "unreadable.json"
+    unreadable.write_text("{}")
+    unreadable.chmod(0)
+    junk["unreadable.json"] = "cannot be read (Permission denied)"
+    if os.geteuid() != 0:  # root lists every folder
         locked = proto / "locked"
         locked.mkdir()
         locked.chmod(0)
         junk["locked"] = "cannot be read (Permission denied)"
-        unreadable = proto / "unreadable.json"
-        unreadable.write_text("{}")
-        unreadable.chmod(0)
-        junk["unreadable.json"] = "cannot be read (Permission denied)"
     yield root, good, junk
     for name in ("locked", "unreadable.json"):
         if (proto / name).exists():
