@@ -243,26 +243,30 @@ class LiveRun:
             self.error = str(err)
             return None
 
-    def start(self, protocol: str, method: str, seed: int, run_id: str, params: Mapping[str, Any]) -> str | None:
-        """Open the run (RUNNING) with its settings; ``run_id`` is bench's, so ``bench sync`` can tell
-        this run from a finished mirror of the same result."""
+    def start(self, protocol: str, method: str, seed: int, run_id: str | None = None,
+              params: Mapping[str, Any] | None = None) -> str | None:
+        """Open the run (RUNNING) with its settings. ``run_id`` is bench's, when known this early: with
+        it ``bench sync`` can replace this mirror if the process dies (``finish`` tags it anyway)."""
         def action(client) -> str:
             exp_id = _experiment(client, f"bench/{protocol}", self.store.artifact_location)
-            run = client.create_run(exp_id, run_name=f"{method} seed{seed}",
-                                    tags={"bench.run_id": run_id, "bench.status": "running"})
+            tags = {"bench.status": "running", **({"bench.run_id": run_id} if run_id else {})}
+            run = client.create_run(exp_id, run_name=f"{method} seed{seed}", tags=tags)
             flat: dict[str, str] = {}
-            _flat("", dict(params), flat)
+            _flat("", dict(params or {}), flat)
             _log_batches(client, run.info.run_id, flat)
             return run.info.run_id
 
         self.run_id = self._guard(action)
         return self.run_id
 
-    def eval_point(self, session: int, update: int, acc: Mapping[str, float]) -> None:
-        """Accuracies (``old``, ``new``, ``all``) after ``update`` updates of ``session``; the step is the
-        update count across sessions, as in the final curves."""
+    def eval_point(self, session: int, update: int, acc: Mapping[str, float] | Any) -> None:
+        """Accuracies after ``update`` updates of ``session``: a mapping (``old``, ``new``, ``all``) or the
+        harness's evaluation result (attributes of those names). The step is the update count across
+        sessions, as in the final curves."""
         if self.run_id is None:
             return
+        if not isinstance(acc, Mapping):
+            acc = {"old": acc.old, "new": acc.new, "all": acc.all}
         if session not in self._session_start:
             prev = self._last
             self._session_start[session] = 0 if prev is None else self._session_start[prev[0]] + prev[1]

@@ -10,6 +10,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from click.testing import CliRunner
@@ -163,7 +164,9 @@ def test_sync_replaces_a_live_run_that_never_finished(tmp_path) -> None:
     result = fixture_result()
     live = LiveRun(results)
     orphan = live.start(result.protocol.name, result.method.spec, result.seed, result.run_id, {})
-    live.eval_point(2, 0, {"old": 0.5, "new": 0.0, "all": 0.4})  # then the process dies
+    live.eval_point(2, 0, SimpleNamespace(old=0.5, new=0.0, all=0.4, tasks=[0.5, 0.0]))  # as the harness evaluates
+    assert client_for(results).get_metric_history(orphan, "acc_new")[0].value == 0.0
+    # then the process dies
     save_result(results, result)
     report = sync(results)
     assert report.replaced == [orphan] and len(report.added) == 1
