@@ -151,10 +151,9 @@ def sweep(sweep: str, seeds: str | None, dry_run: bool, table_path: Path | None,
           no_mlflow: bool) -> None:
     """Run a grid of protocols x methods x seeds from SWEEP (a built-in name or a YAML file), skipping
     runs already in the results folder, then print the mean ± std table of what it covers."""
-    from .sweep import load_sweep, plan, sweep_table
-
     from .paths import results_dir as resolve_results
     from .preflight import check_backbone, check_outputs, check_seed
+    from .sweep import load_sweep, plan, sweep_table
 
     spec = load_sweep(sweep)
     try:
