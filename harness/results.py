@@ -320,9 +320,12 @@ class Selection(Generic[T]):
 
 def select_runs(items: Iterable[T], protocol_hash: str, best_new_methods: Iterable[str],
                 joint_config: dict[str, Any] | None = None,
-                result_of: Callable[[T], RunResult | BenchError] = lambda item: item) -> Selection[T]:  # type: ignore[assignment,return-value]
+                result_of: Callable[[T], RunResult | BenchError] = lambda item: item,  # type: ignore[assignment,return-value]
+                weights: str | None = None) -> Selection[T]:
     """Sort stored runs of one protocol into what counts and what is set apart (see ``Selection``).
-    ``joint_config``: the settings the protocol's joint reference trains with, when known."""
+    ``joint_config``: the settings the protocol's joint reference trains with, when known; ``weights``: the
+    content digest of the backbone weights in use, when known (a weights file replaced at the same path
+    leaves the spec hash as it was, so runs made with the old content are set apart by this)."""
     sel: Selection[T] = Selection(protocol_hash, tuple(best_new_methods), result_of=result_of)  # type: ignore[arg-type]
     live: list[tuple[T, RunResult]] = []
     for item in items:
@@ -333,6 +336,8 @@ def select_runs(items: Iterable[T], protocol_hash: str, best_new_methods: Iterab
             sel.apart.append((item, f"stale protocol hash {r.protocol.hash} (current: {protocol_hash})"))
         elif (problem := result_problem(r)) is not None:
             sel.apart.append((item, problem))
+        elif weights is not None and r.options.get("weights") not in (None, "", weights):
+            sel.apart.append((item, f"made with other backbone weights ({r.options['weights']}, now {weights})"))
         elif r.is_reference and (r.method.spec != JOINT or r.overrides
                                  or (joint_config is not None and r.config != joint_config)):
             sel.apart.append((item, f"a joint run with other settings than the protocol's joint section "
