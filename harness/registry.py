@@ -113,9 +113,15 @@ def protocol_defaults(table: dict[str, dict], protocol: str) -> dict[str, Any]:
     return values
 
 
-def method_config(cls: type, name: str, protocol: str, overrides: dict[str, Any]) -> BaseModel:
-    """Config defaults < defaults.yaml `default` < matching globs < defaults.yaml[protocol] < --set overrides."""
-    values = {**protocol_defaults(_defaults().get(name, {}), protocol), **overrides}
+def method_config(cls: type, name: str, protocol: str, overrides: dict[str, Any],
+                  method_string: str | None = None) -> BaseModel:
+    """Config defaults < defaults.yaml[name] (`default` < matching globs < protocol) < defaults.yaml
+    [method_string] (same order) < --set overrides. ``method_string`` (``derpp+sgm``) lets a setting
+    the paper gives for one combination (SGM's lr on DERpp) apply to it alone, not to plain ``derpp``."""
+    values = protocol_defaults(_defaults().get(name, {}), protocol)
+    if method_string and method_string != name:
+        values.update(protocol_defaults(_defaults().get(method_string, {}), protocol))
+    values.update(overrides)
     try:
         return cls.Config(**values)
     except ValidationError as exc:
@@ -144,7 +150,8 @@ def build_method(text: str, protocol: str, overrides: dict[str, Any] | None = No
         modifiers.append(mod_cls(method_config(mod_cls, entry.name, protocol, mod_overrides.pop(entry.name, {}))))
     if mod_overrides:
         raise BenchError(f"--set names modifier(s) {', '.join(mod_overrides)} not in method {text!r}.")
-    config = method_config(cls, spec.base.name, protocol, overrides)
+    canonical = "+".join([spec.base.name, *(m.name for m in spec.modifiers)])
+    config = method_config(cls, spec.base.name, protocol, overrides, canonical)
     clash = [m.name for m in modifiers if m.name in type(config).model_fields]
     if clash:
         raise BenchError(f"Modifier {clash[0]!r} has the name of a setting of method {spec.base.name!r}; "

@@ -1,0 +1,259 @@
+"""Fidelity to the published code behind the paper's tables (issue 12; docs/fidelity.md has a row per
+choice). Each test pins one reading against a hand-computed case; the arithmetic is in the comments.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bench_stability_gap.harness.backbone import GrowingHead, SplitModel, create_network, split_network
+from bench_stability_gap.harness.protocol import load_protocol
+from bench_stability_gap.harness.registry import build_method
+from bench_stability_gap.harness.stream import Session
+from bench_stability_gap.methods.base import TrainBatch, layerwise_groups
+from bench_stability_gap.methods.baselines import Vanilla
+from bench_stability_gap.methods.lwf import LwF
+from bench_stability_gap.methods.sgm.lora import LoRA, LoRAConfig, fold_lora, lora_modules
+from bench_stability_gap.methods.sgm.soft import SoftTargets, SoftTargetsConfig
+
+
+class Inputs:
+    def __init__(self, x: torch.Tensor) -> None:
+        self.x = x
+
+    def get(self, ids):
+        return self.x[torch.as_tensor(np.asarray(ids))]
+
+
+def ctx_for(x: torch.Tensor, labels: np.ndarray, targets=("fc1",), name: str = "t", updates=4):
+    protocol = SimpleNamespace(name=name, backbone=SimpleNamespace(lora_targets=list(targets)),
+                               training=SimpleNamespace(updates=updates))
+    stream = SimpleNamespace(train=SimpleNamespace(labels=labels))
+    return SimpleNamespace(protocol=protocol, stream=stream, device=torch.device("cpu"), inputs=Inputs(x),
+                           generator=torch.Generator().manual_seed(0), counters={}, memory=SimpleNamespace(ids=[]))
+
+
+class Mlp(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(2, 2)
+
+    def forward(self, x):
+        return self.fc1(x)
+
+
+def linear_model() -> SplitModel:
+    torch.manual_seed(0)
+    return SplitModel(nn.Sequential(nn.Flatten()), nn.Sequential(Mlp()), GrowingHead(2, 2))
+
+
+def new_session(new, ids, seen) -> Session:
+    return Session(index=2, train_ids=np.asarray(ids), classes=np.asarray(new), new_classes=np.asarray(new),
+                   seen_classes=seen)
+
+
+# --------------------------------------------------------------------------------------------- item 1
+
+
+def test_lora_merged_weight_after_one_known_step_at_scale_one_over_48():
+    """Rank 48, alpha 1 (loralib's default in the published code): the fold adds (B @ A) / 48.
+
+    A := ones(48, 2) after injection; B = 0. One AdamW step at lr .01, no weight decay, no layer decay:
+    B's gradient is (1/48) G A^T, G = dL/dW of the base layer (the same as the plain model's, as B A = 0),
+    so B'[i, :] = -.01 sign(rowsum G)[i] (Adam's first step is lr * g / |g|), and A gets no gradient
+    (it is multiplied by B = 0). Folded: W' = W + (1/48) B' A' = W - .01 sign(rowsum G)[i] * 48 / 48,
+    i.e. every entry of row i moves by .01 (scale 1 would move it by .48).
+    """
+    x = torch.tensor([[1.0, 2.0], [-1.0, 0.5], [0.3, -2.0]])
+    labels = np.array([0, 1, 2])
+    model = linear_model()
+    w0 = model.body[0].fc1.weight.detach().clone()
+    # G from the plain model: the same forward (B A = 0), cross-entropy over the grown head
+    model.head.grow(1, torch.Generator().manual_seed(1))
+    plain = SplitModel(nn.Sequential(nn.Flatten()), nn.Sequential(Mlp()), GrowingHead(2, 3))
+    plain.load_state_dict(model.state_dict())
+    F.cross_entropy(plain(x), torch.as_tensor(labels)).backward()
+    row_sign = torch.sign(plain.body[0].fc1.weight.grad.sum(1))
+    assert bool((row_sign != 0).all())
+
+    method = Vanilla(Vanilla.Config(lr=0.01, weight_decay=0.0, layer_decay=1.0), [LoRA(LoRAConfig(rank=48))])
+    method.setup(model, ctx_for(x, labels))
+    method.begin_session(new_session([2], [2], 3))
+    (_, layer), = lora_modules(model.body)
+    assert layer.scaling["default"] == pytest.approx(1 / 48)
+    with torch.no_grad():
+        layer.lora_A["default"].weight.fill_(1.0)
+    method.observe(TrainBatch(x, torch.as_tensor(labels), np.arange(3), torch.tensor([False, False, True])))
+    b = layer.lora_B["default"].weight.detach()
+    torch.testing.assert_close(b, -0.01 * row_sign[:, None].expand(2, 48), rtol=1e-5, atol=1e-9)
+    torch.testing.assert_close(layer.lora_A["default"].weight.detach(), torch.ones(48, 2))
+    fold_lora(model.body)
+    torch.testing.assert_close(model.body[0].fc1.weight.detach(), w0 - 0.01 * row_sign[:, None].expand(2, 2),
+                               rtol=1e-5, atol=1e-7)
+
+
+def test_lora_init_is_loralibs_kaiming_uniform_by_default_and_gaussian_on_request():
+    x, labels = torch.zeros(1, 2), np.array([0])
+    # loralib: kaiming_uniform_(A, a=sqrt 5) = U(-1/sqrt(fan_in), 1/sqrt(fan_in)); fan_in = 2 -> |A| <= .7071
+    model = linear_model()
+    method = Vanilla(Vanilla.Config(), [LoRA(LoRAConfig(rank=400))])
+    method.setup(model, ctx_for(x, labels))
+    method.begin_session(new_session([], [], 2))
+    a = lora_modules(model.body)[0][1].lora_A["default"].weight.detach()
+    assert float(a.abs().max()) <= 2**-0.5 and float(a.abs().max()) > 0.69  # 800 draws fill the range
+    assert float(a.std()) == pytest.approx(2**-0.5 / 3**0.5, rel=0.1)  # U(-b, b) has std b / sqrt 3
+    model = linear_model()
+    method = Vanilla(Vanilla.Config(), [LoRA(LoRAConfig(rank=400, init="gaussian", alpha=None))])
+    method.setup(model, ctx_for(x, labels))
+    method.begin_session(new_session([], [], 2))
+    layer = lora_modules(model.body)[0][1]
+    assert float(layer.lora_A["default"].weight.detach().std()) == pytest.approx(1 / 400, rel=0.1)  # N(0, 1/r^2)
+    assert layer.scaling["default"] == pytest.approx(1.0)  # alpha unset: alpha = r, the text's W + BA
+
+
+# --------------------------------------------------------------------------------------------- item 2
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv_pw = nn.Conv2d(4, 6, 1)
+        self.bn = nn.BatchNorm2d(6)
+        self.conv_pwl = nn.Conv2d(6, 4, 1, bias=False)
+
+    def forward(self, x):
+        return x + self.conv_pwl(F.relu(self.bn(self.conv_pw(x))))
+
+
+def block_model() -> SplitModel:
+    torch.manual_seed(0)
+    body = nn.Sequential(Block(), nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten()))
+    return SplitModel(nn.Sequential(nn.Conv2d(2, 4, 1)), body, GrowingHead(4, 3))
+
+
+def test_tensor_wise_layer_decay_gives_named_tensors_their_hand_computed_lr():
+    # named_parameters of body then head: conv_pw.weight, conv_pw.bias, bn.weight, bn.bias,
+    # conv_pwl.weight, head.fc.weight, head.fc.bias. Reversed, tensor i from the end gets 1e-3 * .9^i:
+    # head.fc.bias 1e-3, head.fc.weight 9e-4, conv_pw.weight (i = 6) 1e-3 * .9^6 = 5.31441e-4.
+    lrs = {g["name"]: g["lr"] for g in layerwise_groups(block_model(), 1e-3, 0.05, 0.9, train_body=True, unit="tensor")}
+    assert lrs["head.fc.bias"] == pytest.approx(1e-3)
+    assert lrs["head.fc.weight"] == pytest.approx(9e-4)
+    assert lrs["body.0.conv_pw.weight"] == pytest.approx(5.31441e-4)
+    assert len(lrs) == 7
+    # per module (bench's earlier reading): head 1e-3, the block (depth 2, the pooling has no tensors) 8.1e-4
+    mods = {g["name"]: g["lr"] for g in layerwise_groups(block_model(), 1e-3, 0.05, 0.9, train_body=True, unit="module")}
+    assert mods == pytest.approx({"head": 1e-3, "body.0": 8.1e-4})
+
+
+def test_tensor_wise_decay_counts_frozen_tensors_as_steps_as_the_code_does():
+    # With LoRA on conv_pw (rank 2): conv_pw becomes base_layer.weight, base_layer.bias, lora_A, lora_B.
+    # Order: base w, base b, lora_A, lora_B, bn.w, bn.b, conv_pwl.w, head.w, head.b. Reversed, lora_B is
+    # i = 5 (1e-3 * .9^5 = 5.9049e-4) and lora_A i = 6 (5.31441e-4); the frozen ones get no group.
+    model = block_model()
+    method = Vanilla(Vanilla.Config(), [LoRA(LoRAConfig(rank=2, targets=["conv_pw"]))])
+    method.setup(model, ctx_for(torch.zeros(1, 2, 3, 3), np.array([0]), targets=("conv_pw",)))
+    method.begin_session(new_session([], [], 3))
+    lrs = {g["name"]: g["lr"] for g in method.optimizer.param_groups}
+    assert lrs == pytest.approx({"head.fc.bias": 1e-3, "head.fc.weight": 9e-4,
+                                 "body.0.conv_pw.lora_B.default.weight": 5.9049e-4,
+                                 "body.0.conv_pw.lora_A.default.weight": 5.31441e-4})
+
+
+# --------------------------------------------------------------------------------------------- item 3
+
+
+def test_soft_target_vectors_for_an_old_and_a_new_sample_as_the_code_builds_them():
+    """C = 3 output units; class 0 old with u_0 = (.7, .2, .1) (one correct sample so far this session);
+    class 2 new. Sample of class 0, softmax (.2, .5, .3), predicted 1 (wrong): base u_0, t[1] = 1/3, t[0] = 1
+    -> (1, 1/3, .1) / (43/30) = (30/43, 10/43, 3/43). Sample of class 2, softmax (.1, .6, .3), predicted 1:
+    base = its own softmax, t[1] = 1/3, t[2] = 1 -> (.1, 1/3, 1) / (43/30) = (3/43, 10/43, 30/43)."""
+    soft = SoftTargets()
+    soft.grow(3)
+    soft.update(torch.tensor([[0.7, 0.2, 0.1]]), torch.tensor([0]))
+    probs = torch.tensor([[0.2, 0.5, 0.3], [0.1, 0.6, 0.3]])
+    y = torch.tensor([0, 2])
+    t = soft.build(probs, y, torch.tensor([False, True]))
+    torch.testing.assert_close(t, torch.tensor([[30 / 43, 10 / 43, 3 / 43], [3 / 43, 10 / 43, 30 / 43]]))
+    # the text's reading: the new sample's base is u_2, still uniform (1/3 each): (1/3, 1/3, 1) / (5/3)
+    text = SoftTargets(SoftTargetsConfig(new_samples="running_mean", reset="never"))
+    text.load_state_dict(soft.state_dict())
+    torch.testing.assert_close(text.build(probs, y, torch.tensor([False, True]))[1], torch.tensor([0.2, 0.2, 0.6]))
+
+
+def test_soft_target_accumulators_reset_at_each_session_start_by_default():
+    head = SimpleNamespace(num_classes=4, fc=nn.Linear(2, 4))
+    method = SimpleNamespace(model=SimpleNamespace(head=head))
+    for reset, expect in (("session", torch.full((4,), 0.25)), ("never", torch.tensor([0.7, 0.2, 0.1, 0.0]))):
+        soft = SoftTargets(SoftTargetsConfig(reset=reset))
+        soft.grow(3)
+        soft.update(torch.tensor([[0.7, 0.2, 0.1]]), torch.tensor([0]))
+        soft.grow(4)  # the head grew for the next session
+        soft.begin_session(method, None)
+        torch.testing.assert_close(soft.u[0], expect)
+        assert soft.counts.tolist() == ([0, 0, 0, 0] if reset == "session" else [1, 0, 0, 0])
+
+
+# --------------------------------------------------------------------------------------------- item 4
+
+
+def _places_model(num_classes: int = 1365) -> SplitModel:
+    spec = load_protocol("cil_places_lt").backbone.model_copy(update={"weights": "none:"})
+    return split_network(create_network(spec), spec, num_classes)
+
+
+def test_convnextv2_femto_split_gives_the_papers_trainable_parameter_counts():
+    # Body (stages.2.blocks.*, stages.3) 4,550,016 + head 384 * 1365 + 1365 = 525,525 -> 5,075,541 (paper 5.08M).
+    model = _places_model()
+    assert model.trainable_parameters() == 5_075_541
+    # The frozen part ends after downsample_layers.2 (timm: stages.2.downsample).
+    assert "stages.2.downsample" in load_protocol("cil_places_lt").backbone.trunk
+    # SGM: LoRA rank 48 on mlp.fc1 / mlp.fc2 of the 8 plastic blocks: 6 * 48 * (192 + 768) * 2
+    # + 2 * 48 * (384 + 1536) * 2 = 921,600 (paper 0.92M), + head 525,525 = 1,447,125 (paper 1.45M).
+    method = Vanilla(Vanilla.Config(), [LoRA(LoRAConfig(rank=48))])
+    method.setup(model, ctx_for(torch.zeros(1), np.array([0]), targets=("mlp.fc1", "mlp.fc2")))
+    LoRA.inject(method.modifiers[0], method)
+    assert model.trainable_parameters() == 1_447_125
+
+
+# --------------------------------------------------------------------------------------------- item 7
+
+
+@pytest.mark.parametrize(("method", "protocol", "lr"), [
+    ("derpp+sgm", "cil_places_std_24k", 1.5e-3), ("derpp", "cil_places_std_24k", 1e-3),
+    ("gdumb+sgm", "cil_places_std_192k", 1.5e-3), ("gdumb", "cil_places_std_192k", 1e-3),
+    ("vanilla", "cil_places_lt_balanced", 1e-4), ("vanilla+sgm", "cil_places_lt_balanced", 1e-3),
+    ("lwf+sgm", "cil_places_lt_norehearsal", 2e-4), ("lwf", "cil_places_lt_norehearsal", 6e-5),
+    ("vanilla", "cil_places_lt", 1e-3),
+])
+def test_learning_rates_keyed_by_the_full_method_string(method, protocol, lr):
+    assert build_method(method, protocol)[1].config.lr == pytest.approx(lr)
+
+
+def test_set_still_wins_over_a_full_method_string_default():
+    assert build_method("derpp+sgm", "cil_places_std_24k", {"lr": 2e-3})[1].config.lr == pytest.approx(2e-3)
+
+
+# --------------------------------------------------------------------------------------------- item 8
+
+
+def test_lwf_distillation_is_not_multiplied_by_t_squared():
+    """Old-class teacher logits (0, ln 3), student (0, 0), T = 2: teacher probs softmax((0, ln 3)/2)
+    = (1, sqrt 3)/(1 + sqrt 3) = (.366025, .633975); student (.5, .5).
+    KL = .366025 ln(.732051) + .633975 ln(1.267949) = -.114171 + .150512 = .036341 (lambda 1, no T^2)."""
+    method = LwF(LwF.Config())
+    method.teacher = lambda x: torch.tensor([[0.0, float(np.log(3.0)), 5.0]])
+    method.n_old = 2
+    method.ctx = SimpleNamespace(counters={})
+    batch = SimpleNamespace(x=torch.zeros(1), y=torch.tensor([2]))
+    kd = method.distillation(batch, torch.tensor([[0.0, 0.0, 1.0]]))
+    p = np.array([1.0, 3**0.5]) / (1 + 3**0.5)
+    expected = float((p * np.log(p / 0.5)).sum())
+    assert float(kd) == pytest.approx(expected, rel=1e-5) and expected == pytest.approx(0.036341, abs=1e-6)
+    method.config = LwF.Config(t2_scale=True)
+    assert float(method.distillation(batch, torch.tensor([[0.0, 0.0, 1.0]]))) == pytest.approx(4 * expected, rel=1e-5)
