@@ -136,6 +136,8 @@ class Modifier:
 
     def setup(self, method: StandardMethod) -> None: ...
     def begin_session(self, method: StandardMethod, session: Session) -> None: ...
+    def before_update(self, method: StandardMethod, batch: TrainBatch) -> None:
+        """Before the forward pass of each update (online init writes a first-arriving class's row)."""
     def targets(self, method: StandardMethod, batch: TrainBatch, logits: Tensor) -> Tensor | None:
         return None
     def after_backward(self, method: StandardMethod) -> None: ...
@@ -180,7 +182,8 @@ def layerwise_groups(model: SplitModel, lr: float, weight_decay: float, layer_de
 class StandardMethod(Method):
     """Cross-entropy on the batch, AdamW with layer-wise lr decay, with modifier hook points.
 
-    Hooks, in order: setup -> begin_session -> (per update) targets, after_backward -> end_session;
+    Hooks, in order: setup -> begin_session -> (per update) before_update, targets, after_backward ->
+    end_session;
     param_groups and scheduler shape the optimizer built at each session start.
     """
 
@@ -233,6 +236,8 @@ class StandardMethod(Method):
         return F.cross_entropy(logits, targets)
 
     def observe(self, batch: TrainBatch) -> StepStats:
+        for m in self.modifiers:
+            m.before_update(self, batch)
         self.model.train()
         logits = self.model(batch.x)
         targets: Tensor = batch.y

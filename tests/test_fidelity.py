@@ -19,6 +19,7 @@ from bench_stability_gap.harness.stream import Session
 from bench_stability_gap.methods.base import TrainBatch, layerwise_groups
 from bench_stability_gap.methods.baselines import Vanilla
 from bench_stability_gap.methods.lwf import LwF
+from bench_stability_gap.methods.sgm.init import DataDrivenInit
 from bench_stability_gap.methods.sgm.lora import LoRA, LoRAConfig, fold_lora, lora_modules
 from bench_stability_gap.methods.sgm.soft import SoftTargets, SoftTargetsConfig
 
@@ -257,3 +258,55 @@ def test_lwf_distillation_is_not_multiplied_by_t_squared():
     assert float(kd) == pytest.approx(expected, rel=1e-5) and expected == pytest.approx(0.036341, abs=1e-6)
     method.config = LwF.Config(t2_scale=True)
     assert float(method.distillation(batch, torch.tensor([[0.0, 0.0, 1.0]]))) == pytest.approx(4 * expected, rel=1e-5)
+
+
+# --------------------------------------------------------------------------------------------- item 6
+
+
+def test_online_init_writes_a_row_at_the_class_first_arrival_from_arrived_samples_only():
+    """Online (per_sample): nothing is read at session start. Update 1 brings sample 3 (class 3): row 3
+    becomes its unit embedding h_3/||h_3|| (the session's other class-3 sample, id 5, has not arrived);
+    row 4 keeps its He init until class 4 arrives (update 2, sample 4)."""
+    torch.manual_seed(0)
+    x = torch.randn(8, 2, 3, 3)
+    labels = np.array([0, 1, 2, 3, 4, 3, 4, 0])
+    model = block_model()
+    init = DataDrivenInit()
+    method = Vanilla(Vanilla.Config(lr=1e-3), [init])
+    method.setup(model, ctx_for(x, labels, targets=(), updates="per_sample"))
+    model.head.grow(2, torch.Generator().manual_seed(1))
+    method.begin_session(new_session([3, 4], [3, 4, 5, 6], 5))
+    he = model.head.fc.weight.detach().clone()
+    assert torch.equal(model.head.fc.weight, he) and init.pending == {3, 4}
+
+    def unit_embedding(i: int) -> torch.Tensor:
+        model.eval()
+        with torch.no_grad():
+            return F.normalize(model.embed(x[[i]]), dim=1)[0]
+
+    h3 = unit_embedding(3)
+    method.observe(TrainBatch(x[[3, 0]], torch.tensor([3, 0]), np.array([3, 0]), torch.tensor([True, False])))
+    assert init.pending == {4}
+    # the update after the write moved row 3 by at most ~lr per entry (Adam's first step)
+    torch.testing.assert_close(model.head.fc.weight[3].detach(), h3, atol=2e-3, rtol=0)
+    assert not torch.allclose(model.head.fc.weight[3].detach(), he[3], atol=0.1)
+    torch.testing.assert_close(model.head.fc.weight[4].detach(), he[4], atol=2e-3, rtol=0)  # not yet arrived
+    h4 = unit_embedding(4)
+    method.observe(TrainBatch(x[[4, 1]], torch.tensor([4, 1]), np.array([4, 1]), torch.tensor([True, False])))
+    torch.testing.assert_close(model.head.fc.weight[4].detach(), h4, atol=2e-3, rtol=0)
+    assert init.pending == set() and method.ctx.counters["init_forward_samples"] == 2
+
+
+def test_batch_protocols_keep_the_session_start_init():
+    torch.manual_seed(0)
+    x = torch.randn(8, 2, 3, 3)
+    labels = np.array([0, 1, 2, 3, 4, 3, 4, 0])
+    model = block_model()
+    method = Vanilla(Vanilla.Config(), [DataDrivenInit()])
+    method.setup(model, ctx_for(x, labels, targets=(), updates=4))
+    model.head.grow(2, torch.Generator().manual_seed(1))
+    method.begin_session(new_session([3, 4], [3, 4, 5, 6], 5))
+    model.eval()
+    with torch.no_grad():
+        h = F.normalize(model.embed(x[[3, 5]]), dim=1).mean(0)  # both class-3 samples, read at the start
+    torch.testing.assert_close(model.head.fc.weight[3].detach(), h)

@@ -154,6 +154,10 @@ class SGM(Modifier):
         for p in self.parts:
             p.begin_session(method, session)
 
+    def before_update(self, method: StandardMethod, batch: TrainBatch) -> None:
+        for p in self.parts:
+            p.before_update(method, batch)
+
     def targets(self, method: StandardMethod, batch: TrainBatch, logits: torch.Tensor):
         return self.soft.targets(method, batch, logits) if self.soft in self.parts else None
 
