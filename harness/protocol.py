@@ -88,16 +88,23 @@ class Training(Spec):
 
 
 class Memory(Spec):
-    policy: Literal["unlimited", "reservoir", "class_balanced", "none"] = "unlimited"
+    policy: Literal["unlimited", "reservoir", "class_balanced", "split", "none"] = Field(
+        "unlimited", description="split: a fixed subset of S1 (pretrain_share of the cap) beside a class-balanced "
+                                 "buffer of the stream (the rest), as the paper's storage-limited Places365 runs")
     capacity: int | None = Field(None, gt=0, description="max stored samples; required unless unlimited/none")
     include_pretrain: bool = Field(True, description="S1 data is stored and rehearsed too")
+    pretrain_share: float | None = Field(None, gt=0, lt=1, description="split only: the cap's fraction kept for S1")
 
     @model_validator(mode="after")
     def _capacity_matches_policy(self) -> Memory:
-        if self.policy in ("reservoir", "class_balanced") and self.capacity is None:
+        if self.policy in ("reservoir", "class_balanced", "split") and self.capacity is None:
             raise ValueError(f"memory.capacity is required for policy {self.policy!r}")
         if self.policy in ("unlimited", "none") and self.capacity is not None:
             raise ValueError(f"memory.capacity must be empty for policy {self.policy!r}")
+        if (self.policy == "split") != (self.pretrain_share is not None):
+            raise ValueError("memory.pretrain_share is required for policy 'split' and only for it")
+        if self.policy == "split" and not self.include_pretrain:
+            raise ValueError("memory.policy 'split' keeps a share of S1: include_pretrain must be true")
         return self
 
 

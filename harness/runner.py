@@ -287,9 +287,11 @@ def _curve_point(curve: dict, update: int, acc) -> None:
 
 
 def memory_spec(protocol: Protocol, method: Method):
-    """The protocol's storage cap, under the method's own eviction policy when it has one (GDumb)."""
+    """The protocol's storage cap, under the method's own eviction policy when it has one (GDumb).
+    ``split`` stays: the paper bounds every method's buffer by its S1/stream shares, and its stream
+    part already evicts from the largest class as GDumb does."""
     spec = protocol.memory
-    if method.memory_policy and spec.policy not in ("unlimited", "none") and method.memory_policy != spec.policy:
+    if method.memory_policy and spec.policy not in ("unlimited", "none", "split") and method.memory_policy != spec.policy:
         spec = spec.model_copy(update={"policy": method.memory_policy})
     return spec
 
@@ -317,7 +319,7 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions) -> 
     memory = Memory(memory_spec(p, method), stream.train.labels,
                     lambda gid: method.sample_bytes(gid) or stream.train.sample_bytes(gid), rng)
     if p.memory.include_pretrain:
-        memory.add(stream.pretrain_ids)
+        memory.add(stream.pretrain_ids, pretrain=True)
     cached = bool(model.trunk_cached)
     meter = FL.FlopMeter(model, _input_shape(bench), cached)
     bench.train_inputs.reset_seen()

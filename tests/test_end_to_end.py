@@ -120,7 +120,7 @@ def test_sweep_runs_a_grid_then_resumes_and_prints_its_table(tiny_protocol_file,
     rows = [line for line in text.splitlines() if line.startswith("| ") and "S_Δ" not in line]
     assert any("finetune" in r for r in rows) and any("vanilla+oocf [lr=0.002]" in r for r in rows)
     cl = {r.method.spec: r for _, r in iter_results(results) if not r.is_reference}
-    assert cl["vanilla+oocf"].config["lr"] == 2e-3 and cl["vanilla+oocf"].config["oocf"] == {}
+    assert cl["vanilla+oocf"].config["lr"] == 2e-3 and cl["vanilla+oocf"].config["oocf"] == {"old_rows": "decay"}
     assert "oocf" not in cl["finetune"].config  # modifier settings are recorded under the modifier's name
     again = CliRunner().invoke(main, args, catch_exceptions=False)
     assert again.exit_code == 0 and "2 already done, 0 to run" in again.output

@@ -203,9 +203,16 @@ def test_soft_target_accumulators_reset_at_each_session_start_by_default():
 # --------------------------------------------------------------------------------------------- item 4
 
 
-def _places_model(num_classes: int = 1365) -> SplitModel:
-    spec = load_protocol("cil_places_lt").backbone.model_copy(update={"weights": "none:"})
+def _places_model(num_classes: int = 1365, protocol: str = "cil_places_lt") -> SplitModel:
+    spec = load_protocol(protocol).backbone.model_copy(update={"weights": "none:"})
     return split_network(create_network(spec), spec, num_classes)
+
+
+def _sgm_params(model: SplitModel, targets: tuple[str, ...]) -> int:
+    method = Vanilla(Vanilla.Config(), [LoRA(LoRAConfig(rank=48))])
+    method.setup(model, ctx_for(torch.zeros(1), np.array([0]), targets=targets))
+    LoRA.inject(method.modifiers[0], method)
+    return model.trainable_parameters()
 
 
 def test_convnextv2_femto_split_gives_the_papers_trainable_parameter_counts():
@@ -216,10 +223,22 @@ def test_convnextv2_femto_split_gives_the_papers_trainable_parameter_counts():
     assert "stages.2.downsample" in load_protocol("cil_places_lt").backbone.trunk
     # SGM: LoRA rank 48 on mlp.fc1 / mlp.fc2 of the 8 plastic blocks: 6 * 48 * (192 + 768) * 2
     # + 2 * 48 * (384 + 1536) * 2 = 921,600 (paper 0.92M), + head 525,525 = 1,447,125 (paper 1.45M).
-    method = Vanilla(Vanilla.Config(), [LoRA(LoRAConfig(rank=48))])
-    method.setup(model, ctx_for(torch.zeros(1), np.array([0]), targets=("mlp.fc1", "mlp.fc2")))
-    LoRA.inject(method.modifiers[0], method)
-    assert model.trainable_parameters() == 1_447_125
+    assert _sgm_params(model, ("mlp.fc1", "mlp.fc2")) == 1_447_125
+
+
+def test_other_backbones_trainable_parameter_counts_against_the_papers():
+    # ConvNeXtV1-Tiny, same split rule: body 26,289,408 + head 768 * 1365 + 1365 = 1,049,685 -> 27,339,093
+    # (paper 27.00M); LoRA 9 * 480 * 384 + 3 * 480 * 768 = 2,764,800 -> SGM 3,814,485 (paper 3.53M, which
+    # is 2,764,800 + a 1,000-unit head's 769,000).
+    v1 = _places_model(protocol="cil_convnextv1_places_lt")
+    assert v1.trainable_parameters() == 27_339_093
+    assert _sgm_params(v1, ("mlp.fc1", "mlp.fc2")) == 3_814_485
+    # MobileViT-S: stages.3.1 1,680,768 + stages.4 2,314,192 + final_conv 103,680 + head 640 * 1365 + 1365
+    # = 4,973,605 (paper 4.97M). LoRA on timm's fused qkv: r (d + 3d) per layer, 4 layers at d 192 and 3 at
+    # 240: 48 * 4 * (4 * 192 + 3 * 240) = 285,696 -> SGM 1,160,661 (paper 1.30M: separate q, k, v adapters).
+    mvit = _places_model(protocol="cil_mobilevit_places_lt")
+    assert mvit.trainable_parameters() == 4_973_605
+    assert _sgm_params(mvit, ("attn.qkv",)) == 1_160_661
 
 
 # --------------------------------------------------------------------------------------------- item 7
@@ -310,3 +329,50 @@ def test_batch_protocols_keep_the_session_start_init():
     with torch.no_grad():
         h = F.normalize(model.embed(x[[3, 5]]), dim=1).mean(0)  # both class-3 samples, read at the start
     torch.testing.assert_close(model.head.fc.weight[3].detach(), h)
+
+
+# --------------------------------------------------------------------------------------------- item 5
+
+
+def _split(capacity: int, share: float, labels, seed: int = 0):
+    from bench_stability_gap.harness.memory import Memory
+    from bench_stability_gap.harness.protocol import Memory as MemorySpec
+
+    spec = MemorySpec(policy="split", capacity=capacity, pretrain_share=share)
+    return Memory(spec, np.asarray(labels), lambda gid: 1, np.random.default_rng(seed))
+
+
+def test_split_memory_keeps_a_fixed_pretrain_share_and_a_class_balanced_stream_part():
+    # ids 0..9: S1 (classes 0, 1); ids 10..: stream. Cap 10, share .8: 8 S1 samples, 2 stream slots.
+    labels = [0] * 5 + [1] * 5 + [2, 2, 3, 3, 4, 2]
+    a, b = _split(10, 0.8, labels, seed=0), _split(10, 0.8, labels, seed=7)
+    a.add(range(10), pretrain=True)
+    b.add(range(10), pretrain=True)
+    assert len(a.pretrain) == 8 and a.pretrain == b.pretrain  # the same subset whatever the run's seed
+    a.add([10, 11])  # the stream part fills: {c2: 2}
+    assert len(a) == 10 and sorted(a.ids[8:]) == [10, 11]
+    a.add([12])  # c3 arrives, c2 is largest (2 vs 1): one of 10/11 gives way -> one c2, one c3
+    assert sorted(np.asarray(labels)[[g for g in a.ids if g not in a.pretrain]].tolist()) == [2, 3]
+    kept_c2 = next(g for g in a.ids if labels[g] == 2)
+    a.add([14])  # c4: all three classes tie at 1; the first seen (c2, as max() over the code's dict) loses
+    assert sorted(g for g in a.ids if g not in a.pretrain) == [12, 14] and kept_c2 not in a.ids
+    assert len(a) == 10 and a.pretrain <= set(a.ids)  # S1's share never moves
+    # resume: the rebuilt bookkeeping evicts exactly as the live memory does
+    c = _split(10, 0.8, labels)
+    c.load_state_dict(a.state_dict())
+    a.add([15])
+    c.add([15])
+    assert a.ids == c.ids
+
+
+def test_split_policy_needs_its_share_and_a_stored_s1():
+    from pydantic import ValidationError
+
+    from bench_stability_gap.harness.protocol import Memory as MemorySpec
+
+    with pytest.raises(ValidationError, match="pretrain_share"):
+        MemorySpec(policy="split", capacity=10)
+    with pytest.raises(ValidationError, match="pretrain_share"):
+        MemorySpec(policy="reservoir", capacity=10, pretrain_share=0.8)
+    with pytest.raises(ValidationError, match="include_pretrain"):
+        MemorySpec(policy="split", capacity=10, pretrain_share=0.8, include_pretrain=False)
