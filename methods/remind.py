@@ -23,12 +23,19 @@ trains the plastic body and head on reconstructions of it:
   here (only when the inputs are images) in ``remind_trunk_forward_samples``. FLOPs: the body's
   forwards of reconstructions are charged no trunk pass (none made them); the arriving sample's is
   charged once, so cached and uncached runs report the same training FLOPs (a test checks it).
-- **Per-class learning rate.** REMIND's ``step_lr_per_class``: the lr of an update is set by the
-  class of the arriving sample, decaying geometrically from ``lr`` (1e-3) to ``lr_end`` (1e-5) as
-  that class is seen more (reaching ``lr_end`` after ``lr_decay_samples`` samples of it; unset: the
-  class's number of training samples in the stream). It multiplies the group learning rates for
-  that one step (layer-wise decay kept) and composes with a modifier's schedule (+sgm's OneCycle)
-  by multiplication, so REMIND and REMIND+SGM use "identical settings" (paper appendix).
+- **Per-class learning rate.** REMIND's ``step_lr_per_class`` (tyler-hayes/REMIND,
+  REMINDModel.py and its experiment scripts), the schedule the paper asks for ("REMIND's default
+  per-class learning rate scheduler", appendix): the lr of an update is set by the class of the
+  arriving sample, ``lr * gamma**floor(n / lr_step)`` after ``n`` samples of that class, with
+  ``lr_step`` 100 and ``gamma = (lr_end / lr)**(lr_step / lr_decay_samples)``, ``lr_decay_samples``
+  1300 (REMIND's constant: an ImageNet class's size), so lr reaches ``lr_end`` after 1300 samples of
+  a class and keeps decaying past it, as StepLR does. A class with fewer than 100 samples (CUB: ~30)
+  trains at ``lr`` throughout. ``lr_step: 1, lr_decay_samples: null`` is the other reading (decay
+  over the class's own samples in the stream, to ``lr_end`` at its last). The factor multiplies the
+  group learning rates for that one step (layer-wise decay kept) and composes with a modifier's
+  schedule (+sgm's OneCycle) by multiplication, so REMIND and REMIND+SGM use "identical settings".
+- **PQ.** REMIND's ImageNet settings: 32 codebooks (``pq_subquantizers``) of 256 centroids
+  (``pq_bits`` 8); the embedded protocols' 80-channel trunk takes 8 (methods/defaults.yaml).
 - **Prediction.** As REMIND does, test features also pass through the quantiser (the deployed
   system is trunk -> PQ -> body); ``eval_reconstruct: false`` evaluates on raw trunk features.
 
@@ -59,9 +66,9 @@ class REMINDConfig(MethodConfig):
     lr_end: float = Field(1e-5, gt=0, description="per-class lr reached once a class has been seen lr_decay_samples times")
     lr_schedule: Literal["per_class", "none"] = Field("per_class", description="REMIND's per-class lr decay, or none")
     lr_decay_samples: int | None = Field(
-        None, gt=0, description="samples of a class over which its lr decays to lr_end; unset: its count in the stream")
-    lr_step: int = Field(1, gt=0, description="the per-class lr changes every lr_step samples of the class")
-    pq_subquantizers: int = Field(8, gt=0, description="M: codebooks per feature vector; must divide the trunk's channels")
+        1300, gt=0, description="samples of a class after which its lr is lr_end (REMIND: 1300); unset: its count in the stream")
+    lr_step: int = Field(100, gt=0, description="the per-class lr changes every lr_step samples of the class (REMIND: 100)")
+    pq_subquantizers: int = Field(32, gt=0, description="M: codebooks per feature vector (REMIND: 32); must divide the trunk's channels")
     pq_bits: int = Field(8, ge=1, le=16, description="bits per code (2**bits centroids per codebook)")
     pq_fit_samples: int = Field(10000, gt=0, description="pre-training samples the codebook is fitted on (each gives H*W vectors)")
     pq_seed: int = Field(0, description="which pre-training samples the codebook is fitted on (faiss k-means is seeded too)")
@@ -231,7 +238,7 @@ class REMIND(StandardMethod):
         cfg = self.config
         span = cfg.lr_decay_samples or max(int(self.class_total[c]) if c < len(self.class_total) else 1, 1)
         seen = (int(self.class_seen[c]) // cfg.lr_step) * cfg.lr_step if c < len(self.class_seen) else 0
-        return cfg.lr * (cfg.lr_end / cfg.lr) ** (min(seen, span) / span)
+        return cfg.lr * (cfg.lr_end / cfg.lr) ** (seen / span)  # no floor at lr_end: StepLR keeps decaying
 
     def lr_factor(self, new_labels: np.ndarray) -> float:
         if self.config.lr_schedule == "none" or len(new_labels) == 0:

@@ -198,7 +198,8 @@ def test_remind_per_class_lr_scales_one_step_and_is_restored(capped, options):
     from bench_stability_gap.harness.memory import Memory
     from bench_stability_gap.harness.runner import _context, memory_spec
 
-    _, method = build_method("remind", capped.protocol.name)
+    # the decay over a class's own samples (not REMIND's default), so one class's stream count ends it
+    _, method = build_method("remind", capped.protocol.name, {"lr_step": 1, "lr_decay_samples": None})
     rng = np.random.default_rng(0)
     memory = Memory(memory_spec(capped.protocol, method), capped.stream.train.labels,
                     capped.stream.train.sample_bytes, rng)

@@ -376,3 +376,19 @@ def test_split_policy_needs_its_share_and_a_stored_s1():
         MemorySpec(policy="reservoir", capacity=10, pretrain_share=0.8)
     with pytest.raises(ValidationError, match="include_pretrain"):
         MemorySpec(policy="split", capacity=10, pretrain_share=0.8, include_pretrain=False)
+
+
+# --------------------------------------------------------------------------------------------- item 8
+
+
+def test_remind_default_schedule_steps_every_100_samples_of_a_class():
+    """REMIND: gamma = (1e-5 / 1e-3)^(100 / 1300) = 10^(-2/13) = .701704; the k-th sample of a class
+    trains at 1e-3 * gamma^floor(k / 100): k = 0 and 99 -> 1e-3, 100 -> 7.01704e-4, 250 -> 4.92388e-4,
+    1300 -> 1e-5, 1400 -> 7.01704e-6 (no floor, as StepLR)."""
+    _, method = build_method("remind", "online_cub_20k")
+    assert (method.config.lr_step, method.config.lr_decay_samples, method.config.pq_subquantizers) == (100, 1300, 32)
+    method.class_total = np.array([30])
+    method.class_seen = np.array([0])
+    for k, lr in ((0, 1e-3), (99, 1e-3), (100, 7.01704e-4), (250, 4.92388e-4), (1300, 1e-5), (1400, 7.01704e-6)):
+        method.class_seen[0] = k
+        assert method.class_lr(0) == pytest.approx(lr, rel=1e-5)
