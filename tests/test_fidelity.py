@@ -392,3 +392,38 @@ def test_remind_default_schedule_steps_every_100_samples_of_a_class():
     for k, lr in ((0, 1e-3), (99, 1e-3), (100, 7.01704e-4), (250, 4.92388e-4), (1300, 1e-5), (1400, 7.01704e-6)):
         method.class_seen[0] = k
         assert method.class_lr(0) == pytest.approx(lr, rel=1e-5)
+
+
+# -------------------------------------------------------------------------------------------- item 10
+
+
+def test_session_curve_holds_one_training_loss_per_update_or_none():
+    from pydantic import ValidationError
+
+    from bench_stability_gap.harness.curves import SessionCurve
+
+    base = dict(session=2, total_updates=3, updates=[0, 3], old=[0.9, 0.8], new=[0.0, 0.5], all=[0.8, 0.7],
+                tasks=[[0.9, 0.8], [0.0, 0.5]])
+    assert SessionCurve(**base).loss == []  # results written before the field existed still load
+    assert SessionCurve(**base, loss=[2.3, 1.9, 1.7]).loss == [2.3, 1.9, 1.7]
+    with pytest.raises(ValidationError, match="one value per update"):
+        SessionCurve(**base, loss=[2.3, 1.9])
+
+
+def test_the_papers_other_settings_have_protocols_and_reported_numbers():
+    from bench_stability_gap.leaderboard.reported import load_reported
+
+    reported = load_reported()
+    for name, label, sgm_params in (("cil_convnextv1_places_lt", "tab:sup_convnextv1", 3.53),
+                                    ("cil_mobilevit_places_lt", "tab:vit_backbone", 1.30),
+                                    ("cil_places_std_unlimited", "tab:non-LT", 1.45)):
+        protocol = load_protocol(name)
+        (table,) = reported[name]
+        assert table.label == label
+        assert next(r for r in table.rows if r.method == "vanilla+sgm").params == sgm_params
+        assert protocol.memory.policy == "unlimited"
+    assert load_protocol("cil_places_lt_every10").eval.every == 10
+    mvit = load_protocol("cil_mobilevit_places_lt")
+    assert (mvit.training.updates, mvit.training.batch.size, mvit.joint.lr, mvit.joint.weight_decay) == (1200, 32, 1e-2, 0.01)
+    assert build_method("vanilla", "cil_mobilevit_places_lt")[1].config.weight_decay == pytest.approx(0.01)
+    assert build_method("vanilla+sgm", "cil_convnextv1_places_lt")[1].config.lr == pytest.approx(4e-3)
