@@ -187,6 +187,18 @@ def test_soft_target_vectors_for_an_old_and_a_new_sample_as_the_code_builds_them
     torch.testing.assert_close(text.build(probs, y, torch.tensor([False, True]))[1], torch.tensor([0.2, 0.2, 0.6]))
 
 
+def test_soft_targets_learn_from_correct_samples_only_unless_told_otherwise():
+    # class 0 predicted 1 (wrong): the code leaves u_0 uniform; the text's reading averages it in:
+    # u_0 = (0 * u + (.2, .7, .1)) / 1
+    p, y = torch.tensor([[0.2, 0.7, 0.1]]), torch.tensor([0])
+    code, text = SoftTargets(), SoftTargets(SoftTargetsConfig(update_on="all"))
+    for soft in (code, text):
+        soft.grow(3)
+        soft.update(p, y)
+    torch.testing.assert_close(code.u[0], torch.full((3,), 1 / 3))
+    torch.testing.assert_close(text.u[0], torch.tensor([0.2, 0.7, 0.1]))
+
+
 def test_soft_target_accumulators_reset_at_each_session_start_by_default():
     head = SimpleNamespace(num_classes=4, fc=nn.Linear(2, 4))
     method = SimpleNamespace(model=SimpleNamespace(head=head))

@@ -22,7 +22,7 @@ def test_every_issue_protocol_ships_and_validates():
 def test_paper_protocols_carry_the_papers_numbers():
     main = load_protocol("cil_places_lt")
     assert (main.sessions, main.classes_per_session, main.training.updates) == (5, 73, 600)
-    assert main.training.batch.size == 128 and main.eval.every == 50
+    assert main.training.batch.size == 128 and main.eval.every == 100
     assert main.backbone.model == "convnextv2_femto" and main.backbone.trunk == ["stem", "stages.0", "stages.1", "stages.2.downsample"]
     std = load_protocol("cil_places_std_24k")
     assert (std.training.updates, std.training.batch.size, std.memory.capacity) == (1200, 256, 24000)

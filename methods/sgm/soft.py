@@ -1,7 +1,8 @@
 """Dynamic soft targets (SGM, Harun & Kanan 2024, Sec. 4).
 
 For each class k a running mean u_k of the model's softmax outputs on samples of class k is kept,
-updated only when such a sample is classified correctly (DESIGN §12), uniform before the first update.
+updated only when such a sample is classified correctly (the published code; ``update_on: all`` is the
+text's "when an example from class k is observed"), uniform before the first update.
 The target of a sample of class k predicted as y' is u_k with t[k] = 1 and, when y' != k,
 t[y'] = 1/K, renormalised to sum to one. Targets of a batch are built from u as it was before the
 batch (the paper's figure: u_k^i trains theta_{i+1}); the batch then updates u.
@@ -43,6 +44,9 @@ class SoftTargetsConfig(BaseModel):
     new_samples: Literal["softmax", "running_mean"] = Field(
         "softmax", description="base vector of a sample of a class new in this session: the current softmax "
                                "(the published code) or u_k like every other sample (the text)")
+    update_on: Literal["correct", "all"] = Field(
+        "correct", description="which samples update u_k: correctly classified ones (the published code's "
+                               "accumulate_soft_targets) or every sample of class k (the text, eq. 6)")
     grow: Literal["pad", "reset"] = Field(
         "pad", description="reset: never only: extend an updated u_k by zeros for new classes (pad) or reset "
                            "all to uniform when the head grows (reset)")
@@ -101,7 +105,7 @@ class SoftTargets(Modifier):
 
     def update(self, probs: Tensor, y: Tensor) -> None:
         """u_k <- (c_k u_k + sum of the batch's correct softmax vectors of class k) / (c_k + n_k)."""
-        correct = probs.argmax(1) == y
+        correct = probs.argmax(1) == y if self.config.update_on == "correct" else torch.ones_like(y, dtype=torch.bool)
         if not bool(correct.any()):
             return
         yc, pc = y[correct], probs[correct].to(self.u.dtype)
