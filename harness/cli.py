@@ -67,7 +67,7 @@ def print_summary(result, path: Path) -> None:
     for name, value, what in rows:
         click.echo(f"  {name:<9}{value:>9}   {what}")
     rec = " ".join(str(v) if v is not None else "-" for v in m.recovery_updates["99"])
-    click.echo(f"  updates to recover 99% of joint old-class accuracy, per session: {rec}")
+    click.echo(f"  updates to recover 99% of the joint model's accuracy on the pre-training classes, per session: {rec}")
     b = result.budget
     if b.train_flops is not None:
         ratios = ""
