@@ -34,8 +34,9 @@ trains the plastic body and head on reconstructions of it:
   over the class's own samples in the stream, to ``lr_end`` at its last). The factor multiplies the
   group learning rates for that one step (layer-wise decay kept) and composes with a modifier's
   schedule (+sgm's OneCycle) by multiplication, so REMIND and REMIND+SGM use "identical settings".
-- **PQ.** REMIND's ImageNet settings: 32 codebooks (``pq_subquantizers``) of 256 centroids
-  (``pq_bits`` 8); the embedded protocols' 80-channel trunk takes 8 (methods/defaults.yaml).
+- **PQ.** On the paper's protocols (online_cub_*, methods/defaults.yaml) REMIND's ImageNet settings:
+  32 codebooks (``pq_subquantizers``) of 256 centroids (``pq_bits`` 8); elsewhere 8 codebooks, which
+  divide the embedded protocols' 80-channel trunk (32 does not).
 - **Prediction.** As REMIND does, test features also pass through the quantiser (the deployed
   system is trunk -> PQ -> body); ``eval_reconstruct: false`` evaluates on raw trunk features.
 
@@ -68,7 +69,7 @@ class REMINDConfig(MethodConfig):
     lr_decay_samples: int | None = Field(
         1300, gt=0, description="samples of a class after which its lr is lr_end (REMIND: 1300); unset: its count in the stream")
     lr_step: int = Field(100, gt=0, description="the per-class lr changes every lr_step samples of the class (REMIND: 100)")
-    pq_subquantizers: int = Field(32, gt=0, description="M: codebooks per feature vector (REMIND: 32); must divide the trunk's channels")
+    pq_subquantizers: int = Field(8, gt=0, description="M: codebooks per feature vector (REMIND: 32, the online_cub_* default); must divide the trunk's channels")
     pq_bits: int = Field(8, ge=1, le=16, description="bits per code (2**bits centroids per codebook)")
     pq_fit_samples: int = Field(10000, gt=0, description="pre-training samples the codebook is fitted on (each gives H*W vectors)")
     pq_seed: int = Field(0, description="which pre-training samples the codebook is fitted on (faiss k-means is seeded too)")

@@ -166,9 +166,12 @@ def test_remind_stores_pq_codes_and_counts_their_bytes(online, options):
     assert set(method.codes) >= set(method.ctx.memory.ids)
     counters = method.ctx.counters
     assert counters["remind_reconstruct_samples"] == budget.samples_trained
-    # per-class lr: full at a class's first sample, lr_end once it has been seen as often as it occurs
+    # per-class lr, REMIND's default: a step every 100 samples of a class, so a class seen once keeps lr
     c0 = int(online.stream.sessions[0].new_classes[0])
     assert method.class_seen[c0] == method.class_total[c0] == 1
+    assert method.class_lr(c0) == pytest.approx(method.config.lr)
+    # the decay over the class's own samples: lr_end once it has been seen as often as it occurs
+    method.config = method.config.model_copy(update={"lr_step": 1, "lr_decay_samples": None})
     assert method.class_lr(c0) == pytest.approx(method.config.lr_end)
     method.class_seen[c0] = 0
     assert method.class_lr(c0) == pytest.approx(method.config.lr)
