@@ -281,3 +281,23 @@ def test_contract_covers_the_zoo():
     assert {"derpp", "gdumb", "lwf", "remind", "vanilla", "finetune"} <= names
     assert "joint" not in names
     assert Path(__file__).name == "test_contract.py"
+
+
+@pytest.mark.parametrize("text", ["vanilla", "gdumb"])
+def test_split_memory_keeps_its_s1_share_through_a_run(capped, options, text):
+    """The runner offers S1 as such: a split cap of 40 at share .75 holds 30 S1 samples all run long,
+    the stream part (10) stays class-balanced, and GDumb's own policy does not replace the split."""
+    import dataclasses
+
+    from bench_stability_gap.harness.protocol import Memory as MemorySpec
+
+    spec = MemorySpec(policy="split", capacity=CAP, pretrain_share=0.75, include_pretrain=True)
+    bench = dataclasses.replace(capped, protocol=capped.protocol.model_copy(update={"memory": spec}))
+    method, curves, budget, _ = run(bench, text, 0, options)
+    memory = method.ctx.memory
+    assert memory.spec.policy == "split" and len(memory) == CAP == budget.memory_peak_samples
+    s1 = set(int(g) for g in bench.stream.pretrain_ids)
+    assert sum(int(g) in s1 for g in memory.ids) == 30 and memory.pretrain <= s1
+    stream_labels = bench.stream.train.labels[[g for g in memory.ids if int(g) not in s1]]
+    counts = np.bincount(stream_labels)[np.unique(stream_labels)]
+    assert counts.max() - counts.min() <= 1  # 10 stream slots over the classes seen
