@@ -163,9 +163,18 @@ class Protocol(Spec):
 
     @property
     def spec_hash(self) -> str:
-        """Content hash of the validated spec (defaults included), stamped on every result."""
-        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()
+        """Content hash of the validated spec (defaults included), stamped on every result. A field
+        added after specs were hashed (HASHED_WHEN_SET) counts only once set, so adding it leaves the
+        hash, and the caches and results keyed by it, of every spec that does not use it unchanged."""
+        data = self.model_dump(mode="json")
+        for section, field in HASHED_WHEN_SET:
+            if data[section].get(field) is None:
+                data[section].pop(field, None)
+        blob = json.dumps(data, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
+
+
+HASHED_WHEN_SET: tuple[tuple[str, str], ...] = (("memory", "pretrain_share"),)
 
 
 def parse_protocol(text: str, origin: str) -> Protocol:
