@@ -45,6 +45,10 @@ def print_summary(result, path: Path) -> None:
     m = result.metrics
     click.echo(f"\n{result.protocol.name} | {result.method.spec} | seed {result.seed} | "
                f"{result.wall_time_s:.1f} s | result: {path}")
+    if result.status != "complete":
+        click.echo(f"  status {result.status}: the curves so far are stored; the run is never ranked nor used as a "
+                   f"reference ({len(result.curves)} session(s) recorded)")
+        return
     if m is None:
         click.echo("joint reference (A_joint per session):")
         click.echo(f"  {'session':>7} {'old':>7} {'new':>7} {'all':>7}")
@@ -59,7 +63,7 @@ def print_summary(result, path: Path) -> None:
         info = METRICS[key]
         click.echo(f"  {key:<9}{format_value(values[key], info):>9} {info.unit:<2} {info.arrow:<2}{info.description}")
     rec = " ".join(str(v) if v is not None else "-" for v in m.recovery_updates["99"])
-    click.echo(f"  updates to recover 99% of joint old-class accuracy, per session: {rec}")
+    click.echo(f"  updates to recover 99% of the joint model's accuracy on the pre-training classes, per session: {rec}")
     b = result.budget
     if b.train_flops is not None:
         ratios = ""

@@ -81,19 +81,15 @@ def _synthetic_catalog(n: int, size: int, classes: int, seed: int):
 
 
 def _plain_groups(model, cfg) -> list[dict]:
-    """What a hand-written loop would pass AdamW: head, then each body layer with its decayed lr."""
-    groups = [{"params": list(model.head.parameters()), "lr": cfg.lr, "weight_decay": cfg.weight_decay}]
-    if cfg.trainable == "body+head":
-        layers = list(model.body)
-        for depth, layer in enumerate(reversed(layers), start=1):
-            params = list(layer.parameters())
-            if params:
-                groups.append({"params": params, "lr": cfg.lr * cfg.layer_decay**depth,
-                               "weight_decay": cfg.weight_decay})
-    else:
+    """What a hand-written loop would pass AdamW: the method's own groups (lr decayed per tensor by
+    default, as the paper's code), so both loops do the same optimizer work."""
+    from ..methods.base import layerwise_groups
+
+    train_body = cfg.trainable == "body+head"
+    if not train_body:
         for p in model.body.parameters():
             p.requires_grad_(False)
-    return groups
+    return layerwise_groups(model, cfg.lr, cfg.weight_decay, cfg.layer_decay, train_body, unit=cfg.layer_decay_unit)
 
 
 def _median(xs: list[float]) -> float:

@@ -21,7 +21,7 @@ from typing import Any
 
 from . import flops as FL
 from . import metrics as M
-from .continual import run_cl
+from .continual import Diverged, run_cl
 from .checkpoint import Checkpointer, checkpointer, run_key
 from .errors import BenchError
 from .protocol import Protocol
@@ -112,8 +112,14 @@ def _continual_result(protocol: Protocol, bench: Workbench, spec: MethodSpec, me
     started, t0 = now_iso(), time.perf_counter()
     config = method_settings(method)
     saver = _run_checkpointer(options, protocol.spec_hash, spec.text, config, overrides, seed)
-    curves, budget, params = run_cl(bench, method, seed, options, saver)
-    return RunResult(**_common(protocol, bench, seed, options, started, run_id), method=_stamp(spec),
+    status = "complete"
+    try:
+        curves, budget, params = run_cl(bench, method, seed, options, saver)
+    except Diverged as stop:  # a result all the same: the curves it made, marked so that nothing ranks it
+        say(options, f"{stop} — stored with status 'diverged'.")
+        curves, budget, params, status = stop.curves, stop.budget, stop.params, "diverged"
+    common = {**_common(protocol, bench, seed, options, started, run_id), "status": status}
+    return RunResult(**common, method=_stamp(spec),
                      config=config, overrides=overrides, trainable_params=params, curves=curves,
                      budget=FL.efficiency_vs_joint(budget, joint.budget), wall_time_s=time.perf_counter() - t0)
 
@@ -139,8 +145,10 @@ def _score_and_save(result: RunResult, joint: RunResult, chosen: Selection[Store
     best, best_runs = chosen.best_new(result)
     result.references = References(joint_run=joint.run_id, best_new=best, best_new_runs=best_runs,
                                    best_new_methods=list(chosen.best_new_methods))
+    problem = None
     try:
-        result.metrics, problem = M.compute_metrics(result.curves, joint.reference, best), None
+        if result.status == "complete":
+            result.metrics = M.compute_metrics(result.curves, joint.reference, best)
     except ValueError as exc:
         problem = str(exc)
     path = save_result(options.results_dir, result)

@@ -116,9 +116,15 @@ def protocol_defaults(table: dict[str, dict], protocol: str) -> dict[str, Any]:
     return values
 
 
-def resolve_config(config_cls: type[BaseModel], name: str, protocol: str, overrides: dict[str, Any]) -> BaseModel:
-    """Config defaults < defaults.yaml `default` < matching globs < defaults.yaml[protocol] < --set overrides."""
-    values = {**protocol_defaults(_defaults().get(name, {}), protocol), **overrides}
+def resolve_config(config_cls: type[BaseModel], name: str, protocol: str, overrides: dict[str, Any],
+                   method_string: str | None = None) -> BaseModel:
+    """Config defaults < defaults.yaml[name] (`default` < matching globs < protocol) < defaults.yaml
+    [method_string] (same order) < --set overrides. ``method_string`` (``derpp+sgm``) lets a setting
+    the paper gives for one combination (SGM's lr on DERpp) apply to it alone, not to plain ``derpp``."""
+    values = protocol_defaults(_defaults().get(name, {}), protocol)
+    if method_string and method_string != name:
+        values.update(protocol_defaults(_defaults().get(method_string, {}), protocol))
+    values.update(overrides)
     try:
         return config_cls(**values)
     except ValidationError as exc:
@@ -153,7 +159,8 @@ def resolve_settings(spec: MethodSpec, protocol: str, overrides: dict[str, Any])
                    for entry in spec.modifiers]
     if mod_overrides:
         raise BenchError(f"--set names modifier(s) {', '.join(mod_overrides)} not in method {spec.text!r}.")
-    config = resolve_config(config_class(spec.base), spec.base.name, protocol, overrides)
+    canonical = "+".join([spec.base.name, *(m.name for m in spec.modifiers)])
+    config = resolve_config(config_class(spec.base), spec.base.name, protocol, overrides, canonical)
     clash = [m.name for m in spec.modifiers if m.name in type(config).model_fields]
     if clash:
         raise BenchError(f"Modifier {clash[0]!r} has the name of a setting of method {spec.base.name!r}; "

@@ -99,7 +99,7 @@ class References(Strict):
 class RunResult(Strict):
     schema_version: int = SCHEMA_VERSION
     run_id: str
-    status: Literal["complete", "failed"]
+    status: Literal["complete", "failed", "diverged"]  # diverged: a non-finite loss stopped it (curves so far)
     protocol: ProtocolStamp
     method: MethodStamp
     config: dict[str, Any]

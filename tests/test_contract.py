@@ -167,9 +167,12 @@ def test_remind_stores_pq_codes_and_counts_their_bytes(online, options):
     assert set(method.codes) >= set(method.ctx.memory.ids)
     counters = method.ctx.counters
     assert counters["remind_reconstruct_samples"] == budget.samples_trained
-    # per-class lr: full at a class's first sample, lr_end once it has been seen as often as it occurs
+    # per-class lr, REMIND's default: a step every 100 samples of a class, so a class seen once keeps lr
     c0 = int(online.stream.sessions[0].new_classes[0])
     assert method.class_seen[c0] == method.class_total[c0] == 1
+    assert method.class_lr(c0) == pytest.approx(method.config.lr)
+    # the decay over the class's own samples: lr_end once it has been seen as often as it occurs
+    method.config = method.config.model_copy(update={"lr_step": 1, "lr_decay_samples": None})
     assert method.class_lr(c0) == pytest.approx(method.config.lr_end)
     method.class_seen[c0] = 0
     assert method.class_lr(c0) == pytest.approx(method.config.lr)
@@ -199,7 +202,8 @@ def test_remind_per_class_lr_scales_one_step_and_is_restored(capped, options):
     from bench_stability_gap.harness.memory import Memory
     from bench_stability_gap.harness.budget_guards import memory_spec
 
-    _, method = build_method("remind", capped.protocol.name)
+    # the decay over a class's own samples (not REMIND's default), so one class's stream count ends it
+    _, method = build_method("remind", capped.protocol.name, {"lr_step": 1, "lr_decay_samples": None})
     rng = np.random.default_rng(0)
     memory = Memory(memory_spec(capped.protocol, method), capped.stream.train.labels,
                     capped.stream.train.sample_bytes, rng)
@@ -278,3 +282,23 @@ def test_contract_covers_the_zoo():
     assert {"derpp", "gdumb", "lwf", "remind", "vanilla", "finetune"} <= names
     assert "joint" not in names
     assert Path(__file__).name == "test_contract.py"
+
+
+@pytest.mark.parametrize("text", ["vanilla", "gdumb"])
+def test_split_memory_keeps_its_s1_share_through_a_run(capped, options, text):
+    """The runner offers S1 as such: a split cap of 40 at share .75 holds 30 S1 samples all run long,
+    the stream part (10) stays class-balanced, and GDumb's own policy does not replace the split."""
+    import dataclasses
+
+    from bench_stability_gap.harness.protocol import Memory as MemorySpec
+
+    spec = MemorySpec(policy="split", capacity=CAP, pretrain_share=0.75, include_pretrain=True)
+    bench = dataclasses.replace(capped, protocol=capped.protocol.model_copy(update={"memory": spec}))
+    method, curves, budget, _ = run(bench, text, 0, options)
+    memory = method.ctx.memory
+    assert memory.spec.policy == "split" and len(memory) == CAP == budget.memory_peak_samples
+    s1 = set(int(g) for g in bench.stream.pretrain_ids)
+    assert sum(int(g) in s1 for g in memory.ids) == 30 and memory.pretrain <= s1
+    stream_labels = bench.stream.train.labels[[g for g in memory.ids if int(g) not in s1]]
+    counts = np.bincount(stream_labels)[np.unique(stream_labels)]
+    assert counts.max() - counts.min() <= 1  # 10 stream slots over the classes seen
