@@ -170,8 +170,9 @@ def perf(protocol: str, device: str, updates: int, warmup: int, repeats: int, ev
     _spec, method = build_method("vanilla", spec.name)
     cfg = method.config
     shared = copy.deepcopy(model)
-    if train_store.table is not None and train_store.row_of is None:
-        table = train_store.table
+    if train_store.cached:  # the features the harness's store holds, by id
+        table = train_store.get(np.arange(pool))
+        train_store.reset_seen()
     else:
         table = Preprocess(backbone).images(train_catalog, np.arange(pool))
     if table.device != dev:

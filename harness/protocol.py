@@ -22,8 +22,26 @@ class Spec(BaseModel):
 
 
 SourceName = Literal[
-    "fashion_mnist", "mnist5k", "animal_mnist", "imagenet", "places365", "places365_lt", "cub200"
+    "fashion_mnist", "mnist5k", "animal_mnist", "imagenet", "places365", "places365_lt", "cub200", "synthetic"
 ]
+
+
+class LongTail(Spec):
+    """Per-class image counts falling from ``largest`` to ``smallest`` and summing to ``total``
+    (a real set's head, tail and size, e.g. Places365-LT: 4980, 5, 62500)."""
+
+    total: int = Field(gt=0)
+    largest: int = Field(gt=0)
+    smallest: int = Field(gt=0)
+
+
+class Synthetic(Spec):
+    """A data set generated from the sample index (no files): a real set's shape without the set."""
+
+    classes: int = Field(gt=0)
+    train_per_class: int | LongTail = Field(description="images per class, or a long-tailed profile")
+    test_per_class: int = Field(gt=0)
+    image_size: int = Field(256, gt=0, description="side of the generated (square) RGB images")
 
 
 class DataSource(Spec):
@@ -34,6 +52,13 @@ class DataSource(Spec):
     train_per_class: int | None = Field(None, gt=0, description="subsample training images per class")
     test_per_class: int | None = Field(None, gt=0, description="subsample test images per class")
     classes: int | None = Field(None, gt=0, description="use only the first N classes of the source")
+    synthetic: Synthetic | None = Field(None, description="source 'synthetic' only: its class and image counts")
+
+    @model_validator(mode="after")
+    def _synthetic_counts(self) -> DataSource:
+        if (self.source == "synthetic") != (self.synthetic is not None):
+            raise ValueError("synthetic (the counts) is required for source 'synthetic' and only for it")
+        return self
 
 
 class Backbone(Spec):

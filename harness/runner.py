@@ -33,8 +33,9 @@ from tqdm.auto import tqdm
 
 from . import flops as FL
 from . import metrics as M
-from .backbone import SplitModel, create_network, split_network
+from .backbone import SplitModel, create_network, split_network, weights_digest
 from .curves import ReferenceSession, SessionCurve
+from .datapath import DataPathPlan, plan_data_path
 from .errors import BenchError
 from .evaluation import EvalPlan, evaluate, eval_plan
 from .inputs import InputStore, Preprocess, feature_cache_key
@@ -192,6 +193,8 @@ class Workbench:
     train_inputs: InputStore
     test_inputs: InputStore
     deployed: SplitModel
+    data_path: DataPathPlan | None = None  # how the inputs are held (printed, stamped on the result)
+    weights: str = ""  # backbone.weights_digest: what the weights are, whatever path they came from
 
     def batch(self, ids: np.ndarray, n_new: int) -> TrainBatch:
         is_new = torch.zeros(len(ids), dtype=torch.bool)
@@ -222,19 +225,24 @@ def prepare(protocol: Protocol, seed: int, options: RunOptions) -> Workbench:
         )
     sources = [protocol.pretrain_data, *protocol.stream_data]
     root = cache_dir() / "trunk"
+    root.mkdir(parents=True, exist_ok=True)
     trunk = model.trunk if options.trunk_cache else None
     train_pre = Preprocess(protocol.backbone, augment=protocol.training.augment)
     amp = options.amp and device.type == "cuda"
     variant = "cuda-bf16" if amp else ""
-    test_inputs = InputStore(stream.test, Preprocess(protocol.backbone), trunk, device,
-                             feature_cache_key(protocol.backbone, sources, "test", variant), root,
-                             desc="trunk (eval)", amp=amp, progress=options.progress)
-    cache_train = trunk is not None and not protocol.training.augment
-    train_inputs = InputStore(stream.train, train_pre, trunk if cache_train else None, device,
-                              feature_cache_key(protocol.backbone, sources, "train", variant), root,
-                              desc="trunk (train)", amp=amp, progress=options.progress)
+    weights = weights_digest(protocol.backbone)
+    keys = {split: feature_cache_key(protocol.backbone, sources, split, variant, weights) for split in ("test", "train")}
+    plan = plan_data_path(protocol, stream, trunk, device, amp, root, keys)  # before any trunk pass
+    _say(options, plan.describe())
+    t0 = time.perf_counter()
+    test_inputs = InputStore(stream.test, Preprocess(protocol.backbone), trunk, device, keys["test"], root,
+                             desc="trunk (eval)", amp=amp, progress=options.progress, mode=plan.test.mode)
+    t1 = time.perf_counter()
+    train_inputs = InputStore(stream.train, train_pre, trunk, device, keys["train"], root,
+                              desc="trunk (train)", amp=amp, progress=options.progress, mode=plan.train.mode)
+    _say(options, f"inputs ready: eval {t1 - t0:.1f} s, train {time.perf_counter() - t1:.1f} s")
     model.trunk_cached = options.trunk_cache
-    bench = Workbench(protocol, stream, device, train_inputs, test_inputs, model)
+    bench = Workbench(protocol, stream, device, train_inputs, test_inputs, model, plan, weights)
     if protocol.pretrain.mode == "train":
         _deploy(bench, options)
     use_channels_last(model, device, options)  # after pre-training: the deployed model is as before
@@ -244,7 +252,7 @@ def prepare(protocol: Protocol, seed: int, options: RunOptions) -> Workbench:
 def _deploy(bench: Workbench, options: RunOptions) -> None:
     """Fit the deployed model on S1 once per protocol spec; later runs load it from the cache."""
     p = bench.protocol
-    path = cache_dir() / "deployed" / f"{p.name}-{p.spec_hash}.pt"
+    path = cache_dir() / "deployed" / f"{p.name}-{p.spec_hash}-{bench.weights.rpartition(':')[2][:16]}.pt"
     if path.is_file():
         bench.deployed.load_state_dict(torch.load(path, map_location=bench.device, weights_only=True))
         return
@@ -481,8 +489,8 @@ def _stamp(spec: MethodSpec) -> MethodStamp:
 def joint_reference(protocol: Protocol, seed: int, options: RunOptions, bench: Workbench | None = None) -> tuple[Path, RunResult]:
     """The cached joint run for this protocol spec and seed, trained first when there is none."""
     found = find_joint(options.results_dir, protocol.name, protocol.spec_hash, seed)
-    if found:
-        return found
+    if found and (bench is None or found[1].options.get("weights") == getattr(bench, "weights", "")):
+        return found  # a reference from other weights (a file replaced at the same path) is not reused
     models = protocol.sessions if protocol.joint.mode == "per_session" else 1
     _say(options, f"No joint reference for {protocol.name} (seed {seed}) yet: training it first "
                   f"({models} model(s) x {protocol.joint.updates} updates); later runs reuse it.")
@@ -507,7 +515,8 @@ def execute(protocol: Protocol, method_text: str, seed: int, options: RunOptions
         protocol=ProtocolStamp(name=protocol.name, version=protocol.version, hash=protocol.spec_hash),
         method=_stamp(spec), config=method_settings(method),
         versions=library_versions(), git_commit=git_commit(), started_at=started,
-        options={"device": str(bench.device), "trunk_cache": options.trunk_cache},
+        options={"device": str(bench.device), "trunk_cache": options.trunk_cache, "weights": getattr(bench, "weights", ""),
+                 "data_path": bench.data_path.as_dict() if getattr(bench, "data_path", None) else None},
     )
     if getattr(method, "reference", False):
         refs, budget, params = run_joint(bench, method, seed, options)
