@@ -33,7 +33,7 @@ from torch import nn
 
 from .errors import BenchError
 from .features import FeatureShards, dtype_name
-from .inputs import image_cache_bytes, key_folder
+from .inputs import TRUNK_CHUNK, image_cache_bytes, key_folder
 from .protocol import Protocol
 from .stream import Stream
 
@@ -41,7 +41,8 @@ GB = 2**30
 DISK_RESERVE = 2 * GB          # left free on the cache's disk whatever the plan
 RAM_TABLE_SHARE = 4            # a split's features go to RAM only when they fit 1/4 of the RAM budget
 BOOKKEEPING_PER_SAMPLE = 64    # labels, seen flags, row maps, memory ids: bytes per catalog sample
-ACTIVATION_FACTOR = 8          # working set per batch sample, in units of one trunk-feature row
+ACTIVATION_FACTOR = 8          # body working set per batch sample, in units of one trunk-feature row
+TRUNK_LIVE_TENSORS = 3         # trunk pass: the largest activation, its successor and the input, alive at once
 MODES = {
     "trunk-ram": "trunk features on disk, loaded into RAM",
     "trunk-disk": "trunk features on disk, memory-mapped per batch",
@@ -120,13 +121,25 @@ class DataPathPlan:
 
 
 def trunk_output(trunk: nn.Module, input_size: int, in_chans: int, device: torch.device,
-                 amp: bool) -> tuple[tuple[int, ...], torch.dtype]:
-    """Shape (per sample) and dtype of the trunk's output, from one forward of one blank image."""
+                 amp: bool) -> tuple[tuple[int, ...], torch.dtype, int]:
+    """Shape (per sample) and dtype of the trunk's output, and the bytes of its largest activation
+    per sample (float32), from one forward of one blank image."""
     x = torch.zeros(1, in_chans, input_size, input_size, device=device)
+    largest = [x.numel()]
+
+    def hook(_m, _args, out) -> None:
+        if isinstance(out, torch.Tensor):
+            largest[0] = max(largest[0], out.numel())
+
+    handles = [m.register_forward_hook(hook) for m in trunk.modules() if not list(m.children())]
     ctx = torch.autocast("cuda", dtype=torch.bfloat16) if amp and device.type == "cuda" else torch.no_grad()
-    with torch.no_grad(), ctx:
-        out = trunk.eval()(x)
-    return tuple(out.shape[1:]), out.dtype
+    try:
+        with torch.no_grad(), ctx:
+            out = trunk.eval()(x)
+    finally:
+        for h in handles:
+            h.remove()
+    return tuple(out.shape[1:]), out.dtype, 4 * largest[0]
 
 
 def expected_train_fetches(protocol: Protocol, stream: Stream) -> int:
@@ -186,11 +199,11 @@ def plan_data_path(protocol: Protocol, stream: Stream, trunk: nn.Module | None, 
     ram, disk = ram_budget_bytes(), disk_budget_bytes(cache_root)
     augment = protocol.training.augment
     if trunk is None:
-        shape, dtype = (b.in_chans, b.input_size, b.input_size), torch.float32
+        shape, dtype, activation = (b.in_chans, b.input_size, b.input_size), torch.float32, 0
         test = _image_split(n_test, b.input_size, False, True)
         train = _image_split(n_train, b.input_size, augment, True)
     else:
-        shape, dtype = trunk_output(trunk, b.input_size, b.in_chans, device, amp)
+        shape, dtype, activation = trunk_output(trunk, b.input_size, b.in_chans, device, amp)
         elems = int(np.prod(shape))
         row_disk, row_ram = elems * torch.empty((), dtype=dtype).element_size(), elems * 4
         pinned = pinned_mode()
@@ -205,8 +218,10 @@ def plan_data_path(protocol: Protocol, stream: Stream, trunk: nn.Module | None, 
                              disk - test.disk_bytes, ram - test.ram_bytes, worth, None if augment else pinned, why)
     batch = protocol.training.batch.size + protocol.eval.batch_size
     row = int(np.prod(shape)) * 4
+    trunk_pass = TRUNK_LIVE_TENSORS * TRUNK_CHUNK * activation if "trunk-stream" not in (test.mode, train.mode) \
+        else TRUNK_LIVE_TENSORS * max(TRUNK_CHUNK, protocol.training.batch.size, protocol.eval.batch_size) * activation
     resident = (BOOKKEEPING_PER_SAMPLE * (len(stream.train) + len(stream.test)) + test.ram_bytes + train.ram_bytes
-                + ACTIVATION_FACTOR * batch * row)
+                + max(ACTIVATION_FACTOR * batch * row, trunk_pass))
     if resident > ram:
         raise BenchError(
             f"Protocol {protocol.name} does not fit the RAM budget: it needs about {resident / GB:.2f} GB resident "

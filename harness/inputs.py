@@ -38,6 +38,9 @@ from .stream import Catalog
 
 PREPROCESS_VERSION = 1
 DEVICE_TABLE_BYTES = 1 << 30  # on CUDA, a cached table up to this size lives on the device
+# Images per trunk-pass batch: at 224 px a ConvNeXt stage-0 block holds 2.4 MB of activations per
+# image (4x expansion of 96x56x56, float32), so 512 images peak at ~3.4 GB resident; 128 at < 1 GB.
+TRUNK_CHUNK = 128
 
 
 def image_cache_bytes() -> int:
@@ -144,7 +147,7 @@ class InputStore:
 
     def __init__(self, catalog: Catalog, preprocess: Preprocess, trunk: nn.Module | None,
                  device: torch.device, cache_key: str | None = None, cache_root: Path | None = None,
-                 chunk: int = 512, desc: str = "trunk features", keep_images: bool = True,
+                 chunk: int = TRUNK_CHUNK, desc: str = "trunk features", keep_images: bool = True,
                  amp: bool = False, progress: bool = True, mode: str | None = None) -> None:
         self.catalog, self.preprocess, self.device = catalog, preprocess, torch.device(device)
         self.amp = amp and self.device.type == "cuda"  # bf16 autocast for the trunk pass on CUDA
