@@ -7,9 +7,10 @@ At paper size the frozen trunk's outputs do not fit in RAM (cil_places_lt's trai
 * **eval set** (evaluated at every eval point): trunk features computed once and kept on disk when
   they fit there (``trunk-disk``, memory-mapped), loaded into RAM when they also fit a quarter of the
   RAM budget (``trunk-ram``); else decoded and put through the trunk at every eval (``trunk-stream``).
-* **training set**: the same, but only when the trunk pass pays for itself within one run: the
-  protocol's training fetches (a CL run plus its joint reference and pre-training) must reach the
-  number of training images; with augmentation the trunk runs on every fetch (``trunk-stream``).
+* **training set**: the same, except that features too big for RAM are stored on disk only when
+  the trunk pass pays for itself within one run (the protocol's training fetches, a CL run plus its
+  joint reference and pre-training, reach the number of training images); otherwise, and with
+  augmentation, the trunk runs on every fetch (``trunk-stream``).
 * ``--no-trunk-cache``: preprocessed images in RAM when they fit ``BENCH_IMAGE_CACHE_GB`` (``images``),
   else decoded at every fetch (``decode``).
 
@@ -158,8 +159,8 @@ def _trunk_split(name: str, samples: int, row_disk: int, row_ram: int, stored: b
     disk_need = 0 if stored else samples * row_disk
     ram_need = samples * row_ram
     fits_disk, fits_ram = disk_need <= disk_left, ram_need <= ram_left // RAM_TABLE_SHARE
-    if pinned == "trunk-stream" or (pinned is None and not worth):
-        return SplitPlan("trunk-stream", samples, 0, 0, "pinned by BENCH_TRUNK_CACHE" if pinned else stream_reason)
+    if pinned == "trunk-stream":
+        return SplitPlan("trunk-stream", samples, 0, 0, "pinned by BENCH_TRUNK_CACHE")
     if pinned is not None and (not fits_disk or (pinned == "trunk-ram" and not fits_ram)):
         short = (f"{disk_need / GB:.2f} GB of disk ({disk_left / GB:.2f} GB free for caches)" if not fits_disk
                  else f"{ram_need / GB:.2f} GB of RAM (a quarter of the {ram_left / GB:.2f} GB budget allowed)")
@@ -169,13 +170,17 @@ def _trunk_split(name: str, samples: int, row_disk: int, row_ram: int, stored: b
             f"{row_ram / 2**10:.0f} KiB) need {short}. Nothing was computed. What would fit: {fit}, or unset "
             f"BENCH_TRUNK_CACHE to let the harness choose."
         )
+    if pinned is not None:
+        return SplitPlan(pinned, samples, disk_need, ram_need if pinned == "trunk-ram" else 0,
+                         "pinned by BENCH_TRUNK_CACHE")
     if not fits_disk:
         return SplitPlan("trunk-stream", samples, 0, 0,
                          f"features ({disk_need / GB:.1f} GB) exceed the disk budget ({disk_left / GB:.1f} GB)")
-    if pinned == "trunk-ram" or (pinned is None and fits_ram):
-        return SplitPlan("trunk-ram", samples, disk_need, ram_need,
-                         "pinned by BENCH_TRUNK_CACHE" if pinned else "features fit a quarter of the RAM budget")
-    return SplitPlan("trunk-disk", samples, disk_need, 0, "pinned by BENCH_TRUNK_CACHE" if pinned else
+    if fits_ram:  # small: computed once, reused by every later run of the protocol
+        return SplitPlan("trunk-ram", samples, disk_need, ram_need, "features fit a quarter of the RAM budget")
+    if not worth:
+        return SplitPlan("trunk-stream", samples, 0, 0, stream_reason)
+    return SplitPlan("trunk-disk", samples, disk_need, 0,
                      f"features ({ram_need / GB:.1f} GB) exceed a quarter of the RAM budget")
 
 
@@ -211,11 +216,10 @@ def plan_data_path(protocol: Protocol, stream: Stream, trunk: nn.Module | None, 
         test = _trunk_split("eval", n_test, row_disk, row_ram, stored.get("test", False), disk, ram, True,
                             pinned, "")
         fetches = expected_train_fetches(protocol, stream)
-        worth = not augment and fetches >= n_train
-        why = ("augmentation: every fetch is a new crop" if augment else
-               f"a run fetches ~{fetches:,} training images, fewer than the {n_train:,} a trunk pass covers")
-        train = _trunk_split("train", n_train, row_disk, row_ram, stored.get("train", False),
-                             disk - test.disk_bytes, ram - test.ram_bytes, worth, None if augment else pinned, why)
+        why = f"a run fetches ~{fetches:,} training images, fewer than the {n_train:,} a trunk pass covers"
+        train = (SplitPlan("trunk-stream", n_train, 0, 0, "augmentation: every fetch is a new crop") if augment else
+                 _trunk_split("train", n_train, row_disk, row_ram, stored.get("train", False),
+                              disk - test.disk_bytes, ram - test.ram_bytes, fetches >= n_train, pinned, why))
     batch = protocol.training.batch.size + protocol.eval.batch_size
     row = int(np.prod(shape)) * 4
     trunk_pass = TRUNK_LIVE_TENSORS * TRUNK_CHUNK * activation if "trunk-stream" not in (test.mode, train.mode) \

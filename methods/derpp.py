@@ -180,15 +180,18 @@ class DERpp(StandardMethod):
         recount_memory_bytes(ctx.memory)
 
     # -- stored logits -------------------------------------------------------------------------
-    def _forward_logits(self, model, ids: np.ndarray) -> None:
-        """Eval-mode logits of ``ids`` through ``model``, stored, declared, and counted in the memory's bytes."""
+    def _forward_logits(self, model, ids: np.ndarray, inputs: Tensor | None = None) -> None:
+        """Eval-mode logits of ``ids`` through ``model`` (on ``inputs`` when the caller holds them,
+        else fetched), stored and declared."""
         was_training = model.training
         model.eval()
         try:
             with torch.no_grad():
                 for i in range(0, len(ids), self.config.logit_batch_size):
                     chunk = ids[i : i + self.config.logit_batch_size]
-                    self.logits.put(chunk, model(self.ctx.inputs.get(chunk)))
+                    # a fresh tensor either way: a view at an offset can take other SIMD paths (1e-6 apart)
+                    x = self.ctx.inputs.get(chunk) if inputs is None else inputs[i : i + len(chunk)].clone()
+                    self.logits.put(chunk, model(x))
         finally:
             model.train(was_training)
         self.ctx.counters["derpp_logit_forward_samples"] = (
@@ -200,13 +203,18 @@ class DERpp(StandardMethod):
         if len(missing):
             self._forward_logits(self.model, missing)
 
-    def _replay_logits(self, ids: np.ndarray) -> None:
-        """Deployed-model logits of replayed samples that have none (pre-training data, lazily)."""
+    def _replay_logits(self, ids: np.ndarray, inputs: Tensor) -> None:
+        """Deployed-model logits of replayed samples that have none (pre-training data, lazily), on
+        the inputs the batch already holds (no second fetch, no extra augmentation draw)."""
         if self.deployed is None:
             return
         missing = self.logits.missing(ids)
         if len(missing):
-            self._forward_logits(self.deployed, missing)
+            first = {}
+            for r, g in enumerate(ids):
+                first.setdefault(int(g), r)
+            rows = torch.tensor([first[int(g)] for g in missing], dtype=torch.long, device=inputs.device)
+            self._forward_logits(self.deployed, missing, inputs.index_select(0, rows))
             memory = self.ctx.memory  # their logits are stored now: the memory's bytes grow with them
             memory.bytes += LOGIT_BYTES * sum(self.logits.length(g) for g in missing)
             memory.peak_bytes = max(memory.peak_bytes, memory.bytes)
@@ -243,7 +251,7 @@ class DERpp(StandardMethod):
                 loss = loss + self.config.beta * F.cross_entropy(logits[old], targets[old])
             if self.config.alpha:
                 old_ids = ids[~new_mask]
-                self._replay_logits(old_ids)
+                self._replay_logits(old_ids, batch.x[old])
                 ref, mask = self.stored(old_ids, z_old.shape[1], z_old.device)
                 if bool(mask.any()):
                     loss = loss + self.config.alpha * ((z_old - ref) ** 2)[mask].mean()

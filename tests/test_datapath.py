@@ -118,3 +118,14 @@ def test_streaming_gives_the_features_and_curves_of_the_disk_cache(bench_cache, 
         np.testing.assert_allclose(a.all, b.all, atol=0.05)
     # a streaming trunk runs at every fetch: executed trunk passes are fetches, not distinct images
     assert streamed.train_inputs.distinct_seen() == streamed.train_inputs.fetched > disk.train_inputs.distinct_seen()
+
+
+@pytest.mark.parametrize("augment, mode", [(False, "trunk-ram"), (True, "trunk-stream")])
+def test_small_training_sets_stay_in_ram_and_augmentation_streams(bench_cache, tmp_path, augment, mode):
+    spec = reduced_tiny(augment=augment)
+    protocol = Protocol.model_validate(spec)
+    bench = prepare(protocol, 0, RunOptions(results_dir=tmp_path, progress=False, log=False))
+    assert bench.data_path.train.mode == bench.train_inputs.kind == mode
+    assert bench.data_path.test.mode == "trunk-ram"
+    x = bench.train_inputs.get(bench.stream.sessions[0].train_ids[:4])
+    assert x.shape[1:] == tuple(bench.data_path.feature_shape)  # the body's input either way
