@@ -212,7 +212,8 @@ def plan_data_path(protocol: Protocol, stream: Stream, trunk: nn.Module | None, 
         elems = int(np.prod(shape))
         row_disk, row_ram = elems * torch.empty((), dtype=dtype).element_size(), elems * 4
         pinned = pinned_mode()
-        stored = {k: FeatureShards.complete(cache_root / key_folder(v)) for k, v in keys.items()}
+        catalogs = {"test": stream.test, "train": stream.train}
+        stored = {k: FeatureShards.complete(cache_root / key_folder(v, catalogs[k])) for k, v in keys.items()}
         test = _trunk_split("eval", n_test, row_disk, row_ram, stored.get("test", False), disk, ram, True,
                             pinned, "")
         fetches = expected_train_fetches(protocol, stream)

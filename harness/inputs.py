@@ -170,7 +170,7 @@ class InputStore:
         self.cached = mode.startswith("trunk")
         if mode in ("trunk-ram", "trunk-disk"):
             self._index_labelled()
-            folder = cache_root / key_folder(cache_key) if cache_key and cache_root else None
+            folder = cache_root / key_folder(cache_key, catalog) if cache_key and cache_root else None
             if folder is None:  # nowhere to keep them: computed for this store only, in RAM
                 self.kind = "trunk-ram"
                 self.table = torch.cat([f.float() for f in self._trunk_pass(trunk, chunk, desc)])
@@ -285,9 +285,12 @@ class InputStore:
         return rows.contiguous(memory_format=torch.channels_last) if rows.ndim == 4 else rows
 
 
-def key_folder(key: str) -> str:
-    """The shard folder of a feature cache key (``v2``: sharded raw rows; ``v1`` was one .pt file)."""
-    return f"{key}.v2"
+def key_folder(key: str, catalog: Catalog) -> str:
+    """The shard folder of a feature cache key for ``catalog``: the shards hold its labelled samples
+    only, whose set depends on the protocol (classes that never enter the stream are unlabelled),
+    so it is part of the name (``v2``: sharded raw rows; ``v1`` was one .pt file per key)."""
+    labelled = np.flatnonzero(catalog.labels >= 0).astype(np.int64)
+    return f"{key}-{hashlib.sha256(labelled.tobytes()).hexdigest()[:12]}.v2"
 
 
 def feature_cache_key(spec: Backbone, sources: list, split: str, variant: str = "", weights: str = "") -> str:

@@ -129,3 +129,14 @@ def test_small_training_sets_stay_in_ram_and_augmentation_streams(bench_cache, t
     assert bench.data_path.test.mode == "trunk-ram"
     x = bench.train_inputs.get(bench.stream.sessions[0].train_ids[:4])
     assert x.shape[1:] == tuple(bench.data_path.feature_shape)  # the body's input either way
+
+
+def test_protocols_sharing_sources_but_not_classes_keep_separate_shards(bench_cache, tmp_path, monkeypatch):
+    """The shards hold labelled samples only; which those are depends on the classes the stream uses."""
+    monkeypatch.setenv("BENCH_TRUNK_CACHE", "disk")
+    opts = RunOptions(results_dir=tmp_path, progress=False, log=False)
+    two, four = prepare(_small(bench_cache), 0, opts), prepare(Protocol.model_validate(reduced_tiny()), 0, opts)
+    assert two.test_inputs.shards.folder != four.test_inputs.shards.folder
+    for bench in (two, four):
+        ids = np.flatnonzero(bench.stream.test.labels >= 0)
+        assert bench.test_inputs.shards.rows == len(ids) and bench.test_inputs.get(ids[-3:]).shape[0] == 3
