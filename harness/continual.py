@@ -80,7 +80,7 @@ def _snapshot(bench: Workbench, model: nn.Module, method: Method, memory: Memory
     return {
         "model": model.state_dict(), "method": method.state_dict(), "memory": memory.state_dict(),
         "rng": rng_state(*rngs), "counters": dict(ctx.counters), "tally": copy.deepcopy(meter.tally),
-        "seen": (bench.train_inputs.seen.copy(), bench.test_inputs.seen.copy()),
+        "seen": [seen_state(s) for s in (bench.train_inputs, bench.test_inputs)],
         "progress": dataclasses.replace(progress, curves=[c.model_dump() for c in progress.curves]).__dict__,
         **extra,
     }
@@ -96,10 +96,22 @@ def _restore(state: dict[str, Any], bench: Workbench, model: nn.Module, method: 
     ctx.counters.clear()
     ctx.counters.update(state["counters"])
     meter.tally = copy.deepcopy(state["tally"])
-    bench.train_inputs.seen[:], bench.test_inputs.seen[:] = state["seen"]
+    for store, seen in zip((bench.train_inputs, bench.test_inputs), state["seen"], strict=True):
+        setseen_state(store, seen)
     fields = dict(state["progress"])
     fields["curves"] = [SessionCurve.model_validate(c) for c in fields["curves"]]
     return Progress(**fields)
+
+
+def seen_state(store) -> tuple[np.ndarray, int]:
+    """What an input store counted for executed-FLOP accounting: ids fetched, and fetches when streaming."""
+    return store.seen.copy(), getattr(store, "fetched", 0)
+
+
+def setseen_state(store, state: tuple[np.ndarray, int]) -> None:
+    store.seen[:] = state[0]
+    if hasattr(store, "fetched"):
+        store.fetched = state[1]
 
 
 def _finite(model: nn.Module) -> bool:

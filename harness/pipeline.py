@@ -76,19 +76,21 @@ def _common(protocol: Protocol, bench: Workbench, seed: int, options: RunOptions
         run_id=run_id or new_run_id(), status="complete", seed=seed,
         protocol=ProtocolStamp(name=protocol.name, version=protocol.version, hash=protocol.spec_hash),
         versions=library_versions(), git_commit=git_commit(), started_at=started,
-        options={"device": str(bench.device), "trunk_cache": options.trunk_cache},
+        options={"device": str(bench.device), "trunk_cache": options.trunk_cache, "weights": bench.weights,
+                 "data_path": bench.data_path.as_dict() if bench.data_path is not None else None},
     )
 
 
-def selection(protocol: Protocol, options: RunOptions) -> Selection[Stored]:
-    """Which stored runs of this protocol spec count (the one rule: ``results.select_runs``)."""
+def selection(protocol: Protocol, options: RunOptions, weights: str | None = None) -> Selection[Stored]:
+    """Which stored runs of this protocol spec count (the one rule: ``results.select_runs``); with the
+    backbone weights' digest, runs made with other weights content do not."""
     return stored_selection(options.results_dir, protocol.name, protocol.spec_hash, protocol.best_new_reference,
-                            joint_settings(protocol))
+                            joint_settings(protocol), weights)
 
 
 def joint_reference(protocol: Protocol, seed: int, options: RunOptions, bench: Workbench) -> tuple[RunResult, Path]:
     """The stored joint reference for this protocol spec and seed, trained and stored first when missing."""
-    found = selection(protocol, options).joints.get(seed)
+    found = selection(protocol, options, bench.weights).joints.get(seed)
     if found is not None:
         return found[1], found[0]
     models = protocol.sessions if protocol.joint.mode == "per_session" else 1
@@ -164,7 +166,7 @@ def _best_new_references(protocol: Protocol, bench: Workbench, seed: int, joint:
                          options: RunOptions) -> None:
     """Run the protocol's A_best reference methods missing for this seed (default settings), then score
     and store them together, so each is scored against the whole set as later runs will be."""
-    done = selection(protocol, options)
+    done = selection(protocol, options, bench.weights)
     todo = [m for m in protocol.best_new_reference if m != skip and (m, seed) not in done.runs]
     if not todo:
         return
@@ -195,5 +197,5 @@ def execute(protocol: Protocol, method_text: str, seed: int, options: RunOptions
     is_reference = not options.overrides and method_text in protocol.best_new_reference
     _best_new_references(protocol, bench, seed, joint, method_text if is_reference else None, options)
     result = _continual_result(protocol, bench, spec, method, seed, dict(options.overrides), joint, options, run_id)
-    path = _score_and_save(result, joint, selection(protocol, options), options)
+    path = _score_and_save(result, joint, selection(protocol, options, bench.weights), options)
     return result, path

@@ -44,8 +44,26 @@ class Spec(BaseModel):
 
 
 SourceName = Literal[
-    "fashion_mnist", "mnist5k", "animal_mnist", "imagenet", "places365", "places365_lt", "cub200"
+    "fashion_mnist", "mnist5k", "animal_mnist", "imagenet", "places365", "places365_lt", "cub200", "synthetic"
 ]
+
+
+class LongTail(Spec):
+    """Per-class image counts falling from ``largest`` to ``smallest`` and summing to ``total``
+    (a real set's head, tail and size, e.g. Places365-LT: 4980, 5, 62500)."""
+
+    total: int = Field(gt=0)
+    largest: int = Field(gt=0)
+    smallest: int = Field(gt=0)
+
+
+class Synthetic(Spec):
+    """A data set generated from the sample index (no files): a real set's shape without the set."""
+
+    classes: int = Field(gt=0)
+    train_per_class: int | LongTail = Field(description="images per class, or a long-tailed profile")
+    test_per_class: int = Field(gt=0)
+    image_size: int = Field(256, gt=0, description="side of the generated (square) RGB images")
 
 
 class DataSource(Spec):
@@ -57,10 +75,18 @@ class DataSource(Spec):
     test_per_class: int | None = Field(None, gt=0, le=10_000_000, description="subsample test images per class")
     classes: int | None = Field(None, gt=0, le=MAX_CLASSES, description="use only the first N classes of the source")
 
+    synthetic: Synthetic | None = Field(None, description="source 'synthetic' only: its class and image counts")
+
+    @model_validator(mode="after")
+    def _synthetic_counts(self) -> DataSource:
+        if (self.source == "synthetic") != (self.synthetic is not None):
+            raise ValueError("synthetic (the counts) is required for source 'synthetic' and only for it")
+        return self
+
     @property
     def num_classes(self) -> int | None:
         """Classes this source contributes, when known without opening it."""
-        known = SOURCE_CLASSES.get(self.source)
+        known = self.synthetic.classes if self.synthetic is not None else SOURCE_CLASSES.get(self.source)
         return self.classes if known is None else min(known, self.classes or known)
 
 

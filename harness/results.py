@@ -362,7 +362,8 @@ def select_runs(items: Iterable[T], protocol_hash: str, best_new_methods: Iterab
 
 
 def stored_selection(root: Path, protocol_name: str, protocol_hash: str, best_new_methods: Iterable[str],
-                     joint_config: dict[str, Any] | None = None) -> Selection[tuple[Path, RunResult | BenchError]]:
+                     joint_config: dict[str, Any] | None = None,
+                     weights: str | None = None) -> Selection[tuple[Path, RunResult | BenchError]]:
     """``select_runs`` over the result files of one protocol in a results folder."""
     return select_runs(iter_results(root, protocol_name), protocol_hash, best_new_methods, joint_config,
-                       result_of=lambda pr: pr[1])
+                       result_of=lambda pr: pr[1], weights=weights)

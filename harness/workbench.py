@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import os
 import random
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -22,7 +23,8 @@ import torch
 from tqdm.auto import tqdm
 
 from .atomic import atomic_write
-from .backbone import SplitModel, create_network, split_network
+from .backbone import SplitModel, create_network, split_network, weights_digest
+from .datapath import DataPathPlan, plan_data_path
 from .checkpoint import Checkpointer, maybe_die, rng_state, run_key, set_rng_state
 from .errors import BenchError
 from .flops import FlopMeter
@@ -107,6 +109,8 @@ class Workbench:
     train_inputs: InputStore
     test_inputs: InputStore
     deployed: SplitModel
+    data_path: DataPathPlan | None = None  # how the inputs are held (printed, stamped on the result)
+    weights: str = ""  # backbone.weights_digest: what the weights are, whatever path they came from
 
     def batch(self, ids: np.ndarray, n_new: int) -> TrainBatch:
         is_new = torch.zeros(len(ids), dtype=torch.bool)
@@ -141,19 +145,24 @@ def prepare(protocol: Protocol, seed: int, options: RunOptions) -> Workbench:
         )
     sources = [protocol.pretrain_data, *protocol.stream_data]
     root = cache_dir() / "trunk"
+    root.mkdir(parents=True, exist_ok=True)
     trunk = model.trunk if options.trunk_cache else None
     train_pre = Preprocess(protocol.backbone, augment=protocol.training.augment)
     amp = options.amp and device.type == "cuda"
     variant = "cuda-bf16" if amp else ""
-    test_inputs = InputStore(stream.test, Preprocess(protocol.backbone), trunk, device,
-                             feature_cache_key(protocol.backbone, sources, "test", variant), root,
-                             desc="trunk (eval)", amp=amp, progress=options.progress)
-    cache_train = trunk is not None and not protocol.training.augment
-    train_inputs = InputStore(stream.train, train_pre, trunk if cache_train else None, device,
-                              feature_cache_key(protocol.backbone, sources, "train", variant), root,
-                              desc="trunk (train)", amp=amp, progress=options.progress)
+    weights = weights_digest(protocol.backbone)
+    keys = {split: feature_cache_key(protocol.backbone, sources, split, variant, weights) for split in ("test", "train")}
+    plan = plan_data_path(protocol, stream, trunk, device, amp, root, keys)  # before any trunk pass
+    say(options, plan.describe())
+    t0 = time.perf_counter()
+    test_inputs = InputStore(stream.test, Preprocess(protocol.backbone), trunk, device, keys["test"], root,
+                             desc="trunk (eval)", amp=amp, progress=options.progress, mode=plan.test.mode)
+    t1 = time.perf_counter()
+    train_inputs = InputStore(stream.train, train_pre, trunk, device, keys["train"], root,
+                              desc="trunk (train)", amp=amp, progress=options.progress, mode=plan.train.mode)
+    say(options, f"inputs ready: eval {t1 - t0:.1f} s, train {time.perf_counter() - t1:.1f} s")
     model.trunk_cached = options.trunk_cache
-    bench = Workbench(protocol, stream, device, train_inputs, test_inputs, model)
+    bench = Workbench(protocol, stream, device, train_inputs, test_inputs, model, plan, weights)
     if protocol.pretrain.mode == "train":
         _deploy(bench, options)
     use_channels_last(model, device, options)  # after pre-training: the deployed model is as before
@@ -164,7 +173,7 @@ def _deploy(bench: Workbench, options: RunOptions) -> None:
     """Fit the deployed model on S1 once per protocol spec; later runs load it from the cache. The
     training checkpoints beside the cache file, so a killed pre-training resumes."""
     p = bench.protocol
-    path = cache_dir() / "deployed" / f"{p.name}-{p.spec_hash}.pt"
+    path = cache_dir() / "deployed" / f"{p.name}-{p.spec_hash}-{bench.weights.rpartition(':')[2][:16]}.pt"
     if path.is_file():
         bench.deployed.load_state_dict(torch.load(path, map_location=bench.device, weights_only=True))
         return

@@ -53,6 +53,9 @@ class DERppConfig(MethodConfig):
     pad_logits: Literal["zero", "none"] = Field(
         "zero", description="stored logits shorter than the grown head: pad with zeros, or match stored columns only")
     logit_batch_size: int = Field(256, gt=0, le=MAX_BATCH, description="samples per forward when logits are computed on entry")
+    pretrain_logits: Literal["on_replay", "at_setup"] = Field(
+        "on_replay", description="deployed-model logits of stored pre-training samples: when first replayed, "
+                                 "or all at setup (same values)")
 
 
 class LwFConfig(MethodConfig):
