@@ -9,16 +9,20 @@ touches leave the process's resident set when their shard is unmapped (they stay
 cache, which is what makes the next evaluation fast).
 
 A folder is complete when its ``meta.json`` exists: it is written last, after the shards were
-renamed into place, so an interrupted pass leaves no half cache that a later run would trust.
+renamed into place, so an interrupted pass leaves no half cache that a later run would trust. It
+records each shard's size and sha256 and the cache key the folder was made for; ``open_verified``
+checks them before a run uses the folder, and a folder that fails is named, moved aside and rebuilt.
+Concurrent runs build a folder once: the build holds a file lock and re-checks after taking it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
@@ -103,6 +107,8 @@ def write_shards(folder: Path, rows: int, batches: Iterable[Tensor]) -> FeatureS
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     written, shard, fh, per_shard, shape, dtype = 0, 0, None, 0, None, None
+    digests: list[str] = []
+    digest = hashlib.sha256()
     try:
         for batch in batches:
             batch = batch.detach().cpu().contiguous()
@@ -119,23 +125,76 @@ def write_shards(folder: Path, rows: int, batches: Iterable[Tensor]) -> FeatureS
                     fh = open(tmp / f"shard_{shard:05d}.bin", "wb")
                 in_shard = written % per_shard
                 take = min(len(raw) - pos, per_shard - in_shard)
-                fh.write(raw[pos : pos + take].tobytes())
+                chunk = raw[pos : pos + take].tobytes()
+                fh.write(chunk)
+                digest.update(chunk)
                 pos, written = pos + take, written + take
                 if written % per_shard == 0:
                     fh.close()
                     fh, shard = None, shard + 1
+                    digests.append(digest.hexdigest())
+                    digest = hashlib.sha256()
         if fh is not None:
             fh.close()
             fh = None
+            digests.append(digest.hexdigest())
         if written != rows:
             raise RuntimeError(f"feature pass wrote {written} rows, expected {rows}")
         shutil.rmtree(folder, ignore_errors=True)
         tmp.rename(folder)
-        meta = {"rows": rows, "shape": list(shape or ()), "dtype": dtype, "rows_per_shard": per_shard}
+        meta = {"rows": rows, "shape": list(shape or ()), "dtype": dtype, "rows_per_shard": per_shard,
+                "sha256": digests, "key": folder.name}
         (folder / "meta.json.tmp").write_text(json.dumps(meta))
         (folder / "meta.json.tmp").rename(folder / "meta.json")
     finally:
         if fh is not None:
             fh.close()
         shutil.rmtree(tmp, ignore_errors=True)
+    return FeatureShards(folder)
+
+
+def problem(folder: Path) -> str | None:
+    """Why a complete shard folder cannot be trusted (None: it can): an unreadable meta.json, a folder
+    made for another key, a shard missing, of the wrong size, or whose bytes are not what was written."""
+    try:
+        meta = json.loads((folder / "meta.json").read_text())
+        rows, per, digests = int(meta["rows"]), int(meta["rows_per_shard"]), list(meta["sha256"])
+        row_bytes = int(np.prod(meta["shape"])) * np.dtype(_NUMPY[meta["dtype"]]).itemsize
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return f"its meta.json is unreadable or from an older bench ({type(exc).__name__}: {exc})"
+    if meta.get("key") != folder.name:
+        return f"it was made for cache key {meta.get('key')!r}"
+    if len(digests) != -(-rows // per):
+        return f"meta.json lists {len(digests)} shard hashes for {-(-rows // per)} shards"
+    for k, expected in enumerate(digests):
+        path = folder / f"shard_{k:05d}.bin"
+        size = min(per, rows - k * per) * row_bytes
+        if not path.is_file() or path.stat().st_size != size:
+            return f"{path.name} is missing or not {size} bytes"
+        h = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 24), b""):
+                h.update(block)
+        if h.hexdigest() != expected:
+            return f"{path.name}'s content does not match its sha256"
+    return None
+
+
+def move_aside(path: Path) -> Path:
+    """Rename a cache entry that failed verification next to itself (kept for a post-mortem, never loaded)."""
+    aside = path.with_name(f"{path.name}.corrupt-{os.getpid()}")
+    os.replace(path, aside)
+    return aside
+
+
+def open_verified(folder: Path, rows: int, batches: Callable[[], Iterable[Tensor]], warn: Callable[[str], None]) -> FeatureShards:
+    """The shard folder, verified, built once under a file lock when missing or failing verification."""
+    from filelock import FileLock
+
+    with FileLock(str(folder) + ".lock"):
+        if FeatureShards.complete(folder) and (why := problem(folder)) is not None:
+            aside = move_aside(folder)
+            warn(f"Trunk feature cache {folder} failed verification ({why}); moved to {aside} and rebuilt.")
+        if not FeatureShards.complete(folder):
+            write_shards(folder, rows, batches())
     return FeatureShards(folder)

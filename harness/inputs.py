@@ -32,7 +32,7 @@ from torch import Tensor, nn
 from torchvision.transforms import v2 as T
 from tqdm.auto import tqdm
 
-from .features import FeatureShards, write_shards
+from .features import FeatureShards, open_verified
 from .protocol import Backbone
 from .stream import Catalog
 
@@ -175,9 +175,8 @@ class InputStore:
                 self.kind = "trunk-ram"
                 self.table = torch.cat([f.float() for f in self._trunk_pass(trunk, chunk, desc)])
             else:
-                if not FeatureShards.complete(folder):
-                    write_shards(folder, len(self._labelled()), self._trunk_pass(trunk, chunk, desc))
-                self.shards = FeatureShards(folder)
+                self.shards = open_verified(folder, len(self._labelled()),
+                                            lambda: self._trunk_pass(trunk, chunk, desc), tqdm.write)
                 if mode == "trunk-ram":
                     self.table, self.shards = self.shards.load_all(), None
         elif mode == "trunk-stream":
