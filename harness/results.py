@@ -282,6 +282,12 @@ def result_problem(r: RunResult) -> str | None:
     return None
 
 
+def _same_settings(stored: dict[str, Any], expected: dict[str, Any]) -> bool:
+    """Every setting a joint run recorded equals the protocol's (a setting added to bench later, absent
+    from an older run's record, does not make it another reference), and the optimizer's are there."""
+    return {"lr", "weight_decay"} <= stored.keys() and all(expected[k] == v for k, v in stored.items() if k in expected)
+
+
 @dataclass
 class Selection(Generic[T]):
     """The answer to "which stored runs count" for one protocol spec, used alike by the runner (its
@@ -339,7 +345,7 @@ def select_runs(items: Iterable[T], protocol_hash: str, best_new_methods: Iterab
         elif weights is not None and r.options.get("weights") not in (None, "", weights):
             sel.apart.append((item, f"made with other backbone weights ({r.options['weights']}, now {weights})"))
         elif r.is_reference and (r.method.spec != JOINT or r.overrides
-                                 or (joint_config is not None and r.config != joint_config)):
+                                 or (joint_config is not None and not _same_settings(r.config, joint_config))):
             sel.apart.append((item, f"a joint run with other settings than the protocol's joint section "
                                     f"({r.label}, {r.config}); never used as A_joint"))
         else:
