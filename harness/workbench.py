@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,14 @@ class RunOptions:
     # opt-in ($BENCH_CPU_CHANNELS_LAST=1): the body in channels_last on a CPU with oneDNN; faster
     # backward, but float-level differences grow over training, so the curves are not the default's
     cpu_channels_last: bool = field(default_factory=lambda: os.environ.get("BENCH_CPU_CHANNELS_LAST") == "1")
+    # called after every training update with (phase, update, updates in phase), e.g. ("session 3", 120, 600):
+    # an executor running the run elsewhere (a Ray task) reports from it where the run is
+    on_progress: Callable[[str, int, int], None] | None = None
+
+
+def report_progress(options: RunOptions, phase: str, update: int, total: int) -> None:
+    if options.on_progress is not None:
+        options.on_progress(phase, update, total)
 
 
 def say(options: RunOptions, msg: str) -> None:
@@ -172,5 +181,6 @@ def train_offline(bench: Workbench, model: SplitModel, config: MethodConfig, ids
     learner.optimizer, learner.scheduler = learner.build_optimizer(updates)
     cycler = Cycler(ids, rng)
     with autocast(bench.device, options.amp):
-        for _ in tqdm(range(updates), desc=desc, unit="upd", leave=False, disable=not options.progress):
+        for u in tqdm(range(updates), desc=desc, unit="upd", leave=False, disable=not options.progress):
             learner.observe(bench.batch(cycler.take(batch_size), batch_size))
+            report_progress(options, desc, u + 1, updates)
