@@ -198,8 +198,6 @@ def _ray_plan(executor: str, address: str | None, cpus: float | None, gpus: floa
         if extra:
             raise BenchError(f"{', '.join(extra)} only apply to --executor ray (this sweep runs locally).")
         return None
-    from .sweep_ray import RayPlan  # the one import of Ray: a clear error when the extra is missing
-
     cpus, gpus, retries = 1.0 if cpus is None else cpus, 0.0 if gpus is None else gpus, 3 if retries is None else retries
     if cpus <= 0 or gpus < 0 or retries < 0:
         raise BenchError(f"--cpus-per-run must be > 0, --gpus-per-run and --max-retries >= 0 (got {cpus:g}, "
@@ -209,6 +207,8 @@ def _ray_plan(executor: str, address: str | None, cpus: float | None, gpus: floa
     if device.startswith("cuda") and gpus == 0:
         raise BenchError(f"--device {device} on Ray needs --gpus-per-run (e.g. 1, or 0.5 for two runs per GPU): "
                          f"Ray hides the GPUs from a task that reserved none.")
+    from .sweep_ray import RayPlan  # the one import of Ray: a clear error when the extra is missing
+
     return RayPlan(address, cpus, gpus, retries)
 
 

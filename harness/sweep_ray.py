@@ -86,7 +86,7 @@ def _stage_task(stage: Stage, options: RunOptions, threads: int, board, log_uri:
 
     torch.set_num_threads(threads)
     key = stage.key
-    board.started.remote(key, ray.util.get_node_ip_address())
+    board.started.remote(key, f"{ray.util.get_node_ip_address()} {ray.get_runtime_context().get_node_id()[:6]}")
     last = [0.0]
 
     def report(phase: str, update: int, total: int) -> None:
