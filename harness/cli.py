@@ -80,9 +80,20 @@ def _run_options(f):
         click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI",
                      help="MLflow tracking URI [default: sqlite in results dir]"),
         click.option("--no-mlflow", is_flag=True, help="write the JSON result only"),
+        # resume settings reach RunOptions through the context (see _options), not every command's signature
+        click.option("--restart", is_flag=True, expose_value=False, callback=_remember,
+                     help="discard the stored checkpoint of this run instead of resuming from it"),
+        click.option("--checkpoint-every", type=click.IntRange(min=0), expose_value=False, callback=_remember,
+                     metavar="K", help="checkpoint every K updates (0: at session ends only) [default: every "
+                                       "2 minutes and at session ends]"),
     ]):
         f = option(f)
     return f
+
+
+def _remember(ctx: click.Context, param: click.Parameter, value: object) -> object:
+    ctx.meta[f"bench.{param.name}"] = value
+    return value
 
 
 def _run_one(protocol, method: str, seed: int, options, tracking_uri: str | None, no_mlflow: bool) -> None:
@@ -106,8 +117,10 @@ def _options(overrides: dict, results_dir: Path | None, device: str, trunk_cache
     from .paths import results_dir as resolve_results
     from .workbench import RunOptions
 
+    meta = click.get_current_context().meta
     return RunOptions(results_dir=resolve_results(results_dir), device=device, trunk_cache=trunk_cache,
-                      progress=progress, allow_download=allow_download, overrides=overrides)
+                      progress=progress, allow_download=allow_download, overrides=overrides,
+                      restart=bool(meta.get("bench.restart")), checkpoint_every=meta.get("bench.checkpoint_every"))
 
 
 @main.command()
@@ -218,7 +231,8 @@ def _sweep_on_ray(graph, options, ray_plan, tracking_uri: str | None, no_mlflow:
     states = run_ray(graph, options, ray_plan, tracking_uri, not no_mlflow, click.echo)
     for state in states.values():
         if state.attempts > 1:
-            click.echo(f"Retried: {state.label} (a worker died; attempt {state.attempts} finished it)")
+            click.echo(f"Retried: {state.label} (a worker died; attempt {state.attempts} finished it, its first "
+                       f"update: {state.went_on_from or 'none'})")
     failed = [t for t in states.values() if t.status in ("failed", "skipped")]
     for state in failed:
         click.echo(f"{state.status.capitalize()}: {state.label}: {state.note}", err=True)

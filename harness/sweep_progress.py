@@ -24,6 +24,7 @@ class TaskState:
     started: float | None = None
     finished: float | None = None
     note: str = ""  # why it failed
+    went_on_from: str = ""  # where this attempt's first update was: after a retry, where it resumed
 
 
 class ProgressBoard:
@@ -32,16 +33,18 @@ class ProgressBoard:
         self.begun = clock()
         self.tasks = {key: TaskState(label) for key, label in labels.items()}
 
-    def started(self, key: str, node: str) -> None:
-        """A worker began the task (again, after a retry: the attempt count says so)."""
+    def started(self, key: str, node: str) -> int:
+        """A worker began the task (again, after a retry: the attempt count says so); returns the attempt."""
         t = self.tasks[key]
         self.tasks[key] = replace(t, status="running", attempts=t.attempts + 1, node=node, phase="", update=0,
-                                  total=0, started=self.clock())
+                                  total=0, started=self.clock(), went_on_from="")
+        return t.attempts + 1
 
     def at(self, key: str, phase: str, update: int, total: int) -> None:
         t = self.tasks[key]
         if t.status == "running":
-            self.tasks[key] = replace(t, phase=phase, update=update, total=total)
+            first = t.went_on_from or f"{phase}, update {update}"
+            self.tasks[key] = replace(t, phase=phase, update=update, total=total, went_on_from=first)
 
     def finished(self, key: str, status: str, note: str = "") -> None:
         self.tasks[key] = replace(self.tasks[key], status=status, finished=self.clock(), note=note)

@@ -86,16 +86,19 @@ def _stage_task(stage: Stage, options: RunOptions, threads: int, board, log_uri:
 
     torch.set_num_threads(threads)
     key = stage.key
-    board.started.remote(key, f"{ray.util.get_node_ip_address()} {ray.get_runtime_context().get_node_id()[:6]}")
+    node = f"{ray.util.get_node_ip_address()} {ray.get_runtime_context().get_node_id()[:6]}"
+    attempt = ray.get(board.started.remote(key, node))
     last = [0.0]
 
     def report(phase: str, update: int, total: int) -> None:
         now = time.monotonic()
-        if now - last[0] >= 1.0 or update == total:  # at most one message a second per task
+        if now - last[0] >= 1.0 or update in (1, total):  # a phase's first and last update, <= 1/s between
             last[0] = now
             board.at.remote(key, phase, update, total)
 
-    opts = dataclasses.replace(options, progress=False, log=False, on_progress=report)
+    # a retried attempt resumes from the checkpoint the dead one left, even under --restart
+    opts = dataclasses.replace(options, progress=False, log=False, on_progress=report,
+                               restart=options.restart and attempt == 1)
     out = []
     for result, path in run_stage(stage, opts):
         rid = None
@@ -154,14 +157,14 @@ def _failure_note(err: Exception) -> str:
 
 
 class _Display:
-    """One overall line and the running tasks: redrawn in place on a terminal, printed when the counts
-    change (and every ``every`` seconds) in a log."""
+    """One overall line and the running tasks: redrawn in place on a terminal; in a log, printed when a
+    task changes state or phase (a session, a joint model) and every ``every`` seconds."""
 
     def __init__(self, echo: Callable[[str], None], every: float = 30.0) -> None:
         self.echo, self.every = echo, every
         self.tty = sys.stdout.isatty()
         self.drawn = 0
-        self.last_counts: tuple | None = None
+        self.last_stages: tuple | None = None
         self.last_print = 0.0
 
     def show(self, states: dict[str, TaskState], elapsed: float) -> None:
@@ -171,10 +174,10 @@ class _Display:
             sys.stdout.flush()
             self.drawn = len(lines)
             return
-        counts = tuple(sorted((t.status, t.attempts) for t in states.values()))
+        stages = tuple((k, t.status, t.attempts, t.phase) for k, t in states.items())
         now = time.monotonic()
-        if counts != self.last_counts or now - self.last_print >= self.every:
-            self.last_counts, self.last_print = counts, now
+        if stages != self.last_stages or now - self.last_print >= self.every:
+            self.last_stages, self.last_print = stages, now
             for line in lines:
                 self.echo(line)
 

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from .protocol import Protocol
 from .registry import format_setting
-from .results import RunResult, row_label
+from .results import RunResult, Selection, row_label
 from .sweep import PlannedRun
 from .workbench import RunOptions, Workbench
 
@@ -60,15 +60,16 @@ class Stage:
         return f"{self.protocol.name} {self.method} seed {self.seed}{extra}"
 
 
-def is_reference_row(run: PlannedRun) -> bool:
-    """A row the references stage makes: one of the protocol's A_best methods, with default settings."""
-    return not run.overrides and run.method in run.protocol.best_new_reference
+def made_by_references(run: PlannedRun, counted: Selection) -> bool:
+    """A row the references stage makes: one of the protocol's A_best methods, with default settings, that
+    has no stored run yet (a stored one made with other settings is rerun as a row of its own)."""
+    return not run.overrides and run.method in run.protocol.best_new_reference and (run.method, run.seed) not in counted.runs
 
 
 def stage_graph(runs: list[PlannedRun], results_dir: Path) -> list[Stage]:
     """The stages still to do for ``runs``, in an order that runs every stage after those it needs (the
-    runs' own order otherwise, so a local sweep goes seed by seed as before). Stages whose output is
-    already stored (a joint reference, the seed's reference runs) are left out, and so are their needs."""
+    runs' own order otherwise, so a local sweep goes seed by seed as before). A joint or references stage
+    whose results are already stored is left out; the deployed-model stage stays (when cached, it loads)."""
     from .pipeline import selection
     from .workbench import RunOptions
 
@@ -92,7 +93,7 @@ def stage_graph(runs: list[PlannedRun], results_dir: Path) -> list[Stage]:
             needs = (add(Stage("joint", p, seed, needs=needs)),)
         if any((m, seed) not in counted.runs for m in p.best_new_reference):
             needs = (add(Stage("references", p, seed, needs=needs)),)
-        if not is_reference_row(run):
+        if not made_by_references(run, counted):
             add(Stage("run", p, seed, run.method, dict(run.overrides), needs=needs))
     return list(graph.values())
 

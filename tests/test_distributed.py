@@ -10,6 +10,7 @@ ray-project/ray#26293), so its nodes register under that address; every address 
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -165,12 +166,13 @@ def test_ray_sweep_survives_a_killed_worker_and_matches_the_local_executor(ray_c
     driver = start([str(BIN / "bench"), "sweep", str(grid), "--executor", "ray", "--address", ray_cluster.address,
                     "--cpus-per-run", "1", "--results-dir", str(ray_results), "--no-mlflow"], env, log)
     try:
-        # kill the worker of the first method run while it is at work
-        victim = wait_for(lambda: task_process("tiny_cil_reduced finetune seed 0"), "a method run on a worker",
-                          SWEEP_TIMEOUT_S, driver, log)
-        time.sleep(1.0)
-        title = " ".join(victim.cmdline())  # a worker is reused: it must still be on that run
-        assert title.startswith("ray::tiny_cil_reduced finetune seed 0"), f"the run ended too soon ({title})"
+        # once the first method run is in its second session, the checkpoint of its first session's end is
+        # stored (the driver's log shows each phase a task enters): kill the worker running it
+        in_session_3 = "  tiny_cil_reduced finetune seed 0: session 3, update"
+        wait_for(lambda: in_session_3 in log.read_text(), "a method run in its second session", SWEEP_TIMEOUT_S,
+                 driver, log)
+        victim = task_process("tiny_cil_reduced finetune seed 0")
+        assert victim is not None, "the run ended before its worker could be killed"
         victim.kill()
         driver.wait(timeout=SWEEP_TIMEOUT_S)
     finally:
@@ -179,8 +181,13 @@ def test_ray_sweep_survives_a_killed_worker_and_matches_the_local_executor(ray_c
     out = log.read_text()
     assert driver.returncode == 0, out
     assert "Ray cluster: 2 node(s), 2 CPU(s)" in out and "visible and writable on all 2 node(s)" in out
-    assert "Retried: tiny_cil_reduced finetune seed 0 (a worker died; attempt 2 finished it)" in out
     assert "tasks: 9/9 done, 0 running, 0 failed, 1 retried" in out  # 1 deployed + 2 joint + 2 A_best + 4 runs
+    # Ray ran the task again, and it went on from the checkpoint, not from the run's first update
+    retried = re.search(r"Retried: tiny_cil_reduced finetune seed 0 \(a worker died; attempt 2 finished it, its "
+                        r"first update: session (\d), update (\d)\)", out)
+    assert retried is not None, out
+    assert int(retried.group(1)) >= 3, f"the retried run started over instead of resuming: {retried.group(0)}"
+    assert not list((ray_results / "checkpoints").glob("*.pt"))  # a stored run leaves no checkpoint behind
 
     # the same grid, run locally with as many torch threads as each Ray task had (1), from empty caches
     local_results = tmp_path / "local-results"

@@ -15,7 +15,7 @@ from bench_stability_gap.harness.shared_storage import (probe_problems, remove_p
 from bench_stability_gap.harness.sweep import Sweep, SweepGroup, plan
 from bench_stability_gap.harness.sweep_progress import ProgressBoard, eta_seconds, overall_line, running_lines
 from bench_stability_gap.harness.sweep_stages import stage_graph
-from results_factory import joint_run
+from results_factory import joint_run, two_session_run
 
 
 def _graph(protocol_file: Path, results: Path, methods: list[str], seeds: list[int]):
@@ -41,16 +41,23 @@ def test_each_shared_prerequisite_is_one_stage_that_the_stages_needing_it_wait_f
 
 def test_stored_prerequisites_are_left_out_and_the_next_stage_waits_for_the_one_before(tiny_protocol, tiny_protocol_file,
                                                                                     tmp_path):
-    stored = joint_run("j0", seed=0).model_copy(update={
-        "protocol": ProtocolStamp(name=tiny_protocol.name, version=tiny_protocol.version, hash=tiny_protocol.spec_hash),
-        "config": joint_settings(tiny_protocol)})
-    save_result(tmp_path, stored)
+    stamp = ProtocolStamp(name=tiny_protocol.name, version=tiny_protocol.version, hash=tiny_protocol.spec_hash)
+    save_result(tmp_path, joint_run("j0", seed=0).model_copy(update={"protocol": stamp,
+                                                                     "config": joint_settings(tiny_protocol)}))
     graph = _graph(tiny_protocol_file, tmp_path, ["finetune"], [0])
     spec = f"tiny_cil_reduced@{tiny_protocol.spec_hash}"
     assert [(s.key, s.needs) for s in graph] == [
         (f"deployed:{spec}", ()),
         (f"references:{spec}:0", (f"deployed:{spec}",)),  # the joint of seed 0 is stored: no stage for it
         (f"run:{spec}:0:finetune", (f"references:{spec}:0",)),
+    ]
+    # a stored A_best run made with other settings serves as the reference, but its own row is run again
+    save_result(tmp_path, two_session_run("v0", "vanilla").model_copy(update={"protocol": stamp, "config": {"lr": 1}}))
+    graph = _graph(tiny_protocol_file, tmp_path, ["finetune", "vanilla"], [0])
+    assert [(s.key, s.needs) for s in graph] == [
+        (f"deployed:{spec}", ()),
+        (f"run:{spec}:0:finetune", (f"deployed:{spec}",)),
+        (f"run:{spec}:0:vanilla", (f"deployed:{spec}",)),
     ]
 
 
@@ -68,19 +75,22 @@ def test_progress_board_counts_retries_and_estimates_the_time_left():
                           clock)
     board.started("a", "n1")
     clock.now = 5.0
-    board.started("b", "n2")
+    assert board.started("b", "n2") == 1
+    board.at("b", "session 2", 1, 600)
     board.at("b", "session 3", 120, 600)
     clock.now = 10.0
     board.finished("a", "done")
-    board.started("b", "n1")  # b's worker died: Ray started it again, from its first update
+    assert board.started("b", "n1") == 2  # b's worker died: Ray started it again
     clock.now = 12.0
     states = board.snapshot()
     # one finished task took 10 s; 3 left (2 pending, 1 running) at 1 at a time: 30 s
     assert eta_seconds(states) == pytest.approx(30.0)
     assert overall_line(states, clock.now) == "tasks: 1/4 done, 1 running, 0 failed, 1 retried, elapsed 0m12s, ETA 0m30s"
     assert running_lines(states) == ["  p vanilla seed 1: preparing (node n1, attempt 2)"]
-    board.at("b", "session 2", 40, 600)
-    assert running_lines(board.snapshot()) == ["  p vanilla seed 1: session 2, update 40/600 (node n1, attempt 2)"]
+    board.at("b", "session 3", 101, 600)  # resumed from a checkpoint at update 100
+    board.at("b", "session 3", 140, 600)
+    assert running_lines(board.snapshot()) == ["  p vanilla seed 1: session 3, update 140/600 (node n1, attempt 2)"]
+    assert board.snapshot()["b"].went_on_from == "session 3, update 101"
     board.finished("c", "failed", "boom")
     board.finished("d", "skipped", "needs c")
     assert overall_line(board.snapshot(), 3725.0).startswith("tasks: 1/4 done, 1 running, 1 failed, 1 skipped")
