@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import socket
 import sys
 import time
 from collections.abc import Callable
@@ -110,8 +111,23 @@ def _stage_task(stage: Stage, options: RunOptions, threads: int, board, log_uri:
     return out
 
 
+def check_reachable(address: str, timeout: float = 5.0) -> None:
+    """Fail in seconds, not after Ray's minutes of retries, when nothing listens at HOST:PORT."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return  # "auto" and other forms Ray resolves itself
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as exc:
+        raise BenchError(f"--address {address}: nothing answers there ({exc.strerror or exc}). Start the cluster "
+                         f"with `ray start --head --port {port}` on {host} (or give the address KubeRay or your "
+                         f"Slurm script printed), or leave --address out to start a local cluster.") from None
+
+
 def _connect(address: str | None) -> None:
     runtime_env = {"env_vars": worker_env()}
+    if address is not None:
+        check_reachable(address)
     try:
         if address is None:
             ray.init(address="local", runtime_env=runtime_env, include_dashboard=False, log_to_driver=False,

@@ -78,7 +78,7 @@ def stop(procs: list[subprocess.Popen]) -> None:
             os.killpg(proc.pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
-    _, alive = psutil.wait_procs(tree, timeout=15)
+    _, alive = psutil.wait_procs(tree, timeout=5)
     for p in alive:
         try:
             p.kill()
@@ -206,14 +206,14 @@ def test_ray_sweep_survives_a_killed_worker_and_matches_the_local_executor(ray_c
 
 @pytest.mark.slow
 def test_ray_tasks_log_to_a_tracking_server_and_the_leaderboard_builds_from_it(ray_cluster, mlflow_server,
-                                                                               tiny_protocol_file, tmp_path):
+                                                                               tiny_protocol_file, bench_cache, tmp_path):
     from mlflow.tracking import MlflowClient
 
     from bench_stability_gap.leaderboard.sources import load_mlflow
 
     grid = write_grid(tmp_path / "team.yaml", tiny_protocol_file, ["finetune"], [0])
     results, log = tmp_path / "results", tmp_path / "driver.log"
-    env = {**ray_cluster.env, "BENCH_CACHE_DIR": str(tmp_path / "cache")}
+    env = {**ray_cluster.env, "BENCH_CACHE_DIR": str(bench_cache)}  # the suite's cache, as a team shares one
     out = subprocess.run([str(BIN / "bench"), "sweep", str(grid), "--executor", "ray", "--address",
                           ray_cluster.address, "--results-dir", str(results), "--tracking-uri", mlflow_server],
                          env=env, capture_output=True, text=True, timeout=SWEEP_TIMEOUT_S)
@@ -236,3 +236,12 @@ def test_ray_tasks_log_to_a_tracking_server_and_the_leaderboard_builds_from_it(r
     assert built.exit_code == 0, built.output
     assert "1 protocol(s), 2 ranked run(s)" in built.output
     assert (tmp_path / "site" / "index.html").is_file()
+
+
+def test_an_address_where_no_cluster_listens_fails_in_seconds_before_any_training(tmp_path):
+    port = free_port()  # nothing listens there
+    started = time.monotonic()
+    out = CliRunner().invoke(main, ["sweep", "table1_tiny_cil", "--executor", "ray", "--address", f"127.0.0.1:{port}",
+                                    "--results-dir", str(tmp_path)])
+    assert out.exit_code == 2 and f"--address 127.0.0.1:{port}: nothing answers there" in out.output, out.output
+    assert time.monotonic() - started < 60 and not (tmp_path / "runs").exists()
