@@ -103,10 +103,10 @@ def _stage_task(stage: Stage, options: RunOptions, threads: int, board, log_uri:
     out = []
     for result, path in run_stage(stage, opts):
         rid = None
-        if log_uri is not None:
-            from .tracking import log_run
+        if log_uri is not None:  # a failure keeps the JSON and says how to mirror it later (bench sync)
+            from .tracking import log_run_or_explain
 
-            rid = log_run(result, path, opts.results_dir, log_uri)
+            rid, _ = log_run_or_explain(result, path, opts.results_dir, log_uri)
         out.append((str(path), rid))
     return out
 
@@ -249,10 +249,10 @@ def _submit_and_watch(graph: list[Stage], options: RunOptions, plan: RayPlan, tr
                 board.finished.remote(stage.key, status, note)
                 continue
             if mlflow and not worker_logs:  # a local store (sqlite): one writer, the driver
-                from .tracking import log_run
+                from .tracking import log_run_or_explain
 
                 for path, _ in stored:
-                    log_run(load_result(Path(path)), Path(path), options.results_dir, tracking_uri)
+                    log_run_or_explain(load_result(Path(path)), Path(path), options.results_dir, tracking_uri)
             board.finished.remote(stage.key, "done")
         display.show(ray.get(board.snapshot.remote()), time.monotonic() - begun)
     states = ray.get(board.snapshot.remote())
