@@ -197,16 +197,27 @@ def run(protocol: str, method: str, seed: int, overrides: tuple[str, ...], resul
 @click.option("--dry-run", is_flag=True, help="list the runs (and which are already done), run nothing")
 @click.option("--table", "table_path", type=click.Path(path_type=Path), default=None,
               help="also write the final Markdown table to this file")
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="local: one run after another in this process; ray: each run a Ray task (pip install '.[ray]')")
+@click.option("--address", default=None, metavar="HOST:PORT",
+              help="ray: join this cluster [default: start a local one sized to this machine]")
+@click.option("--cpus-per-run", type=float, default=None, help="ray: CPUs each task reserves (and its torch threads) [default: 1]")
+@click.option("--gpus-per-run", type=float, default=None, help="ray: GPUs each task reserves, fractions share one [default: 0]")
+@click.option("--max-retries", type=int, default=None, help="ray: retries of a task whose worker died [default: 3]")
 @_run_options
-def sweep(sweep: str, seeds: str | None, dry_run: bool, table_path: Path | None, results_dir: Path | None,
+def sweep(sweep: str, seeds: str | None, dry_run: bool, table_path: Path | None, executor: str, address: str | None,
+          cpus_per_run: float | None, gpus_per_run: float | None, max_retries: int | None, results_dir: Path | None,
           device: str, trunk_cache: bool, progress: bool, allow_download: bool, tracking_uri: str | None,
           no_mlflow: bool) -> None:
     """Run a grid of protocols x methods x seeds from SWEEP (a built-in name or a YAML file), skipping
-    runs already in the results folder, then print the mean ± std table of what it covers."""
+    runs already in the results folder, then print the mean ± std table of what it covers. Shared
+    prerequisites (deployed model, joint and A_best references of each seed) are built once, first."""
     from .paths import results_dir as resolve_results
     from .preflight import check_backbone, check_outputs, check_seed
-    from .sweep import load_sweep, plan, still_to_run
+    from .sweep import load_sweep, plan
+    from .sweep_stages import run_local, stage_graph
 
+    ray_plan = _ray_plan(executor, address, cpus_per_run, gpus_per_run, max_retries, device)
     spec = load_sweep(sweep)
     try:
         chosen = [int(s) for s in seeds.split(",")] if seeds else None
@@ -227,15 +238,29 @@ def sweep(sweep: str, seeds: str | None, dry_run: bool, table_path: Path | None,
     for i, r in enumerate(runs, 1):
         if r.done is not None or dry_run:
             click.echo(f"  [{i}/{len(runs)}] {r.label}: " + (f"done ({r.done})" if r.done else "to run"))
-            continue
-        if (made := still_to_run(r, options.results_dir)) is not None:
-            click.echo(f"  [{i}/{len(runs)}] {r.label}: done ({made}, made as an A_best reference)")
-            continue
-        click.echo(f"\n[{i}/{len(runs)}] {r.label}")
-        _run_one(r.protocol, r.method, r.seed, dataclasses.replace(options, overrides=dict(r.overrides)),
-                 tracking_uri, no_mlflow)
     if dry_run:
         return
+    graph = stage_graph(runs, options.results_dir)
+    if ray_plan is None:
+        def start(stage) -> None:
+            click.echo(f"\n[{graph.index(stage) + 1}/{len(graph)}] {stage.label}")
+
+        def method_run(stage) -> None:  # as `bench run` does it, live MLflow run included
+            _run_one(stage.protocol, stage.method, stage.seed,
+                     dataclasses.replace(options, overrides=dict(stage.overrides)), tracking_uri, no_mlflow)
+
+        def stored(stage, made) -> None:  # a shared stage's results (joint, A_best references)
+            for result, path in made:
+                print_summary(result, path)
+                if not no_mlflow:
+                    from .tracking import log_run_or_explain
+
+                    rid, uri = log_run_or_explain(result, path, options.results_dir, tracking_uri)
+                    click.echo(f"  MLflow run {rid} in {uri}")
+
+        run_local(graph, options, start, method_run, stored)
+    else:
+        _sweep_on_ray(graph, options, ray_plan, tracking_uri, no_mlflow)
     text = sweep_table(spec, runs, options.results_dir)
     click.echo("\n" + text, nl=False)
     if table_path is not None:
@@ -243,6 +268,46 @@ def sweep(sweep: str, seeds: str | None, dry_run: bool, table_path: Path | None,
 
         atomic_write_text(table_path, text)
         click.echo(f"Table written to {table_path}")
+
+
+def _ray_plan(executor: str, address: str | None, cpus: float | None, gpus: float | None, retries: int | None,
+              device: str):
+    """The Ray settings, checked before anything runs (None for the local executor)."""
+    given = {"--address": address, "--cpus-per-run": cpus, "--gpus-per-run": gpus, "--max-retries": retries}
+    if executor == "local":
+        extra = [k for k, v in given.items() if v is not None]
+        if extra:
+            raise BenchError(f"{', '.join(extra)} only apply to --executor ray (this sweep runs locally).")
+        return None
+    cpus, gpus, retries = 1.0 if cpus is None else cpus, 0.0 if gpus is None else gpus, 3 if retries is None else retries
+    if cpus <= 0 or gpus < 0 or retries < 0:
+        raise BenchError(f"--cpus-per-run must be > 0, --gpus-per-run and --max-retries >= 0 (got {cpus:g}, "
+                         f"{gpus:g}, {retries}).")
+    if gpus > 0 and not device.startswith(("cuda", "auto")):
+        raise BenchError(f"--gpus-per-run {gpus:g} reserves GPUs, but --device is {device}: give --device cuda.")
+    if device.startswith("cuda") and gpus == 0:
+        raise BenchError(f"--device {device} on Ray needs --gpus-per-run (e.g. 1, or 0.5 for two runs per GPU): "
+                         f"Ray hides the GPUs from a task that reserved none.")
+    from .sweep_ray import RayPlan  # the one import of Ray: a clear error when the extra is missing
+
+    return RayPlan(address, cpus, gpus, retries)
+
+
+def _sweep_on_ray(graph, options, ray_plan, tracking_uri: str | None, no_mlflow: bool) -> None:
+    from .sweep_ray import run_ray
+
+    states = run_ray(graph, options, ray_plan, tracking_uri, not no_mlflow, click.echo)
+    for state in states.values():
+        if state.attempts > 1:
+            click.echo(f"Retried: {state.label} (a worker died; attempt {state.attempts} finished it, its first "
+                       f"update: {state.went_on_from or 'none'})")
+    failed = [t for t in states.values() if t.status in ("failed", "skipped")]
+    for state in failed:
+        click.echo(f"{state.status.capitalize()}: {state.label}: {state.note}", err=True)
+    if failed:
+        click.echo(f"{len(failed)} of {len(states)} task(s) did not finish; re-run the same command to retry them "
+                   f"(finished runs are skipped).", err=True)
+        click.get_current_context().exit(1)
 
 
 @main.command(name="ls")

@@ -30,7 +30,7 @@ from .memory import Memory
 from .protocol import Protocol
 from .results import Budget
 from .stream import Cycler, Session
-from .workbench import RunOptions, Workbench, autocast, say, seed_everything
+from .workbench import RunOptions, Workbench, autocast, report_progress, say, seed_everything
 from ..methods.base import Method
 
 
@@ -258,6 +258,7 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
                 if online:
                     add_to_memory(method, memory, new_ids)
                 bar.update(1)
+                report_progress(options, f"session {session.index}", u + 1, U)
             method.end_session(session)
             check_memory(method, memory)
             check_no_stray_steps(method, steps[0], progress.observed, "predict or end_session")

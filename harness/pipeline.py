@@ -182,6 +182,15 @@ def _best_new_references(protocol: Protocol, bench: Workbench, seed: int, joint:
         _score_and_save(result, joint, done, options)
 
 
+def ensure_references(protocol: Protocol, seed: int, options: RunOptions, bench: Workbench | None = None) -> None:
+    """The joint reference and the A_best reference runs of one seed, each trained once when missing:
+    what ``execute`` does before a method run, as a step of its own for an executor that schedules the
+    references of a seed before (and apart from) its method runs."""
+    bench = bench or prepare(protocol, seed, options)
+    joint, _ = joint_reference(protocol, seed, options, bench)
+    _best_new_references(protocol, bench, seed, joint, None, options)
+
+
 def execute(protocol: Protocol, method_text: str, seed: int, options: RunOptions,
             bench: Workbench | None = None, run_id: str | None = None) -> tuple[RunResult, Path]:
     """Run one method on one protocol and seed (or, for ``joint``, make sure its reference exists);

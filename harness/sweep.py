@@ -93,12 +93,3 @@ def plan(sweep: Sweep, results_dir: Path, seeds: list[int] | None = None) -> lis
             out.append(PlannedRun(spec, method, seed, overrides, config, done))
     return out
 
-
-def still_to_run(run: PlannedRun, results_dir: Path) -> Path | None:
-    """Whether a planned run is done by now (an earlier run of the sweep may have made it as its A_best
-    reference): the covering result, or None."""
-    from .pipeline import selection
-    from .workbench import RunOptions
-
-    return finished(run.protocol, run.method, run.overrides, run.seed, run.config,
-                    selection(run.protocol, RunOptions(results_dir=results_dir)))

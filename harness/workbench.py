@@ -54,12 +54,20 @@ class RunOptions:
     checkpoint_seconds: float = 120.0
     restart: bool = False  # discard a stored checkpoint instead of resuming from it
     on_eval: Callable[[int, int, Any], None] | None = None  # (session, update, accuracies): live tracking
+    # called after every training update with (phase, update, updates in phase), e.g. ("session 3", 120, 600):
+    # an executor running the run elsewhere (a Ray task) reports from it where the run is
+    on_progress: Callable[[str, int, int], None] | None = None
 
     @property
     def device_key(self) -> str:
         """The options that change numbers (device, precision, layout), for checkpoint keys."""
         return run_key(device=self.device, amp=self.amp, cpu_channels_last=self.cpu_channels_last,
                        trunk_cache=self.trunk_cache)[:8]
+
+
+def report_progress(options: RunOptions, phase: str, update: int, total: int) -> None:
+    if options.on_progress is not None:
+        options.on_progress(phase, update, total)
 
 
 def say(options: RunOptions, msg: str) -> None:
@@ -262,3 +270,4 @@ def train_offline(bench: Workbench, model: SplitModel, config: MethodConfig, ids
                         "tally": checkpoint.meter.tally if checkpoint.meter is not None else None})
                 maybe_die(checkpoint.phase)
             learner.observe(bench.batch(cycler.take(batch_size), batch_size))
+            report_progress(options, desc, u + 1, updates)

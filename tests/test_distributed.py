@@ -1,0 +1,247 @@
+"""Sweeps that outgrow one machine, tested for real on 127.0.0.1: a Ray cluster of two nodes started with
+`ray start`, and an `mlflow server` with a sqlite backend. Both are bounded in time and stopped by the
+fixtures that started them (their own process trees, never anything else on the machine).
+
+Ray resolves a loopback --node-ip-address to the machine's own interface address (by design, see
+ray-project/ray#26293), so its nodes register under that address; every address the tests give is
+127.0.0.1 and nothing leaves the machine.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+import yaml
+from click.testing import CliRunner
+
+from bench_stability_gap.harness.cli import main
+from bench_stability_gap.harness.results import iter_results
+from result_compare import differences
+
+pytest.importorskip("ray")  # the `ray` extra; ci/install.sh installs it, so CI runs these tests
+
+BIN = Path(sys.executable).parent
+START_TIMEOUT_S = 180  # a node or the server must be up within this
+SWEEP_TIMEOUT_S = 480  # a reduced sweep on a loaded 2-core machine
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(check, what: str, timeout: float, proc: subprocess.Popen | None = None, log: Path | None = None):
+    """Poll ``check`` until it returns something truthy; fail (with the log) on timeout or if ``proc`` exits."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        if proc is not None and proc.poll() is not None:
+            pytest.fail(f"{what}: the process exited ({proc.returncode}):\n{log.read_text() if log else ''}")
+        time.sleep(0.2)
+    pytest.fail(f"{what}: not within {timeout} s\n{log.read_text()[-3000:] if log else ''}")
+
+
+def start(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+    """In a session of its own, so that stopping it reaches its whole process group."""
+    return subprocess.Popen(cmd, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def stop(procs: list[subprocess.Popen]) -> None:
+    """SIGTERM each started process's group, then SIGKILL whatever of their process trees is left."""
+    tree = []
+    for proc in procs:
+        try:
+            root = psutil.Process(proc.pid)
+            tree += [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            pass
+    for proc in procs:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    _, alive = psutil.wait_procs(tree, timeout=5)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=10)
+
+
+@dataclass
+class Cluster:
+    address: str
+    env: dict[str, str]
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(tmp_path_factory):
+    """`ray start --head` and one `ray start --address` (a second worker node), 1 CPU each."""
+    logs = tmp_path_factory.mktemp("ray-logs")
+    temp = tempfile.mkdtemp(prefix="bench-ray-", dir="/tmp")  # short: Ray's unix sockets live under it
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token",
+           "RAY_AUTH_TOKEN": secrets.token_hex(16)}  # a token of this test's own, for nodes and driver alike
+    port = free_port()
+    common = ["--block", "--num-cpus", "1", "--object-store-memory", str(80 * 2**20), "--disable-usage-stats"]
+    procs: list[subprocess.Popen] = []
+    try:
+        for name, args in (("head", ["--head", "--port", str(port), "--node-ip-address", "127.0.0.1",
+                                     "--include-dashboard=false", "--temp-dir", temp]),
+                           ("worker", ["--address", f"127.0.0.1:{port}"])):
+            log = logs / f"{name}.log"
+            procs.append(start([str(BIN / "ray"), "start", *args, *common], env, log))
+            wait_for(lambda: "Ray runtime started" in log.read_text(), f"ray start ({name})", START_TIMEOUT_S,
+                     procs[-1], log)
+        yield Cluster(f"127.0.0.1:{port}", env)
+    finally:
+        stop(procs)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory):
+    """`mlflow server` with a sqlite backend and an artifact root, as README (Team setup) documents it."""
+    root = tmp_path_factory.mktemp("mlflow-server")
+    port, log = free_port(), root / "server.log"
+    proc = start([str(BIN / "mlflow"), "server", "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
+                  "--artifacts-destination", str(root / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
+                  "--workers", "1"], {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}, log)
+    uri = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        try:
+            with urllib.request.urlopen(f"{uri}/health", timeout=2) as reply:
+                return reply.status == 200
+        except OSError:
+            return False
+
+    try:
+        wait_for(healthy, "mlflow server", START_TIMEOUT_S, proc, log)
+        yield uri
+    finally:
+        stop([proc])
+
+
+def write_grid(path: Path, protocol: Path, methods: list[str], seeds: list[int]) -> Path:
+    path.write_text(yaml.safe_dump({"name": path.stem, "seeds": seeds,
+                                    "runs": [{"protocol": str(protocol), "methods": methods}]}))
+    return path
+
+
+def task_process(prefix: str) -> psutil.Process | None:
+    """A Ray worker busy with a task whose name (the stage's label) starts with ``prefix``: Ray titles the
+    process ``ray::<task name>`` while it runs the task."""
+    for p in psutil.process_iter(["cmdline"]):
+        title = " ".join(p.info["cmdline"] or [])
+        if title.startswith(f"ray::{prefix}"):
+            return p
+    return None
+
+
+@pytest.mark.slow
+def test_ray_sweep_survives_a_killed_worker_and_matches_the_local_executor(ray_cluster, tiny_protocol_file,
+                                                                          tmp_path, monkeypatch):
+    grid = write_grid(tmp_path / "grid.yaml", tiny_protocol_file, ["finetune", "vanilla+oocf"], [0, 1])
+    ray_results, log = tmp_path / "ray-results", tmp_path / "driver.log"
+    env = {**ray_cluster.env, "BENCH_CACHE_DIR": str(tmp_path / "cache-ray")}  # caches built by the cluster
+    driver = start([str(BIN / "bench"), "sweep", str(grid), "--executor", "ray", "--address", ray_cluster.address,
+                    "--cpus-per-run", "1", "--results-dir", str(ray_results), "--no-mlflow"], env, log)
+    try:
+        # once the first method run is in its second session, the checkpoint of its first session's end is
+        # stored (the driver's log shows each phase a task enters): kill the worker running it
+        in_session_3 = "  tiny_cil_reduced finetune seed 0: session 3, update"
+        wait_for(lambda: in_session_3 in log.read_text(), "a method run in its second session", SWEEP_TIMEOUT_S,
+                 driver, log)
+        victim = task_process("tiny_cil_reduced finetune seed 0")
+        assert victim is not None, "the run ended before its worker could be killed"
+        victim.kill()
+        driver.wait(timeout=SWEEP_TIMEOUT_S)
+    finally:
+        if driver.poll() is None:
+            stop([driver])
+    out = log.read_text()
+    assert driver.returncode == 0, out
+    assert "Ray cluster: 2 node(s), 2 CPU(s)" in out and "visible and writable on all 2 node(s)" in out
+    assert "tasks: 9/9 done, 0 running, 0 failed, 1 retried" in out  # 1 deployed + 2 joint + 2 A_best + 4 runs
+    # Ray ran the task again, and it went on from the checkpoint, not from the run's first update
+    retried = re.search(r"Retried: tiny_cil_reduced finetune seed 0 \(a worker died; attempt 2 finished it, its "
+                        r"first update: session (\d), update (\d)\)", out)
+    assert retried is not None, out
+    assert int(retried.group(1)) >= 3, f"the retried run started over instead of resuming: {retried.group(0)}"
+    assert not list((ray_results / "checkpoints").glob("*.pt"))  # a stored run leaves no checkpoint behind
+
+    # the same grid, run locally with as many torch threads as each Ray task had (1), from empty caches
+    local_results = tmp_path / "local-results"
+    monkeypatch.setenv("BENCH_CACHE_DIR", str(tmp_path / "cache-local"))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        local = CliRunner().invoke(main, ["sweep", str(grid), "--results-dir", str(local_results), "--no-mlflow",
+                                          "--no-progress"], catch_exceptions=False)
+    finally:
+        torch.set_num_threads(threads)
+    assert local.exit_code == 0, local.output
+    assert len(iter_results(ray_results)) == 9 - 1  # every stage but the deployed model stores one result
+    assert differences(local_results, ray_results) == []
+
+
+@pytest.mark.slow
+def test_ray_tasks_log_to_a_tracking_server_and_the_leaderboard_builds_from_it(ray_cluster, mlflow_server,
+                                                                               tiny_protocol_file, bench_cache, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from bench_stability_gap.leaderboard.sources import load_mlflow
+
+    grid = write_grid(tmp_path / "team.yaml", tiny_protocol_file, ["finetune"], [0])
+    results, log = tmp_path / "results", tmp_path / "driver.log"
+    env = {**ray_cluster.env, "BENCH_CACHE_DIR": str(bench_cache)}  # the suite's cache, as a team shares one
+    out = subprocess.run([str(BIN / "bench"), "sweep", str(grid), "--executor", "ray", "--address",
+                          ray_cluster.address, "--results-dir", str(results), "--tracking-uri", mlflow_server],
+                         env=env, capture_output=True, text=True, timeout=SWEEP_TIMEOUT_S)
+    assert out.returncode == 0, out.stdout + out.stderr
+    stored = {r.run_id: r for _, r in iter_results(results)}
+    assert sorted(r.label for r in stored.values()) == ["finetune", "joint", "vanilla"]
+
+    # every stored result was logged by the Ray task that made it: one MLflow run each, its JSON attached
+    client = MlflowClient(tracking_uri=mlflow_server)
+    experiment = client.get_experiment_by_name("bench/tiny_cil_reduced")
+    runs = client.search_runs([experiment.experiment_id])
+    assert sorted(r.data.tags["bench.run_id"] for r in runs) == sorted(stored)
+    assert all(r.info.status == "FINISHED" for r in runs)
+
+    # the leaderboard reads the results back from the server
+    loaded = load_mlflow(mlflow_server)
+    assert {e.result.run_id: e.result.metrics for e in loaded.entries} == {k: r.metrics for k, r in stored.items()}
+    built = CliRunner().invoke(main, ["leaderboard", "build", "--tracking-uri", mlflow_server,
+                                      "--out", str(tmp_path / "site")], catch_exceptions=False)
+    assert built.exit_code == 0, built.output
+    assert "1 protocol(s), 2 ranked run(s)" in built.output
+    assert (tmp_path / "site" / "index.html").is_file()
+
+
+def test_an_address_where_no_cluster_listens_fails_in_seconds_before_any_training(tmp_path):
+    port = free_port()  # nothing listens there
+    started = time.monotonic()
+    out = CliRunner().invoke(main, ["sweep", "table1_tiny_cil", "--executor", "ray", "--address", f"127.0.0.1:{port}",
+                                    "--results-dir", str(tmp_path)])
+    assert out.exit_code == 2 and f"--address 127.0.0.1:{port}: nothing answers there" in out.output, out.output
+    assert time.monotonic() - started < 60 and not (tmp_path / "runs").exists()
