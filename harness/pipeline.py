@@ -16,6 +16,8 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
+
+import torch
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +78,9 @@ def _common(protocol: Protocol, bench: Workbench, seed: int, options: RunOptions
         run_id=run_id or new_run_id(), status="complete", seed=seed,
         protocol=ProtocolStamp(name=protocol.name, version=protocol.version, hash=protocol.spec_hash),
         versions=library_versions(), git_commit=git_commit(), started_at=started,
+        # torch's CPU thread count changes float reductions: two runs are bit-identical only with the same count
         options={"device": str(bench.device), "trunk_cache": options.trunk_cache, "weights": bench.weights,
+                 "torch_threads": torch.get_num_threads(),
                  "data_path": bench.data_path.as_dict() if bench.data_path is not None else None},
     )
 
