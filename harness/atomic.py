@@ -19,8 +19,11 @@ def _umask() -> int:
     return mask
 
 
-def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
-    """Write through a temporary file in the same folder, fsync, then rename over ``path``.
+def atomic_write(path: Path, write: Callable[[IO[bytes]], None], durable: bool = True) -> None:
+    """Write through a temporary file in the same folder, fsync (when ``durable``), then rename over ``path``.
+
+    ``durable=False`` skips the fsync: for files a process kill cannot tear (the page cache survives it)
+    and whose loss in a machine crash only costs time (checkpoints: an unreadable one is set aside).
 
     mkstemp creates its file 0600; it is widened to what ``open`` would give (0666 minus the umask)
     before the rename, so results and caches are as shareable as any other file the user writes.
@@ -32,7 +35,8 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], None]) -> None:
         with os.fdopen(fd, "wb") as fh:
             write(fh)
             fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                os.fsync(fh.fileno())
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:

@@ -96,33 +96,45 @@ class Checkpointer:
             return self.every > 0 and update % self.every == 0
         return time.monotonic() - self._last >= self.seconds
 
-    def save(self, state: dict[str, Any]) -> None:
-        atomic_write(self.path, lambda fh: torch.save({"format": FORMAT, **state}, fh))
+    @property
+    def mid_path(self) -> Path:
+        """Where a mid-session checkpoint goes, beside the session-boundary one it continues from."""
+        return self.path.with_name(self.path.stem + ".mid.pt")
+
+    def save(self, state: dict[str, Any], mid: bool = False) -> None:
+        """Write a checkpoint (no fsync: a kill cannot tear it, a crash only costs the time it saved).
+        A boundary checkpoint supersedes the previous session's mid-session one."""
+        path = self.mid_path if mid else self.path
+        atomic_write(path, lambda fh: torch.save({"format": FORMAT, **state}, fh), durable=False)
+        if not mid:
+            self.mid_path.unlink(missing_ok=True)
         self._last = time.monotonic()
         self.writes += 1
-        self.bytes_written += self.path.stat().st_size
+        self.bytes_written += path.stat().st_size
 
-    def load(self) -> dict[str, Any] | None:
+    def load(self, mid: bool = False) -> dict[str, Any] | None:
         """The stored checkpoint, or None. An unreadable one is moved aside (named) and ignored: a
         checkpoint saves time, and a run that starts over still gives the same numbers."""
-        if not self.path.is_file():
+        path = self.mid_path if mid else self.path
+        if not path.is_file():
             return None
         try:
-            state = torch.load(self.path, map_location="cpu", weights_only=False)
+            state = torch.load(path, map_location="cpu", weights_only=False)
             if not isinstance(state, dict) or state.get("format") != FORMAT:
                 raise ValueError(f"not a bench checkpoint of format {FORMAT}")
             return state
         except Exception as exc:  # noqa: BLE001 - any failure to read means: start over, say so
-            aside = self.path.with_name(self.path.name + ".corrupt")
-            os.replace(self.path, aside)
+            aside = path.with_name(path.name + ".corrupt")
+            os.replace(path, aside)
             from tqdm.auto import tqdm
 
-            tqdm.write(f"Checkpoint {self.path} could not be read ({type(exc).__name__}: {exc}); moved to {aside} "
+            tqdm.write(f"Checkpoint {path} could not be read ({type(exc).__name__}: {exc}); moved to {aside} "
                        f"and starting this phase over.")
             return None
 
     def discard(self) -> None:
         self.path.unlink(missing_ok=True)
+        self.mid_path.unlink(missing_ok=True)
 
 
 def checkpointer(root: Path, phase: str, key: str, every: int | None, seconds: float) -> Checkpointer:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import io
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -118,12 +117,6 @@ def _finite(model: nn.Module) -> bool:
     return all(bool(torch.isfinite(p).all()) for p in model.parameters() if p.requires_grad)
 
 
-def _blob(state: dict[str, Any]) -> bytes:
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    return buffer.getvalue()
-
-
 def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
            checkpoint: Checkpointer | None = None) -> tuple[list[SessionCurve], Budget, int]:
     """Sessions 2..N: exactly U observe calls each, eval at 0 and on the schedule.
@@ -184,11 +177,14 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
 
     with count_optimizer_steps() as steps, meter.attached():
         method.setup(model, ctx)
-        resume = checkpoint.load() if checkpoint is not None else None
-        mid = resume if resume is not None and resume["kind"] == "mid" else None
-        boundary = torch.load(io.BytesIO(mid["boundary"]), weights_only=False) if mid else resume
+        # the last session boundary (the state the next session starts from), and a mid-session checkpoint
+        # when it continues from that boundary (the session's start is replayed first, then it is put back)
+        boundary = checkpoint.load() if checkpoint is not None else None
+        mid = checkpoint.load(mid=True) if checkpoint is not None else None
+        if mid is not None and mid["next_session"] != (boundary["next_session"] if boundary else 0):
+            mid = None  # left from a session whose end is stored already
         first = 0
-        if resume is not None:
+        if boundary is not None or mid is not None:
             where = f"update {mid['update']} of session {stream.sessions[mid['next_session']].index}" if mid else \
                 f"the end of session {boundary['next_session'] + 1}"
             say(options, f"Resuming {p.name} {method.name} (seed {seed}) from its checkpoint at {where}.")
@@ -202,7 +198,6 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
                    disable=not options.progress)
         for pos in range(first, len(stream.sessions)):
             session = stream.sessions[pos]
-            start_blob = _blob(snapshot(kind="boundary", next_session=pos)) if checkpoint is not None else b""
             train0, eval0 = train_macs(), meter.eval_macs()
             check_no_stray_steps(method, steps[0], progress.observed, "setup or end_session")
             model.head.grow(len(session.new_classes), generator)
@@ -236,8 +231,8 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
                 if checkpoint is not None and checkpoint.due(u):
                     progress.steps = steps[0]
                     checkpoint.save(snapshot(kind="mid", next_session=pos, update=u, curve=curve,
-                                             flops0=(train0, eval0), arrivals=(arrivals.order, arrivals.pos),
-                                             boundary=start_blob))
+                                             flops0=(train0, eval0), arrivals=(arrivals.order, arrivals.pos)),
+                                    mid=True)
                 maybe_die("continual")
                 new_ids = arrivals.take(b_new)
                 old_ids = memory.sample(b_old, p.training.class_balanced) if b_old else new_ids[:0]

@@ -69,17 +69,17 @@ def test_restart_discards_the_checkpoint(tiny_protocol_file, tmp_path, bench_cac
     results, cache = tmp_path / "r", bench_cache
     assert bench(tiny_protocol_file, results, cache, "continual:30").returncode == -signal.SIGKILL
     saved = list((results / "checkpoints").glob("run-*.pt"))
-    assert len(saved) == 1  # the A_best reference finished; this run left one checkpoint
+    assert saved  # the A_best reference finished; this run left its checkpoint(s)
     again = bench(tiny_protocol_file, results, cache, None, "--restart")
     assert again.returncode == 0, again.stderr
     assert "Resuming" not in again.stdout + again.stderr
-    assert not saved[0].exists()
+    assert not any(p.exists() for p in saved)
 
 
 def test_an_unreadable_checkpoint_is_moved_aside_and_the_run_starts_over(tiny_protocol_file, tmp_path, bench_cache):
     results, cache = tmp_path / "r", bench_cache
     assert bench(tiny_protocol_file, results, cache, "continual:30").returncode == -signal.SIGKILL
-    (saved,) = (results / "checkpoints").glob("run-*.pt")
+    (saved,) = [p for p in (results / "checkpoints").glob("run-*.pt") if not p.name.endswith(".mid.pt")]
     saved.write_bytes(saved.read_bytes()[:100])  # truncated, as a full disk leaves it
     again = bench(tiny_protocol_file, results, cache)
     assert again.returncode == 0, again.stderr
