@@ -18,6 +18,7 @@ from .budget_guards import (add_to_memory, check_memory, check_no_stray_steps, c
                             memory_spec, observe_within_budget)
 from .curves import SessionCurve
 from .evaluation import eval_plan, evaluate
+from .isolation import lend, random_streams
 from .memory import Memory
 from .protocol import Protocol
 from .results import Budget
@@ -47,8 +48,9 @@ def macs_per_sample(meter: FL.FlopMeter) -> dict[str, float]:
 def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions) -> tuple[list[SessionCurve], Budget, int]:
     """Sessions 2..N: exactly U observe calls each, eval at 0 and on the schedule."""
     p, stream = bench.protocol, bench.stream
-    generator = seed_everything(seed)
-    rng = np.random.default_rng(seed)
+    seed_everything(seed)
+    streams = random_streams(seed)  # the harness's batches and head growth; the method gets its own
+    rng, generator = streams.harness, streams.harness_torch
     model = copy.deepcopy(bench.deployed)
     memory = Memory(memory_spec(p, method), stream.train.labels,
                     lambda gid: method.sample_bytes(gid) or stream.train.sample_bytes(gid), rng)
@@ -58,7 +60,8 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions) -> 
     meter = FL.FlopMeter(model, bench.input_shape, cached)
     bench.train_inputs.reset_seen()
     bench.test_inputs.reset_seen()
-    ctx = bench.context(memory, rng, generator)
+    lent = lend(bench, memory, method, streams)
+    ctx = lent.ctx
     online = p.training.updates == "per_sample"
     b_new, b_old = p.training.batch.new, p.training.batch.old
     if not method.rehearsal:
@@ -79,6 +82,7 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions) -> 
         for session in stream.sessions:
             train0, eval0 = train_macs(), meter.eval_macs()
             check_no_stray_steps(method, steps[0], observed, "setup or end_session")
+            lent.begin_session(session)
             model.head.grow(len(session.new_classes), generator)
             method.begin_session(session)
             params = max(params, sum(p_.numel() for p_ in model.parameters() if p_.requires_grad))
@@ -91,8 +95,8 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions) -> 
             for u in range(U + 1):
                 if u in points:
                     model.eval()
-                    with meter.evaluating(), accel:
-                        acc = evaluate(method.predict, bench.test_inputs, plan, p.eval.batch_size)
+                    with meter.evaluating(), accel, lent.predict(method) as predict:
+                        acc = evaluate(predict, bench.test_inputs, plan, p.eval.batch_size)
                     _curve_point(curve, u, acc)
                     curve["train_flops"].append(FL.flops(train_macs()))
                     bar.set_postfix(session=session.index, old=f"{acc.old:.3f}", new=f"{acc.new:.3f}")
@@ -112,6 +116,7 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions) -> 
                 bar.update(1)
             method.end_session(session)
             check_memory(method, memory)
+            lent.check_storage(method)
             check_no_stray_steps(method, steps[0], observed, "predict or end_session")
             if not online:
                 add_to_memory(method, memory, session.train_ids)

@@ -50,11 +50,7 @@ class DERppConfig(MethodConfig):
 def recount_memory_bytes(memory) -> None:
     """Re-evaluate the bytes of what the memory holds (the harness stores pre-training samples before
     ``setup``, when a method's ``sample_bytes`` cannot know its own storage format yet)."""
-    if hasattr(memory, "recount_bytes"):
-        memory.recount_bytes()
-        return
-    memory.bytes = int(sum(memory.sample_bytes(int(g)) for g in memory.ids))
-    memory.peak_bytes = memory.bytes
+    memory.recount_bytes()
 
 
 class DERpp(StandardMethod):
