@@ -24,7 +24,7 @@ from .continual import run_cl
 from .errors import BenchError
 from .protocol import Protocol
 from .reference import joint_settings, train_joint
-from .registry import MethodSpec, build_method, method_settings
+from .registry import MethodSpec, build_method, code_hash, method_settings
 from .results import (JOINT, MethodStamp, ProtocolStamp, References, RunResult, Selection, git_commit,
                       library_versions, now_iso, save_result, stored_selection)
 from .workbench import RunOptions, Workbench, prepare, say
@@ -51,6 +51,7 @@ def _stamp(spec: MethodSpec) -> MethodStamp:
         spec=spec.text, base=spec.base.name, modifiers=[m.name for m in spec.modifiers],
         distribution=spec.base.distribution, version=spec.base.version,
         modifier_distributions={m.name: f"{m.distribution}=={m.version}" for m in spec.modifiers},
+        code_hash=code_hash([spec.base, *spec.modifiers]),
     )
 
 

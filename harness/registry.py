@@ -7,10 +7,14 @@ claim one name, is a clear error naming both, never a silent disappearance.
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
+from collections.abc import Iterable
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from functools import cache
 from importlib import metadata, resources
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -56,6 +60,43 @@ def entries(group: str) -> dict[str, Entry]:
             )
         found[ep.name] = entry
     return found
+
+
+SOURCE_SUFFIXES = (".py", ".yaml", ".yml", ".toml", ".json", ".cfg", ".txt")
+
+
+def code_root(module: str) -> Path:
+    """The code an entry point comes from: the outermost real package (a folder with ``__init__.py``)
+    holding ``module`` (``bench_example_plugin``, ``bench_stability_gap.methods``), or the module's own
+    file for a single-module plugin. Its parents are imported to find it; the entry is loaded anyway."""
+    parts = module.split(".")
+    for depth in range(1, len(parts) + 1):
+        spec = importlib.util.find_spec(".".join(parts[:depth]))
+        if spec is not None and spec.origin and spec.origin not in ("built-in", "frozen"):
+            origin = Path(spec.origin)
+            return origin.parent if spec.submodule_search_locations else origin
+    raise BenchError(f"Cannot locate the code of module {module!r} to record its content hash.")
+
+
+@cache
+def _tree_hash(root: Path) -> str:
+    digest = hashlib.sha256()
+    files = [root] if root.is_file() else sorted(
+        p for p in root.rglob("*") if p.is_file() and p.suffix in SOURCE_SUFFIXES
+        and not any(part.startswith(".") or part == "__pycache__" for part in p.relative_to(root).parts))
+    for path in files:
+        digest.update(str(path.relative_to(root.parent)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def code_hash(used: Iterable[Entry]) -> str:
+    """Content hash of the code behind a method string (its base's and modifiers' packages, with each
+    distribution's name and version): an edited editable install is a new version on the leaderboard."""
+    digest = hashlib.sha256()
+    for entry in sorted(set(used), key=lambda e: (e.distribution, e.target)):
+        root = code_root(entry.target.partition(":")[0])
+        digest.update(f"{entry.distribution}=={entry.version}:{_tree_hash(root)}\n".encode())
+    return digest.hexdigest()[:16]
 
 
 @dataclass(frozen=True)

@@ -263,6 +263,7 @@ def summarize_protocol(name: str, entries: list[Entry]) -> Board:
     current, origin, spec = _current_hash(name, entries)
     for e in entries:
         e.reason, e.metrics, e.joint, e.p_delta_paper = None, None, None, None
+        e.__dict__.pop("method", None)  # the row name split_by_code may have given it last time
     reference_set = spec.best_new_reference if spec is not None else _stored_reference_set(entries)
     sel = select_runs(entries, current, reference_set, joint_settings(spec) if spec is not None else None,
                       result_of=lambda e: e.result)
@@ -299,7 +300,7 @@ def summarize_protocol(name: str, entries: list[Entry]) -> Board:
                     best_from[(seed, session)] = by_id[sources[session]]
 
     by_method: dict[str, list[Entry]] = defaultdict(list)
-    for e in valid:
+    for e in split_by_code(valid):
         by_method[e.method].append(e)
     most = max((len(v) for v in by_method.values()), default=0)
     full_seeds = sorted({e.result.seed for v in by_method.values() if len(v) == most for e in v})
@@ -338,6 +339,18 @@ def summarize_protocol(name: str, entries: list[Entry]) -> Board:
         best_new_methods=sel.best_new_methods,
         unranked=unranked, entries=entries,
     )
+
+
+def split_by_code(entries: list[Entry]) -> list[Entry]:
+    """Runs of one row made with different code (``MethodStamp.code_hash``: an edited plugin, a new
+    release) are never averaged: when a row has several, each run's row name gets its hash."""
+    hashes: dict[str, set[str | None]] = defaultdict(set)
+    for e in entries:
+        hashes[e.method].add(e.result.method.code_hash)
+    for e in entries:
+        if len(hashes[e.method]) > 1:
+            e.__dict__["method"] = f"{e.method} #{(e.result.method.code_hash or 'unrecorded')[:8]}"
+    return entries
 
 
 def _stored_reference_set(entries: Sequence[Entry]) -> list[str]:
