@@ -323,7 +323,8 @@ def isolated_predict(method: Any, shared: list[Any]) -> Iterator[Callable[[Tenso
     changed += [f"{p}" for p in _changed(owners, _owner_state(method))]
     if changed:
         raise BenchError(
-            f"Method {method.name!r}: predict() changed {', '.join(changed[:5])} while being evaluated. "
+            f"Method {method.name!r}: predict() changed {', '.join(changed[:3])}"
+            f"{f' (and {len(changed) - 3} more)' if len(changed) > 3 else ''} while being evaluated. "
             f"Rule: evaluation teaches a method nothing (the harness evaluates a throwaway copy and checks "
             f"it is unchanged); keep test inputs, labels or statistics of them out of the method's state."
         )
