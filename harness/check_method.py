@@ -96,14 +96,15 @@ def same_state(a: Any, b: Any) -> bool:
 
 
 def state_round_trip(bench: Workbench, text: str, overrides: dict[str, Any], trained: Any, seed: int) -> None:
-    """``trained.state_dict()`` saved, loaded and given to a fresh instance set up as at the last session
-    gives back the same state dict (what resume and checkpoints rely on)."""
+    """``trained.state_dict()`` (taken after the run) saved, loaded and given to a fresh instance brought to
+    the same phase (set up, head grown, through the last session's hooks) gives back the same state dict:
+    what checkpoints and resume rely on."""
     state = trained.state_dict()
     buf = io.BytesIO()
     torch.save(state, buf)
     buf.seek(0)
     loaded = torch.load(buf, weights_only=False)
-    _, fresh = build_method(text, bench.protocol.name, overrides)
+    _, fresh = build_method(text, bench.protocol, overrides)
     streams = random_streams(seed)
     memory = Memory(memory_spec(bench.protocol, fresh), bench.stream.train.labels,
                     bench.stream.train.sample_bytes, streams.harness)
@@ -115,7 +116,8 @@ def state_round_trip(bench: Workbench, text: str, overrides: dict[str, Any], tra
         model.head.grow(len(session.new_classes), streams.harness_torch)
     last = bench.stream.sessions[-1]
     ctx.inputs.current = last.train_ids
-    fresh.begin_session(last)
+    fresh.begin_session(last)  # the phase the trained one is in: after its last session's end
+    fresh.end_session(last)
     fresh.load_state_dict(loaded)
     if not same_state(fresh.state_dict(), state):
         raise BenchError(f"Method {fresh.name!r}: state_dict() saved and loaded into a fresh instance (load_state_dict) "
@@ -127,7 +129,7 @@ def check_method(text: str, overrides: dict[str, Any] | None = None, seed: int =
                  say: Callable[[Outcome], None] = lambda o: None) -> list[Outcome]:
     """Every check on ``text``; each outcome is reported through ``say`` as it comes."""
     overrides = dict(overrides or {})
-    build_method(text, "contract_capped", overrides)  # a typo or a bad --set fails before any compute
+    build_method(text, Protocol.model_validate(capped_spec()), overrides)  # a typo or bad --set: before any compute
     out: list[Outcome] = []
 
     def record(check: str, fn: Callable[[], str]) -> Any:
@@ -146,7 +148,7 @@ def check_method(text: str, overrides: dict[str, Any] | None = None, seed: int =
         runs: dict[str, Any] = {}
 
         def run(bench: Workbench, key: str) -> str:
-            _, method = build_method(text, bench.protocol.name, overrides)
+            _, method = build_method(text, bench.protocol, overrides)
             curves, budget, _ = run_cl(bench, method, seed, options)
             runs[key] = (method, curves, budget)
             p = bench.protocol
@@ -163,7 +165,7 @@ def check_method(text: str, overrides: dict[str, Any] | None = None, seed: int =
 
         def determinism() -> str:
             _, first, budget = runs["offline"]
-            _, method = build_method(text, capped.protocol.name, overrides)
+            _, method = build_method(text, capped.protocol, overrides)
             again, budget2, _ = run_cl(capped, method, seed, options)
             if again != first or budget2 != budget:
                 raise BenchError(f"Method {method.name!r}: two runs with seed {seed} gave different curves or budgets. "

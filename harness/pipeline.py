@@ -135,7 +135,7 @@ def _best_new_references(protocol: Protocol, bench: Workbench, seed: int, joint:
                  f"training the missing reference run(s) first: {', '.join(todo)}.")
     fresh = []
     for text in todo:
-        spec, method = build_method(text, protocol.name, {})
+        spec, method = build_method(text, protocol, {})
         fresh.append(_continual_result(protocol, bench, spec, method, seed, {}, joint, options))
     done.runs.update({(r.label, seed): (Path(), r) for r in fresh})
     for result in fresh:
@@ -150,7 +150,7 @@ def execute(protocol: Protocol, method_text: str, seed: int, options: RunOptions
     if method_text.strip() == JOINT:
         bench = bench or prepare(protocol, seed, options)
         return joint_reference(protocol, seed, options, bench)
-    spec, method = build_method(method_text, protocol.name, options.overrides)
+    spec, method = build_method(method_text, protocol, options.overrides)
     bench = bench or prepare(protocol, seed, options)
     joint, _ = joint_reference(protocol, seed, options, bench)
     is_reference = not options.overrides and method_text in protocol.best_new_reference

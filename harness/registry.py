@@ -11,17 +11,19 @@ import hashlib
 import importlib.util
 from collections.abc import Iterable
 from dataclasses import dataclass
-from fnmatch import fnmatchcase
 from functools import cache
-from importlib import metadata, resources
+from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
 from .errors import BenchError, did_you_mean
 from .specfile import format_validation_error
+
+if TYPE_CHECKING:
+    from .protocol import Protocol
 
 METHOD_GROUP = "bench.methods"
 MODIFIER_GROUP = "bench.modifiers"
@@ -126,9 +128,30 @@ def parse_method(text: str) -> MethodSpec:
     return MethodSpec(text, methods[base], tuple(modifiers[m] for m in mods))
 
 
+DEFAULTS_FILE = "defaults.yaml"
+
+
 @cache
-def _defaults() -> dict:
-    return yaml.safe_load((resources.files("bench_stability_gap.methods") / "defaults.yaml").read_text()) or {}
+def _defaults_file(root: Path) -> dict:
+    path = (root if root.is_dir() else root.parent) / DEFAULTS_FILE
+    if not path.is_file():
+        return {}
+    try:
+        table = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise BenchError(f"Defaults file {path} is not valid YAML: {exc}") from None
+    if not isinstance(table, dict):
+        raise BenchError(f"Defaults file {path} must map method names to their entries, not {type(table).__name__}.")
+    return table
+
+
+def defaults_table(entry: Entry) -> tuple[dict, Path]:
+    """The defaults of one method or modifier: its entry in ``defaults.yaml`` beside the package its
+    entry point comes from (built-ins: methods/defaults.yaml; a plugin ships its own the same way, and
+    can only set defaults for its own names)."""
+    root = code_root(entry.target.partition(":")[0])
+    path = (root if root.is_dir() else root.parent) / DEFAULTS_FILE
+    return _defaults_file(root).get(entry.name) or {}, path
 
 
 def parse_overrides(pairs: list[str]) -> dict[str, Any]:
@@ -142,21 +165,43 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
-def protocol_defaults(table: dict[str, dict], protocol: str) -> dict[str, Any]:
-    """One method's defaults.yaml entries for ``protocol``: ``default``, then every glob key that matches
-    (``tiny_*``, in file order), then the protocol's own name; later wins. Globs let one tuned entry
-    cover a family of protocols that share a backbone and budget without copying it."""
-    values = dict(table.get("default", {}))
-    for key, entry in table.items():
-        if key != protocol and any(c in key for c in "*?[") and fnmatchcase(protocol, key):
-            values.update(entry)
-    values.update(table.get(protocol, {}))
+def _lookup(spec: dict, dotted: str) -> Any:
+    value: Any = spec
+    for part in dotted.split("."):
+        if not isinstance(value, dict) or part not in value:
+            raise KeyError(dotted)
+        value = value[part]
+    return value
+
+
+def protocol_defaults(table: dict[str, Any], protocol: Protocol | str, where: str = "defaults") -> dict[str, Any]:
+    """One method's defaults for ``protocol``: ``default``, then every ``when`` entry whose ``match`` holds
+    for the protocol's properties (dotted spec fields, e.g. ``backbone.model``; in file order), then the
+    entry named after the protocol; later wins. Properties, not names: a copy of a protocol under a new
+    name gets the settings tuned for what it is."""
+    values = dict(table.get("default") or {})
+    spec = protocol.model_dump(mode="json") if not isinstance(protocol, str) else None
+    for i, rule in enumerate(table.get("when") or []):
+        if not isinstance(rule, dict) or set(rule) != {"match", "set"}:
+            raise BenchError(f"{where}: when[{i}] must have exactly the keys match and set, got {rule!r}.")
+        if spec is None:
+            continue
+        try:
+            if all(_lookup(spec, k) == v for k, v in rule["match"].items()):
+                values.update(rule["set"])
+        except KeyError as exc:
+            raise BenchError(f"{where}: when[{i}].match names {exc.args[0]!r}, which is not a protocol field "
+                             f"(use dotted spec paths such as backbone.model or training.updates).") from None
+    name = protocol if isinstance(protocol, str) else protocol.name
+    values.update(table.get(name) or {})
     return values
 
 
-def method_config(cls: type, name: str, protocol: str, overrides: dict[str, Any]) -> BaseModel:
-    """Config defaults < defaults.yaml `default` < matching globs < defaults.yaml[protocol] < --set overrides."""
-    values = {**protocol_defaults(_defaults().get(name, {}), protocol), **overrides}
+def method_config(cls: type, entry: Entry, protocol: Protocol | str, overrides: dict[str, Any]) -> BaseModel:
+    """Config defaults < defaults.yaml `default` < matching `when` rules < the protocol's own entry < --set."""
+    table, path = defaults_table(entry)
+    values = {**protocol_defaults(table, protocol, f"{path} ({entry.name})"), **overrides}
+    name = entry.name
     try:
         return cls.Config(**values)
     except ValidationError as exc:
@@ -165,8 +210,12 @@ def method_config(cls: type, name: str, protocol: str, overrides: dict[str, Any]
                          f"Its settings are: {known}.") from None
 
 
-def build_method(text: str, protocol: str, overrides: dict[str, Any] | None = None):
-    """Instantiate ``base+mod+mod`` with its resolved config; an unsupported combination is an error."""
+def build_method(text: str, protocol: Protocol | str, overrides: dict[str, Any] | None = None):
+    """Instantiate ``base+mod+mod`` with its resolved config; an unsupported combination is an error.
+    ``protocol``: the spec (its properties pick the defaults), or a name (a built-in's spec is loaded;
+    another name gets ``default`` and its own named entry only)."""
+    if isinstance(protocol, str):
+        protocol = _builtin_or_name(protocol)
     spec = parse_method(text)
     overrides = dict(overrides or {})
     mod_overrides: dict[str, dict[str, Any]] = {}
@@ -182,15 +231,21 @@ def build_method(text: str, protocol: str, overrides: dict[str, Any] | None = No
     modifiers = []
     for entry in spec.modifiers:
         mod_cls = entry.load()
-        modifiers.append(mod_cls(method_config(mod_cls, entry.name, protocol, mod_overrides.pop(entry.name, {}))))
+        modifiers.append(mod_cls(method_config(mod_cls, entry, protocol, mod_overrides.pop(entry.name, {}))))
     if mod_overrides:
         raise BenchError(f"--set names modifier(s) {', '.join(mod_overrides)} not in method {text!r}.")
-    config = method_config(cls, spec.base.name, protocol, overrides)
+    config = method_config(cls, spec.base, protocol, overrides)
     clash = [m.name for m in modifiers if m.name in type(config).model_fields]
     if clash:
         raise BenchError(f"Modifier {clash[0]!r} has the name of a setting of method {spec.base.name!r}; "
                          f"rename the modifier's entry point.")
     return spec, cls(config, modifiers)
+
+
+def _builtin_or_name(name: str) -> Protocol | str:
+    from .protocol import builtin_protocol_names, load_protocol
+
+    return load_protocol(name) if name in builtin_protocol_names() else name
 
 
 def method_settings(method: Any) -> dict[str, Any]:
