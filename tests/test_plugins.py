@@ -156,3 +156,10 @@ def test_a_plugin_cannot_shadow_a_builtin(site):
     out = invoke("run", "--method", "vanilla", "--no-mlflow")
     assert out.exit_code == 2
     assert "bench-shadow" in out.output and "bench-stability-gap" in out.output and "'vanilla'" in out.output
+
+
+def test_check_method_passes_both_example_methods(example_installed, bench_cache):
+    for name in ("example_replay", "example_head_sgd"):
+        out = invoke("check-method", name)
+        assert out.exit_code == 0, out.output
+        assert out.output.count("PASS") == 4 and f"{name}: passes the contract." in out.output
