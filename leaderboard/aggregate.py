@@ -27,7 +27,8 @@ from typing import Literal
 import pandas as pd
 
 from ..harness.errors import BenchError
-from ..harness.metric_catalog import METRICS, TABLE_KEYS, Direction, MetricInfo, format_std, format_value, rank_precision
+from ..harness.metric_catalog import (METRICS, TABLE_KEYS, Direction, MetricInfo, displayed, format_std,
+                                      format_value)
 from ..harness.metrics import Metrics, best_new_accuracy, compute_metrics, plasticity_gap
 from ..harness.results import RunResult, select_runs
 from ..harness.tidy import runs_frame, seed_stats
@@ -35,6 +36,7 @@ from ..harness.tidy import runs_frame, seed_stats
 # The table's columns: the paper's Table 1 plus the budget figures, each described once in the catalog.
 COLUMNS: tuple[MetricInfo, ...] = tuple(METRICS[k] for k in TABLE_KEYS)
 COLUMN_BY_KEY = {c.key: c for c in COLUMNS}
+DEFAULT_ORDER = "CK_delta"  # the rows' order before a visitor sorts (see summarize_protocol)
 
 
 # ------------------------------------------------------------------------------------ run entries
@@ -134,8 +136,8 @@ class Stat:
 
 
 def rank_value(stat: Stat, column: MetricInfo) -> float | None:
-    """The value a column ranks by: the mean rounded to display precision (as a reader compares)."""
-    return None if stat.mean is None else round(stat.mean, rank_precision(column))
+    """The value a column ranks by: the mean as displayed (as a reader compares)."""
+    return None if stat.mean is None else displayed(stat.mean, column)
 
 
 def marks(values: Sequence[float | None], direction: Direction) -> list[str]:
@@ -148,6 +150,11 @@ def marks(values: Sequence[float | None], direction: Direction) -> list[str]:
         return [""] * len(values)
     first, second = distinct[0], distinct[1]
     return ["best" if v == first else "second" if v == second else "" for v in values]
+
+
+def column_marks(values: Sequence[float | None], column: MetricInfo) -> list[str]:
+    """``marks`` for a column that is ranked; none for one that is only shown (wall time)."""
+    return marks(values, column.direction) if column.ranked else [""] * len(values)
 
 
 # ---------------------------------------------------------------------------------- aggregation
@@ -315,13 +322,15 @@ def summarize_protocol(name: str, entries: list[Entry]) -> Board:
         rows.append(MethodRow.of(runs))
 
     def order(row: MethodRow) -> tuple[float, str]:
-        s = row.stats["S_delta"].mean
+        # CK_Δ (all classes vs. joint): S_Δ alone would put first a method that does not learn (output-only
+        # keeps old accuracy by not moving); CK_Δ rewards keeping the old and learning the new
+        s = row.stats[DEFAULT_ORDER].mean
         return (s if s is not None else math.inf, row.method)
 
     rows.sort(key=order)
     assign_styles(rows)
     for column in COLUMNS:
-        for row, mark in zip(rows, marks([rank_value(r.stats[column.key], column) for r in rows], column.direction)):
+        for row, mark in zip(rows, column_marks([rank_value(r.stats[column.key], column) for r in rows], column)):
             row.marks[column.key] = mark
 
     used = [joints[s] for s in sorted(joints)]
@@ -418,7 +427,8 @@ def format_table(boards: Sequence[Board], fmt: Literal["markdown", "text"] = "ma
             out.extend(f"- {e.method} seed {e.result.seed} ({e.run_id}): {e.reason}" for e in board.unranked)
         out.append("")
     if fmt == "markdown" and any(b.rows for b in boards):
-        out.append("mean ± std over seeds; **best**, _second best_; ↓ lower is better, ↑ higher is better.")
+        out.append("mean ± std over seeds, rows in order of CK_Δ; **best**, _second best_ (values that read the same "
+                   "are tied); ↓ lower is better, ↑ higher is better; wall time is shown, never ranked.")
     return "\n".join(out).rstrip() + "\n"
 
 
