@@ -2,8 +2,8 @@
 
 The same guards as a real run (harness/budget_guards.py, harness/isolation.py) on two tiny embedded
 protocols derived from tiny_cil (offline with a storage cap, and online sample by sample), plus what a
-single run cannot show: the same seed giving the same numbers, and ``state_dict`` surviving a save and
-a load into a fresh instance. The project's own tests use the same specs (tests/test_contract.py), so
+single run cannot show: the same seed giving the same numbers, ``state_dict`` surviving a save and a
+load into a fresh instance, and a run stopped mid-session resuming to the uninterrupted numbers. The project's own tests use the same specs (tests/test_contract.py), so
 a plugin author runs exactly what the built-ins pass.
 """
 
@@ -25,6 +25,7 @@ from .errors import BenchError
 from .isolation import random_streams
 from .memory import Memory
 from .budget_guards import memory_spec
+from .checkpoint import Checkpointer
 from .protocol import Protocol, load_protocol
 from .registry import build_method
 from .workbench import RunOptions, Workbench, prepare
@@ -176,11 +177,43 @@ def check_method(text: str, overrides: dict[str, Any] | None = None, seed: int =
             record("determinism", determinism)
             record("state round-trip", lambda: (state_round_trip(capped, text, overrides, runs["offline"][0], seed)
                                                 or "state_dict -> torch.save -> load_state_dict -> same state"))
+            record("resume", lambda: resume_check(capped, text, overrides, runs["offline"], seed, options))
         else:
-            for check in ("determinism", "state round-trip"):
+            for check in ("determinism", "state round-trip", "resume"):
                 out.append(Outcome(check, None, "not checked: the offline run failed"))
                 say(out[-1])
-    resume = Outcome("resume", None, "not checked: this harness has no resume yet")
-    out.append(resume)
-    say(resume)
     return out
+
+
+class _Stopped(Exception):
+    """Raised right after the checkpoint a resume check stops at (an in-process 'kill')."""
+
+
+class _StopAfterMidSave(Checkpointer):
+    def save(self, state: dict[str, Any]) -> None:
+        super().save(state)
+        if state.get("kind") == "mid" and state.get("next_session") == 1:  # in the last session's middle
+            raise _Stopped
+
+
+def resume_check(bench: Workbench, text: str, overrides: dict[str, Any], done: tuple, seed: int,
+                 options: RunOptions) -> str:
+    """Stopped in the middle of the last session right after a checkpoint, then resumed by a fresh
+    instance, the run gives the uninterrupted run's curves and budget."""
+    _, first, budget = done
+    with tempfile.TemporaryDirectory(prefix="bench-resume-") as tmp:
+        path = Path(tmp) / "continual.pt"
+        _, method = build_method(text, bench.protocol, overrides)
+        try:
+            run_cl(bench, method, seed, options, _StopAfterMidSave(path, every=2))
+        except _Stopped:
+            pass
+        else:
+            return "not checked: the run had no mid-session checkpoint to stop at"
+        _, fresh = build_method(text, bench.protocol, overrides)
+        again, budget2, _ = run_cl(bench, fresh, seed, options, Checkpointer(path, every=2))
+    if again != first or budget2 != budget:
+        raise BenchError(f"Method {fresh.name!r}: a run stopped mid-session and resumed from its checkpoint gives "
+                         f"other curves or budget than the uninterrupted run. Rule: state_dict/load_state_dict "
+                         f"hold everything the method keeps, so a resumed run is bit-identical.")
+    return "stopped mid-session after a checkpoint, resumed by a fresh instance: same curves and budget"

@@ -81,9 +81,20 @@ def _run_options(f):
         click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI",
                      help="MLflow tracking URI [default: sqlite in results dir]"),
         click.option("--no-mlflow", is_flag=True, help="write the JSON result only"),
+        # resume settings reach RunOptions through the context (see _options), not every command's signature
+        click.option("--restart", is_flag=True, expose_value=False, callback=_remember,
+                     help="discard the stored checkpoint of this run instead of resuming from it"),
+        click.option("--checkpoint-every", type=click.IntRange(min=0), expose_value=False, callback=_remember,
+                     metavar="K", help="checkpoint every K updates (0: at session ends only) [default: every "
+                                       "2 minutes and at session ends]"),
     ]):
         f = option(f)
     return f
+
+
+def _remember(ctx: click.Context, param: click.Parameter, value: object) -> object:
+    ctx.meta[f"bench.{param.name}"] = value
+    return value
 
 
 def _run_one(protocol, method: str, seed: int, options, tracking_uri: str | None, no_mlflow: bool) -> None:
@@ -103,8 +114,10 @@ def _options(overrides: dict, results_dir: Path | None, device: str, trunk_cache
     from .paths import results_dir as resolve_results
     from .workbench import RunOptions
 
+    meta = click.get_current_context().meta
     return RunOptions(results_dir=resolve_results(results_dir), device=device, trunk_cache=trunk_cache,
-                      progress=progress, allow_download=allow_download, overrides=overrides)
+                      progress=progress, allow_download=allow_download, overrides=overrides,
+                      restart=bool(meta.get("bench.restart")), checkpoint_every=meta.get("bench.checkpoint_every"))
 
 
 @main.command()
@@ -137,7 +150,7 @@ def sweep(sweep: str, seeds: str | None, dry_run: bool, table_path: Path | None,
           no_mlflow: bool) -> None:
     """Run a grid of protocols x methods x seeds from SWEEP (a built-in name or a YAML file), skipping
     runs already in the results folder, then print the mean ± std table of what it covers."""
-    from .sweep import load_sweep, plan
+    from .sweep import load_sweep, plan, still_to_run
 
     spec = load_sweep(sweep)
     try:
@@ -152,6 +165,9 @@ def sweep(sweep: str, seeds: str | None, dry_run: bool, table_path: Path | None,
     for i, r in enumerate(runs, 1):
         if r.done is not None or dry_run:
             click.echo(f"  [{i}/{len(runs)}] {r.label}: " + (f"done ({r.done})" if r.done else "to run"))
+            continue
+        if (made := still_to_run(r, options.results_dir)) is not None:
+            click.echo(f"  [{i}/{len(runs)}] {r.label}: done ({made}, made as an A_best reference)")
             continue
         click.echo(f"\n[{i}/{len(runs)}] {r.label}")
         _run_one(r.protocol, r.method, r.seed, dataclasses.replace(options, overrides=dict(r.overrides)),
@@ -199,7 +215,7 @@ def ls(what: str) -> None:
 @click.option("--seed", "-s", default=0, show_default=True, type=int)
 def check_method_cmd(name: str, overrides: tuple[str, ...], seed: int) -> None:
     """Run the method contract on NAME (base(+modifier)*, any installed method) on two tiny embedded
-    protocols: budget, storage, test isolation, determinism, state round-trip. Exit 2 on a breach."""
+    protocols: budget, storage, test isolation, determinism, state round-trip, resume. Exit 2 on a breach."""
     from .check_method import check_method
     from .registry import parse_overrides
 

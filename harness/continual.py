@@ -9,11 +9,18 @@ storing them is the pipeline's job.
 from __future__ import annotations
 
 import copy
+import dataclasses
+import io
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
+import torch
+from torch import nn
 from tqdm.auto import tqdm
 
 from . import flops as FL
+from .checkpoint import Checkpointer, maybe_die, rng_state, set_rng_state
 from .budget_guards import (add_to_memory, check_memory, check_no_stray_steps, count_optimizer_steps,
                             memory_spec, observe_within_budget)
 from .curves import SessionCurve
@@ -23,7 +30,7 @@ from .memory import Memory
 from .protocol import Protocol
 from .results import Budget
 from .stream import Cycler, Session
-from .workbench import RunOptions, Workbench, autocast, seed_everything
+from .workbench import RunOptions, Workbench, autocast, say, seed_everything
 from ..methods.base import Method
 
 
@@ -45,12 +52,68 @@ def macs_per_sample(meter: FL.FlopMeter) -> dict[str, float]:
     return {part: meter.cost(part).forward for part in FL.PARTS}
 
 
-def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions) -> tuple[list[SessionCurve], Budget, int]:
-    """Sessions 2..N: exactly U observe calls each, eval at 0 and on the schedule."""
+@dataclass
+class Progress:
+    """What a run has accumulated so far, beside the model, method and memory (all of it checkpointed)."""
+
+    curves: list[SessionCurve] = field(default_factory=list)
+    samples: int = 0
+    params: int = 0
+    most_trained: int = 0
+    observed: int = 0  # observe calls made
+    steps: int = 0  # optimizer steps counted (the budget guard's counter)
+    train_per_session: list[float] = field(default_factory=list)
+    eval_per_session: list[float] = field(default_factory=list)
+
+
+def _snapshot(bench: Workbench, model: nn.Module, method: Method, memory: Memory, ctx, meter: FL.FlopMeter,
+              progress: Progress, rngs: tuple, **extra: Any) -> dict[str, Any]:
+    """Everything the rest of the run depends on, as a checkpoint (tensors are copied when serialised)."""
+    return {
+        "model": model.state_dict(), "method": method.state_dict(), "memory": memory.state_dict(),
+        "rng": rng_state(*rngs), "counters": dict(ctx.counters), "tally": copy.deepcopy(meter.tally),
+        "seen": (bench.train_inputs.seen.copy(), bench.test_inputs.seen.copy()),
+        "progress": dataclasses.replace(progress, curves=[c.model_dump() for c in progress.curves]).__dict__,
+        **extra,
+    }
+
+
+def _restore(state: dict[str, Any], bench: Workbench, model: nn.Module, method: Method, memory: Memory, ctx,
+             meter: FL.FlopMeter, rngs: tuple) -> Progress:
+    """Put a snapshot back into freshly built objects of the same structure."""
+    model.load_state_dict(state["model"])
+    method.load_state_dict(state["method"])
+    memory.load_state_dict(state["memory"])
+    set_rng_state(state["rng"], *rngs)
+    ctx.counters.clear()
+    ctx.counters.update(state["counters"])
+    meter.tally = copy.deepcopy(state["tally"])
+    bench.train_inputs.seen[:], bench.test_inputs.seen[:] = state["seen"]
+    fields = dict(state["progress"])
+    fields["curves"] = [SessionCurve.model_validate(c) for c in fields["curves"]]
+    return Progress(**fields)
+
+
+def _blob(state: dict[str, Any]) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    return buffer.getvalue()
+
+
+def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
+           checkpoint: Checkpointer | None = None) -> tuple[list[SessionCurve], Budget, int]:
+    """Sessions 2..N: exactly U observe calls each, eval at 0 and on the schedule.
+
+    With a ``checkpoint``, the run saves itself every K updates and at each session end, and starts from
+    the stored checkpoint when there is one: a boundary checkpoint (after a session) is the state the next
+    session starts from; a mid-session one also holds its session's boundary, so the session's start
+    (head growth, ``begin_session``) is replayed exactly before the mid-session state is put back.
+    """
     p, stream = bench.protocol, bench.stream
     seed_everything(seed)
     streams = random_streams(seed)  # the harness's batches and head growth; the method gets its own
     rng, generator = streams.harness, streams.harness_torch
+    rngs = (rng, generator, streams.method, streams.method_torch)
     model = copy.deepcopy(bench.deployed)
     memory = Memory(memory_spec(p, method), stream.train.labels,
                     lambda gid: method.sample_bytes(gid) or stream.train.sample_bytes(gid), rng)
@@ -60,7 +123,7 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions) -> 
     meter = FL.FlopMeter(model, bench.input_shape, cached)
     bench.train_inputs.reset_seen()
     bench.test_inputs.reset_seen()
-    lent = lend(bench, memory, method, streams)
+    lent = lend(bench, memory, method, streams)  # views without test data, the method's own streams
     ctx = lent.ctx
     online = p.training.updates == "per_sample"
     b_new, b_old = p.training.batch.new, p.training.batch.old
@@ -68,64 +131,101 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions) -> 
         b_new, b_old = b_new + b_old, 0
     limit = b_new + b_old
     total = sum(session_updates(p, s) for s in stream.sessions)
-    bar = tqdm(total=total, desc=f"{p.name} {method.name}", unit="upd", disable=not options.progress)
-    curves, samples, steps_all, params, most_trained, observed = [], 0, 0, 0, 0, 0
-    train_per_session: list[float] = []
-    eval_per_session: list[float] = []
     accel = autocast(bench.device, options.amp)
+    progress = Progress()
 
     def train_macs() -> float:
         return FL.adjusted_train_macs(meter, ctx.counters)
 
+    def snapshot(**extra: Any) -> dict[str, Any]:
+        return _snapshot(bench, model, method, memory, ctx, meter, progress, rngs, **extra)
+
     with count_optimizer_steps() as steps, meter.attached():
         method.setup(model, ctx)
-        for session in stream.sessions:
+        resume = checkpoint.load() if checkpoint is not None else None
+        mid = resume if resume is not None and resume["kind"] == "mid" else None
+        boundary = torch.load(io.BytesIO(mid["boundary"]), weights_only=False) if mid else resume
+        first = 0
+        if resume is not None:
+            where = f"update {mid['update']} of session {stream.sessions[mid['next_session']].index}" if mid else \
+                f"the end of session {boundary['next_session'] + 1}"
+            say(options, f"Resuming {p.name} {method.name} (seed {seed}) from its checkpoint at {where}.")
+        if boundary is not None:
+            first = boundary["next_session"]
+            grown = stream.sessions[first - 1].seen_classes if first else model.head.num_classes
+            model.head.grow(grown - model.head.num_classes, generator)
+            progress = _restore(boundary, bench, model, method, memory, ctx, meter, rngs)
+            steps[0] = progress.steps
+        bar = tqdm(total=total, initial=progress.observed, desc=f"{p.name} {method.name}", unit="upd",
+                   disable=not options.progress)
+        for pos in range(first, len(stream.sessions)):
+            session = stream.sessions[pos]
+            start_blob = _blob(snapshot(kind="boundary", next_session=pos)) if checkpoint is not None else b""
             train0, eval0 = train_macs(), meter.eval_macs()
-            check_no_stray_steps(method, steps[0], observed, "setup or end_session")
+            check_no_stray_steps(method, steps[0], progress.observed, "setup or end_session")
             lent.begin_session(session)
             model.head.grow(len(session.new_classes), generator)
             method.begin_session(session)
-            params = max(params, sum(p_.numel() for p_ in model.parameters() if p_.requires_grad))
+            progress.params = max(progress.params, sum(p_.numel() for p_ in model.parameters() if p_.requires_grad))
             U = session_updates(p, session)
             points = set(p.eval.points(U))
             plan = eval_plan(stream, session)
             curve = {"updates": [], "old": [], "new": [], "all": [], "tasks": [[] for _ in range(plan.tasks)],
                      "train_flops": []}
             arrivals = Cycler(session.train_ids, rng, shuffle=not online)
-            for u in range(U + 1):
-                if u in points:
+            u0 = 0
+            if mid is not None and mid["next_session"] == pos:  # the session's start replayed: now its middle
+                progress = _restore(mid, bench, model, method, memory, ctx, meter, rngs)
+                steps[0] = progress.steps
+                u0, curve, (train0, eval0) = mid["update"], mid["curve"], mid["flops0"]
+                arrivals.order, arrivals.pos = mid["arrivals"]
+                mid = None
+            for u in range(u0, U + 1):
+                if u in points and not (u == u0 and u0 > 0):  # a resumed point was evaluated before the checkpoint
                     model.eval()
-                    with meter.evaluating(), accel, lent.predict(method) as predict:
+                    with meter.evaluating(), accel, lent.predict(method) as predict:  # a throwaway copy
                         acc = evaluate(predict, bench.test_inputs, plan, p.eval.batch_size)
                     _curve_point(curve, u, acc)
                     curve["train_flops"].append(FL.flops(train_macs()))
                     bar.set_postfix(session=session.index, old=f"{acc.old:.3f}", new=f"{acc.new:.3f}")
                 if u == U:
                     break
+                if checkpoint is not None and checkpoint.due(u):
+                    progress.steps = steps[0]
+                    checkpoint.save(snapshot(kind="mid", next_session=pos, update=u, curve=curve,
+                                             flops0=(train0, eval0), arrivals=(arrivals.order, arrivals.pos),
+                                             boundary=start_blob))
+                maybe_die("continual")
                 new_ids = arrivals.take(b_new)
                 old_ids = memory.sample(b_old, p.training.class_balanced) if b_old else new_ids[:0]
                 ids = np.concatenate([new_ids, old_ids])
-                check_no_stray_steps(method, steps[0], observed, "begin_session or predict")
+                check_no_stray_steps(method, steps[0], progress.observed, "begin_session or predict")
                 with accel:
                     _, trained = observe_within_budget(method, bench.batch(ids, len(new_ids)), steps, meter, limit)
-                most_trained, observed = max(most_trained, trained), observed + 1
+                progress.most_trained, progress.observed = max(progress.most_trained, trained), progress.observed + 1
                 check_memory(method, memory)
-                samples += len(ids)
+                progress.samples += len(ids)
                 if online:
                     add_to_memory(method, memory, new_ids)
                 bar.update(1)
             method.end_session(session)
             check_memory(method, memory)
             lent.check_storage(method)
-            check_no_stray_steps(method, steps[0], observed, "predict or end_session")
+            check_no_stray_steps(method, steps[0], progress.observed, "predict or end_session")
             if not online:
                 add_to_memory(method, memory, session.train_ids)
-            train_per_session.append(FL.flops(train_macs() - train0))
-            eval_per_session.append(FL.flops(meter.eval_macs() - eval0))
-            curves.append(SessionCurve(session=session.index, total_updates=U, **curve))
+            progress.train_per_session.append(FL.flops(train_macs() - train0))
+            progress.eval_per_session.append(FL.flops(meter.eval_macs() - eval0))
+            progress.curves.append(SessionCurve(session=session.index, total_updates=U, **curve))
+            progress.steps = steps[0]
+            if checkpoint is not None:
+                checkpoint.save(snapshot(kind="boundary", next_session=pos + 1))
         steps_all = steps[0]
         macs = macs_per_sample(meter)
     bar.close()
+    curves, samples, params = progress.curves, progress.samples, progress.params
+    most_trained = progress.most_trained
+    train_per_session, eval_per_session = progress.train_per_session, progress.eval_per_session
     train_total, eval_total = train_macs(), meter.eval_macs()
     budget = Budget(
         updates_per_session=[c.total_updates for c in curves], batch_new=b_new, batch_old=b_old,

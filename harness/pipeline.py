@@ -21,6 +21,7 @@ from typing import Any
 from . import flops as FL
 from . import metrics as M
 from .continual import run_cl
+from .checkpoint import Checkpointer, checkpointer, run_key
 from .errors import BenchError
 from .protocol import Protocol
 from .reference import joint_settings, train_joint
@@ -89,21 +90,41 @@ def joint_reference(protocol: Protocol, seed: int, options: RunOptions, bench: W
     say(options, f"No joint reference for {protocol.name} (seed {seed}) yet: training it first "
                  f"({models} model(s) x {protocol.joint.updates} updates); later runs reuse it.")
     started, t0 = now_iso(), time.perf_counter()
-    refs, budget, params = train_joint(bench, seed, options)
+    saver = _checkpointer(options, "joint", protocol=protocol.spec_hash, seed=seed, config=joint_settings(protocol))
+    refs, budget, params = train_joint(bench, seed, options, saver)
     result = RunResult(**_common(protocol, bench, seed, options, started), method=_joint_stamp(),
                        config=joint_settings(protocol), trainable_params=params, reference=refs, budget=budget,
                        wall_time_s=time.perf_counter() - t0)
-    return result, save_result(options.results_dir, result)
+    path = save_result(options.results_dir, result)
+    saver.discard()
+    return result, path
 
 
 def _continual_result(protocol: Protocol, bench: Workbench, spec: MethodSpec, method: Method, seed: int,
                       overrides: dict[str, Any], joint: RunResult, options: RunOptions) -> RunResult:
     """Stage 4: the CL sessions, as an unscored result (metrics filled by ``_score``)."""
     started, t0 = now_iso(), time.perf_counter()
-    curves, budget, params = run_cl(bench, method, seed, options)
+    config = method_settings(method)
+    saver = _run_checkpointer(options, protocol.spec_hash, spec.text, config, overrides, seed)
+    curves, budget, params = run_cl(bench, method, seed, options, saver)
     return RunResult(**_common(protocol, bench, seed, options, started), method=_stamp(spec),
-                     config=method_settings(method), overrides=overrides, trainable_params=params, curves=curves,
+                     config=config, overrides=overrides, trainable_params=params, curves=curves,
                      budget=FL.efficiency_vs_joint(budget, joint.budget), wall_time_s=time.perf_counter() - t0)
+
+
+def _checkpointer(options: RunOptions, phase: str, **identity: Any) -> Checkpointer:
+    """The checkpoint of one phase of one run, keyed by what decides its numbers (``--restart``: drop it)."""
+    saver = checkpointer(options.results_dir, phase, run_key(**identity, device=options.device_key),
+                         options.checkpoint_every, options.checkpoint_seconds)
+    if options.restart:
+        saver.discard()
+    return saver
+
+
+def _run_checkpointer(options: RunOptions, protocol_hash: str, method: str, config: dict[str, Any],
+                      overrides: dict[str, Any], seed: int) -> Checkpointer:
+    return _checkpointer(options, "run", protocol=protocol_hash, method=method, config=config, overrides=overrides,
+                         seed=seed)
 
 
 def _score_and_save(result: RunResult, joint: RunResult, chosen: Selection[Stored], options: RunOptions) -> Path:
@@ -117,6 +138,8 @@ def _score_and_save(result: RunResult, joint: RunResult, chosen: Selection[Store
     except ValueError as exc:
         problem = str(exc)
     path = save_result(options.results_dir, result)
+    _run_checkpointer(options, result.protocol.hash, result.method.spec, result.config, result.overrides,
+                      result.seed).discard()
     if problem is not None:
         raise BenchError(f"The run finished and its curves are saved in {path}, but its metrics cannot be "
                          f"computed: {problem}. The leaderboard recomputes them from the stored curves.")

@@ -10,17 +10,21 @@ when there is none.
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
 
 from . import flops as FL
+from .backbone import SplitModel
+from .checkpoint import Checkpointer
 from .continual import macs_per_sample
 from .curves import ReferenceSession
 from .evaluation import eval_plan, evaluate
 from .protocol import Protocol
 from .results import Budget
-from .workbench import RunOptions, Workbench, autocast, seed_everything, train_offline
+from .workbench import OfflineCheckpoint, RunOptions, Workbench, autocast, say, seed_everything, train_offline
 from ..methods.base import MethodConfig
 
 
@@ -31,56 +35,104 @@ def joint_config(protocol: Protocol) -> MethodConfig:
                         trainable="body+head")
 
 
+def _joint_model(bench: Workbench, upto: int, generator: torch.Generator) -> SplitModel:
+    """The deployed model with a head over every class of sessions 1..``upto``."""
+    model = copy.deepcopy(bench.deployed)
+    model.head.grow(bench.stream.sessions[upto - 2].seen_classes - model.head.num_classes, generator)
+    return model
+
+
 def joint_settings(protocol: Protocol) -> dict[str, Any]:
     """What a stored joint run's ``config`` must equal to serve as this protocol's A_joint."""
     return joint_config(protocol).model_dump(mode="json")
 
 
-def train_joint(bench: Workbench, seed: int, options: RunOptions) -> tuple[list[ReferenceSession], Budget, int]:
-    """Per session j, the deployed model retrained on S1..Sj with the protocol's joint budget."""
+@dataclass
+class JointProgress:
+    """What the joint reference has accumulated over its sessions (checkpointed at each session end)."""
+
+    refs: list[dict] = field(default_factory=list)
+    params: int = 0
+    samples: int = 0
+    train_total: float = 0.0
+    eval_total: float = 0.0
+    train_trunk_samples: int = 0
+    train_per_model: list[float] = field(default_factory=list)
+    eval_per_session: list[float] = field(default_factory=list)
+    samples_by_part: dict[str, int] = field(default_factory=dict)
+    macs: dict[str, float] = field(default_factory=dict)
+
+    def add_samples(self, meter: FL.FlopMeter) -> None:
+        for key, value in FL.forward_samples_summary(meter).items():
+            self.samples_by_part[key] = self.samples_by_part.get(key, 0) + value
+
+
+def train_joint(bench: Workbench, seed: int, options: RunOptions,
+                checkpoint: Checkpointer | None = None) -> tuple[list[ReferenceSession], Budget, int]:
+    """Per session j, the deployed model retrained on S1..Sj with the protocol's joint budget. With a
+    ``checkpoint``, it saves itself inside each model's training and after each session, and resumes."""
     p, stream = bench.protocol, bench.stream
-    refs, params, samples = [], 0, 0
     final_model = None
     cached = bool(bench.deployed.trunk_cached)
     bench.train_inputs.reset_seen()
     bench.test_inputs.reset_seen()
-    train_total, eval_total, train_trunk_samples = 0.0, 0.0, 0
-    train_per_model: list[float] = []
-    eval_per_session: list[float] = []
-    samples_by_part: dict[str, int] = {}
-    macs: dict[str, float] = {}
-    for session in stream.sessions:
+    acc = JointProgress()
+    state = checkpoint.load() if checkpoint is not None else None
+    first = 0
+    if state is not None:
+        say(options, f"Resuming the joint reference (seed {seed}) from its checkpoint: model "
+                     f"{state['next_session'] + 1}" + (f", update {state['update']}" if state["kind"] == "mid" else ""))
+        acc = JointProgress(**copy.deepcopy(state["progress"]))
+        bench.train_inputs.seen[:], bench.test_inputs.seen[:] = state["seen"]
+        first = state["next_session"]
+        if state.get("final_model") is not None:  # joint.mode final: the one model, trained already
+            final_model = _joint_model(bench, stream.sessions[-1].index, torch.Generator())
+            final_model.load_state_dict(state["final_model"])
+
+    def outer(pos: int) -> dict[str, Any]:
+        return {"progress": copy.deepcopy(acc.__dict__), "next_session": pos,
+                "seen": (bench.train_inputs.seen.copy(), bench.test_inputs.seen.copy()),
+                "final_model": final_model.state_dict() if final_model is not None and p.joint.mode == "final" else None}
+
+    for pos in range(first, len(stream.sessions)):
+        session = stream.sessions[pos]
         generator = seed_everything(seed + session.index)
         rng = np.random.default_rng(seed + session.index)
         if p.joint.mode == "per_session" or final_model is None:
-            model = copy.deepcopy(bench.deployed)
             upto = session.index if p.joint.mode == "per_session" else stream.sessions[-1].index
-            model.head.grow(stream.sessions[upto - 2].seen_classes - model.head.num_classes, generator)
+            model = _joint_model(bench, upto, generator)
             meter = FL.FlopMeter(model, bench.input_shape, cached)
+            resume = state if state is not None and state["kind"] == "mid" and state["next_session"] == pos else None
+            saving = None if checkpoint is None else OfflineCheckpoint(checkpoint, "joint", lambda: outer(pos), meter,
+                                                                       resume)
             with meter.attached():
                 train_offline(bench, model, joint_config(p), stream.session_ids(upto), p.joint.updates,
-                              p.joint.batch_size, rng, generator, f"joint S1..S{upto}", options)
-            samples += p.joint.updates * p.joint.batch_size
-            params = max(params, model.trainable_parameters())
+                              p.joint.batch_size, rng, generator, f"joint S1..S{upto}", options, saving)
+            acc.samples += p.joint.updates * p.joint.batch_size
+            acc.params = max(acc.params, model.trainable_parameters())
             final_model = model
-            train_per_model.append(FL.flops(meter.train_macs()))
-            train_total += meter.train_macs()
-            train_trunk_samples += meter.tally.fwd_samples["train"]["trunk"]
-            for key, value in FL.forward_samples_summary(meter).items():
-                samples_by_part[key] = samples_by_part.get(key, 0) + value
+            acc.train_per_model.append(FL.flops(meter.train_macs()))
+            acc.train_total += meter.train_macs()
+            acc.train_trunk_samples += meter.tally.fwd_samples["train"]["trunk"]
+            acc.add_samples(meter)
         model = final_model
         model.eval()
         plan = eval_plan(stream, session)
         n = session.seen_classes
         meter = FL.FlopMeter(model, bench.input_shape, cached)
         with meter.attached(), meter.evaluating(), autocast(bench.device, options.amp):
-            acc = evaluate(lambda x: model(x)[:, :n], bench.test_inputs, plan, p.eval.batch_size)
-        eval_per_session.append(FL.flops(meter.eval_macs()))
-        eval_total += meter.eval_macs()
-        for key, value in FL.forward_samples_summary(meter).items():
-            samples_by_part[key] = samples_by_part.get(key, 0) + value
-        macs = macs_per_sample(meter)
-        refs.append(ReferenceSession(session=session.index, old=acc.old, new=acc.new, all=acc.all, tasks=acc.tasks))
+            result = evaluate(lambda x: model(x)[:, :n], bench.test_inputs, plan, p.eval.batch_size)
+        acc.eval_per_session.append(FL.flops(meter.eval_macs()))
+        acc.eval_total += meter.eval_macs()
+        acc.add_samples(meter)
+        acc.macs = macs_per_sample(meter)
+        acc.refs.append(ReferenceSession(session=session.index, old=result.old, new=result.new, all=result.all,
+                                         tasks=result.tasks).model_dump())
+        if checkpoint is not None:
+            checkpoint.save({"kind": "boundary", **outer(pos + 1)})
+    refs, params, samples, macs = [ReferenceSession(**r) for r in acc.refs], acc.params, acc.samples, acc.macs
+    train_total, eval_total, train_trunk_samples = acc.train_total, acc.eval_total, acc.train_trunk_samples
+    train_per_model, eval_per_session, samples_by_part = acc.train_per_model, acc.eval_per_session, acc.samples_by_part
     n_trainings = len(stream.sessions) if p.joint.mode == "per_session" else 1
     trunk = macs.get("trunk", 0.0)
     train_executed, eval_executed = train_total, eval_total

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .protocol import Protocol, load_protocol
 from .registry import build_method, format_setting, method_settings
-from .results import row_label
+from .results import Selection, row_label
 from .specfile import load_spec
 
 
@@ -43,6 +43,7 @@ class PlannedRun:
     method: str
     seed: int
     overrides: dict[str, Any]
+    config: dict[str, Any]  # the settings the method resolves to
     done: Path | None  # the result already on disk, if any
 
     @property
@@ -61,10 +62,17 @@ def load_sweep(name_or_path: str) -> Sweep:
     return load_spec(Sweep, name_or_path, "sweep", folder="sweeps")
 
 
+def finished(protocol: Protocol, method: str, overrides: dict[str, Any], seed: int, config: dict[str, Any],
+             counted: Selection) -> Path | None:
+    """The stored result that already covers a planned run: the run ``results.select_runs`` counts for its
+    row and seed, made with the settings the method resolves to now."""
+    found = counted.runs.get((row_label(method, overrides), seed))
+    return found[0] if found is not None and found[1].config == config else None
+
+
 def plan(sweep: Sweep, results_dir: Path, seeds: list[int] | None = None) -> list[PlannedRun]:
-    """Every run of the sweep in order (seed-major, so a partial sweep has whole seeds), each marked
-    with the result that already covers it: the run ``results.select_runs`` counts for its row and seed,
-    made with the settings the method resolves to now. Every protocol, method string and setting is
+    """Every run of the sweep in order (seed-major, so a partial sweep has whole seeds), each marked with
+    the result that already covers it (``finished``). Every protocol, method string and setting is
     validated up front, so a typo fails before hours of compute rather than in the middle."""
     from .pipeline import check_joint_request, selection
     from .workbench import RunOptions
@@ -80,8 +88,17 @@ def plan(sweep: Sweep, results_dir: Path, seeds: list[int] | None = None) -> lis
     out = []
     for seed in seeds if seeds is not None else sweep.seeds:
         for group, method, config in cells:
-            spec = protocols[group.protocol]
-            found = counted[group.protocol].runs.get((row_label(method, dict(group.set)), seed))
-            done = found[0] if found is not None and found[1].config == config else None
-            out.append(PlannedRun(spec, method, seed, dict(group.set), done))
+            spec, overrides = protocols[group.protocol], dict(group.set)
+            done = finished(spec, method, overrides, seed, config, counted[group.protocol])
+            out.append(PlannedRun(spec, method, seed, overrides, config, done))
     return out
+
+
+def still_to_run(run: PlannedRun, results_dir: Path) -> Path | None:
+    """Whether a planned run is done by now (an earlier run of the sweep may have made it as its A_best
+    reference): the covering result, or None."""
+    from .pipeline import selection
+    from .workbench import RunOptions
+
+    return finished(run.protocol, run.method, run.overrides, run.seed, run.config,
+                    selection(run.protocol, RunOptions(results_dir=results_dir)))

@@ -8,11 +8,14 @@ training (pre-training and the joint reference are the same loop).
 
 from __future__ import annotations
 
+import copy
 import os
 import random
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -20,7 +23,9 @@ from tqdm.auto import tqdm
 
 from .atomic import atomic_write
 from .backbone import SplitModel, create_network, split_network
+from .checkpoint import Checkpointer, maybe_die, rng_state, run_key, set_rng_state
 from .errors import BenchError
+from .flops import FlopMeter
 from .inputs import InputStore, Preprocess, feature_cache_key
 from .isolation import LentInputs, MemoryView, train_view
 from .memory import Memory
@@ -43,6 +48,15 @@ class RunOptions:
     # opt-in ($BENCH_CPU_CHANNELS_LAST=1): the body in channels_last on a CPU with oneDNN; faster
     # backward, but float-level differences grow over training, so the curves are not the default's
     cpu_channels_last: bool = field(default_factory=lambda: os.environ.get("BENCH_CPU_CHANNELS_LAST") == "1")
+    checkpoint_every: int | None = None  # updates between checkpoints; None: every checkpoint_seconds
+    checkpoint_seconds: float = 120.0
+    restart: bool = False  # discard a stored checkpoint instead of resuming from it
+
+    @property
+    def device_key(self) -> str:
+        """The options that change numbers (device, precision, layout), for checkpoint keys."""
+        return run_key(device=self.device, amp=self.amp, cpu_channels_last=self.cpu_channels_last,
+                       trunk_cache=self.trunk_cache)[:8]
 
 
 def say(options: RunOptions, msg: str) -> None:
@@ -152,24 +166,45 @@ def prepare(protocol: Protocol, seed: int, options: RunOptions) -> Workbench:
 
 
 def _deploy(bench: Workbench, options: RunOptions) -> None:
-    """Fit the deployed model on S1 once per protocol spec; later runs load it from the cache."""
+    """Fit the deployed model on S1 once per protocol spec; later runs load it from the cache. The
+    training checkpoints beside the cache file, so a killed pre-training resumes."""
     p = bench.protocol
     path = cache_dir() / "deployed" / f"{p.name}-{p.spec_hash}.pt"
     if path.is_file():
         bench.deployed.load_state_dict(torch.load(path, map_location=bench.device, weights_only=True))
         return
-    say(options, f"Training the deployed model on S1 ({p.pretrain.updates} updates, cached for later runs)")
+    saver = Checkpointer(path.with_name(f"{path.stem}-{options.device_key}.ckpt"), options.checkpoint_every,
+                         options.checkpoint_seconds)
+    if options.restart:
+        saver.discard()
+    resume = saver.load()
+    say(options, f"Training the deployed model on S1 ({p.pretrain.updates} updates, cached for later runs)"
+                 + (f": resuming at update {resume['update']}" if resume else ""))
     config = MethodConfig(lr=p.pretrain.lr, weight_decay=p.pretrain.weight_decay, layer_decay=1.0,
                           trainable=p.pretrain.trainable)
     generator = seed_everything(p.pretrain.seed)
     train_offline(bench, bench.deployed, config, bench.stream.pretrain_ids, p.pretrain.updates,
-                  p.pretrain.batch_size, np.random.default_rng(p.pretrain.seed), generator, "pretrain S1", options)
+                  p.pretrain.batch_size, np.random.default_rng(p.pretrain.seed), generator, "pretrain S1", options,
+                  OfflineCheckpoint(saver, "pretrain", resume=resume))
     atomic_write(path, lambda fh: torch.save(bench.deployed.state_dict(), fh))
+    saver.discard()
+
+
+@dataclass
+class OfflineCheckpoint:
+    """Checkpointing of one offline training (pre-training, one joint model): where to save, what of the
+    caller's progress to save beside the model, and the checkpoint of this very training to resume from."""
+
+    checkpointer: Checkpointer
+    phase: str  # "pretrain" | "joint" (for BENCH_KILL_AT)
+    outer: Callable[[], dict[str, Any]] = dict
+    meter: FlopMeter | None = None  # its tally is part of the state when FLOPs are counted
+    resume: dict[str, Any] | None = None
 
 
 def train_offline(bench: Workbench, model: SplitModel, config: MethodConfig, ids: np.ndarray, updates: int,
                   batch_size: int, rng: np.random.Generator, generator: torch.Generator, desc: str,
-                  options: RunOptions) -> None:
+                  options: RunOptions, checkpoint: OfflineCheckpoint | None = None) -> None:
     """Plain offline training on ``ids`` with uniform batches (pre-training and the joint model)."""
     learner = StandardMethod(config)
     memory = Memory(bench.protocol.memory.model_copy(update={"policy": "none", "capacity": None}),
@@ -177,6 +212,25 @@ def train_offline(bench: Workbench, model: SplitModel, config: MethodConfig, ids
     learner.setup(model, bench.context(memory, rng, generator))
     learner.optimizer, learner.scheduler = learner.build_optimizer(updates)
     cycler = Cycler(ids, rng)
+    start = 0
+    if checkpoint is not None and checkpoint.resume is not None:
+        state = checkpoint.resume
+        model.load_state_dict(state["model"])
+        learner.load_state_dict(state["learner"])
+        cycler.order, cycler.pos = state["cycler"]
+        set_rng_state(state["rng"], rng, generator)
+        if checkpoint.meter is not None:
+            checkpoint.meter.tally = copy.deepcopy(state["tally"])
+        start = state["update"]
     with autocast(bench.device, options.amp):
-        for _ in tqdm(range(updates), desc=desc, unit="upd", leave=False, disable=not options.progress):
+        for u in tqdm(range(start, updates), desc=desc, unit="upd", leave=False, disable=not options.progress,
+                      initial=start, total=updates):
+            if checkpoint is not None:
+                if checkpoint.checkpointer.due(u):
+                    checkpoint.checkpointer.save({
+                        **checkpoint.outer(), "kind": "mid", "update": u, "model": model.state_dict(),
+                        "learner": learner.state_dict(), "cycler": (cycler.order, cycler.pos),
+                        "rng": rng_state(rng, generator),
+                        "tally": checkpoint.meter.tally if checkpoint.meter is not None else None})
+                maybe_die(checkpoint.phase)
             learner.observe(bench.batch(cycler.take(batch_size), batch_size))

@@ -243,6 +243,9 @@ class StandardMethod(Method):
     def end_session(self, session: Session) -> None:
         for m in self.modifiers:
             m.end_session(self, session)
+        # each session builds its own optimizer and schedule: none carries over (nor into a checkpoint
+        # taken between sessions, whose restored state must not reach the next session's fresh optimizer)
+        self.optimizer, self.scheduler = None, None
 
     def predict(self, x: Tensor) -> Tensor:
         return self.model(x)

@@ -162,4 +162,4 @@ def test_check_method_passes_both_example_methods(example_installed, bench_cache
     for name in ("example_replay", "example_head_sgd"):
         out = invoke("check-method", name)
         assert out.exit_code == 0, out.output
-        assert out.output.count("PASS") == 4 and f"{name}: passes the contract." in out.output
+        assert out.output.count("PASS") == 5 and f"{name}: passes the contract." in out.output

@@ -1,0 +1,88 @@
+"""Resume: a run killed with SIGKILL in the pre-training, the joint reference or a continual session, then
+re-run with the same command, stores exactly the numbers an uninterrupted run stores."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench_stability_gap.harness.results import iter_results
+
+pytestmark = pytest.mark.slow
+
+METHOD = "vanilla+sgm"  # its A_best reference (vanilla) and the joint train first: three phases to kill
+
+
+def bench(protocol: Path, results: Path, cache: Path, kill: str | None = None,
+          *extra: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "BENCH_CACHE_DIR": str(cache), "MLFLOW_DISABLE_TELEMETRY": "true"}
+    env.pop("BENCH_KILL_AT", None)
+    if kill:
+        env["BENCH_KILL_AT"] = kill
+    cmd = [sys.executable, "-m", "bench_stability_gap.harness.cli", "run", "-p", str(protocol), "-m", METHOD,
+           "--results-dir", str(results), "--no-mlflow", "--no-progress", "--checkpoint-every", "2", *extra]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+
+
+def stored(results: Path) -> dict[str, dict]:
+    """Each stored result's numbers: curves, reference accuracies, metrics and budget (no ids or times)."""
+    out = {}
+    for path, r in iter_results(results):
+        data = json.loads(path.read_text())
+        out[r.label] = {k: data[k] for k in ("curves", "reference", "metrics", "budget", "trainable_params", "config")}
+    return out
+
+
+def test_killed_runs_resume_to_the_uninterrupted_numbers(tiny_protocol_file, tmp_path):
+    plain = bench(tiny_protocol_file, tmp_path / "plain", tmp_path / "cache-plain")
+    assert plain.returncode == 0, plain.stderr
+    assert not list((tmp_path / "plain" / "checkpoints").glob("*.pt"))  # removed once the result is stored
+
+    pick = random.Random(1234)  # random kill points, the same on every machine
+    kills = [f"pretrain:{pick.randint(3, 18)}", f"joint:{pick.randint(3, 20)}", f"continual:{pick.randint(3, 20)}",
+             f"continual:{pick.randint(3, 20)}"]
+    results, cache = tmp_path / "killed", tmp_path / "cache-killed"
+    said = []
+    for kill in kills:
+        died = bench(tiny_protocol_file, results, cache, kill)
+        assert died.returncode == -signal.SIGKILL, (kill, died.returncode, died.stderr[-2000:])
+        said.append(died.stdout + died.stderr)
+    resumed = bench(tiny_protocol_file, results, cache)
+    assert resumed.returncode == 0, resumed.stderr
+    said.append(resumed.stdout + resumed.stderr)
+    # each invocation after a kill went on from the checkpoint of the phase it killed, not from scratch
+    assert "resuming at update" in said[1]  # pre-training
+    assert "Resuming the joint reference" in said[2]
+    assert "Resuming" in said[3] and "Resuming" in said[4]  # the continual runs
+    assert stored(results) == stored(tmp_path / "plain")
+    assert not list((results / "checkpoints").glob("*.pt"))
+
+
+def test_restart_discards_the_checkpoint(tiny_protocol_file, tmp_path, bench_cache):
+    results, cache = tmp_path / "r", bench_cache
+    assert bench(tiny_protocol_file, results, cache, "continual:30").returncode == -signal.SIGKILL
+    saved = list((results / "checkpoints").glob("run-*.pt"))
+    assert len(saved) == 1  # the A_best reference finished; this run left one checkpoint
+    again = bench(tiny_protocol_file, results, cache, None, "--restart")
+    assert again.returncode == 0, again.stderr
+    assert "Resuming" not in again.stdout + again.stderr
+    assert not saved[0].exists()
+
+
+def test_an_unreadable_checkpoint_is_moved_aside_and_the_run_starts_over(tiny_protocol_file, tmp_path, bench_cache):
+    results, cache = tmp_path / "r", bench_cache
+    assert bench(tiny_protocol_file, results, cache, "continual:30").returncode == -signal.SIGKILL
+    (saved,) = (results / "checkpoints").glob("run-*.pt")
+    saved.write_bytes(saved.read_bytes()[:100])  # truncated, as a full disk leaves it
+    again = bench(tiny_protocol_file, results, cache)
+    assert again.returncode == 0, again.stderr
+    assert "could not be read" in again.stdout + again.stderr and str(saved) in again.stdout + again.stderr
+    assert saved.with_name(saved.name + ".corrupt").is_file()
+    assert {r.label for _, r in iter_results(results)} == {"joint", "vanilla", METHOD}
