@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import sys
-import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -13,20 +12,16 @@ import pytest
 import torch
 
 from bench_stability_gap.harness.protocol import load_protocol
-from bench_stability_gap.harness.registry import build_method, entries
+from bench_stability_gap.harness.registry import build_method
 from bench_stability_gap.methods.base import TrainBatch
-from tests.test_plugins import invoke, site, write_dist  # noqa: F401 - site is a fixture
+from tests.test_plugins import install_folder, invoke, site  # noqa: F401 - site is a fixture
 
 PLUGIN = Path(__file__).parent / "plugin_er_ace"
 
 
 @pytest.fixture()
 def er_ace(site, monkeypatch):
-    project = tomllib.loads((PLUGIN / "pyproject.toml").read_text())["project"]
-    monkeypatch.syspath_prepend(str(PLUGIN))
-    write_dist(site, project["name"], project["version"], project["entry-points"])
-    entries.cache_clear()
-    yield project
+    yield install_folder(site, PLUGIN, monkeypatch)
     sys.modules.pop("bench_er_ace", None)
 
 

@@ -6,7 +6,6 @@ method and the rule, or provably cannot change any number (rewinding the generat
 from __future__ import annotations
 
 import re
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -14,21 +13,17 @@ import pytest
 from bench_stability_gap.harness.check_method import capped_spec
 from bench_stability_gap.harness.continual import run_cl
 from bench_stability_gap.harness.protocol import Protocol
-from bench_stability_gap.harness.registry import build_method, entries
+from bench_stability_gap.harness.registry import build_method
 from bench_stability_gap.harness.workbench import RunOptions, prepare
 from bench_stability_gap.methods.base import MethodConfig, StandardMethod
-from tests.test_plugins import invoke, site, small_protocol, write_dist  # noqa: F401 - site is a fixture
+from tests.test_plugins import install_folder, invoke, site, small_protocol  # noqa: F401 - site is a fixture
 
 CHEATS = Path(__file__).parent / "plugin_cheats"
 
 
 @pytest.fixture()
 def cheats_installed(site, monkeypatch):
-    project = tomllib.loads((CHEATS / "pyproject.toml").read_text())["project"]
-    monkeypatch.syspath_prepend(str(CHEATS))
-    write_dist(site, project["name"], project["version"], project["entry-points"])
-    entries.cache_clear()
-    return project
+    return install_folder(site, CHEATS, monkeypatch)
 
 
 # each cheat, the words its error must contain (the method's name is checked for all)

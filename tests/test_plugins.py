@@ -49,14 +49,18 @@ def site(tmp_path, monkeypatch):
     entries.cache_clear()
 
 
-@pytest.fixture()
-def example_installed(site, monkeypatch):
-    """The example package 'installed': its code importable, its dist-info from its pyproject."""
-    project = tomllib.loads((EXAMPLE / "pyproject.toml").read_text())["project"]
-    monkeypatch.syspath_prepend(str(EXAMPLE))
+def install_folder(site: Path, folder: Path, monkeypatch) -> dict:
+    """A plugin project folder 'installed': its code importable, its dist-info from its pyproject."""
+    project = tomllib.loads((folder / "pyproject.toml").read_text())["project"]
+    monkeypatch.syspath_prepend(str(folder))
     write_dist(site, project["name"], project["version"], project["entry-points"])
     entries.cache_clear()
     return project
+
+
+@pytest.fixture()
+def example_installed(site, monkeypatch):
+    return install_folder(site, EXAMPLE, monkeypatch)
 
 
 def invoke(*args: str):
