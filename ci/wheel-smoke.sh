@@ -8,9 +8,11 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 python=${PYTHON:-python3}
 echo "==> wheel smoke test in $work"
-rm -rf build  # setuptools never prunes build/lib: a module deleted from the tree would still ship
+rm -rf build ./*.egg-info  # setuptools never prunes build/lib (a deleted module would still ship) and a
+# stale egg-info in the checkout would shadow the installed entry points for anything run from here
 .venv/bin/python -m pip wheel -q --disable-pip-version-check --no-deps --no-build-isolation -w "$work/dist" . 2>&1 \
   | grep -v "is ignored" || true
+rm -rf build ./*.egg-info
 "$python" -m venv "$work/venv"
 "$work/venv/bin/python" -m pip install -q --disable-pip-version-check -c ci/constraints.txt \
   "$(ls "$work"/dist/bench_stability_gap-*.whl)[embedded]" 2>&1 | grep -v "is ignored" || true

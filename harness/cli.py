@@ -98,15 +98,36 @@ def _remember(ctx: click.Context, param: click.Parameter, value: object) -> obje
 
 
 def _run_one(protocol, method: str, seed: int, options, tracking_uri: str | None, no_mlflow: bool) -> None:
-    """One run: execute (the JSON is written atomically first), print its summary, mirror it to MLflow."""
-    from .pipeline import execute
+    """One run: execute (the JSON is written atomically first), print its summary, mirror it to MLflow.
+    A tracking failure never costs the result: the JSON stays, and the error says how to sync it later."""
+    from .pipeline import execute, new_run_id
 
-    result, path = execute(protocol, method, seed, options)
+    if no_mlflow:
+        result, path = execute(protocol, method, seed, options)
+        print_summary(result, path)
+        return
+    from .tracking import LiveRun
+
+    run_id = new_run_id()  # known before training, so the live MLflow run carries it from the start
+    live = LiveRun(options.results_dir, tracking_uri)
+    live.start(protocol.name, method, seed, run_id, params={
+        "protocol": protocol.name, "protocol_hash": protocol.spec_hash, "method": method, "seed": seed,
+        "set": options.overrides})
+    try:
+        result, path = execute(protocol, method, seed, dataclasses.replace(options, on_eval=live.eval_point),
+                               run_id=None if method.strip() == "joint" else run_id)
+    except KeyboardInterrupt:
+        live.finish("killed")
+        raise
+    except BaseException:
+        live.finish("failed")
+        raise
     print_summary(result, path)
-    if not no_mlflow:
-        from .tracking import log_run
-        rid = log_run(result, path, options.results_dir, tracking_uri)
-        click.echo(f"  MLflow run {rid} in {tracking_uri or 'sqlite:///' + str(options.results_dir / 'mlflow.db')}")
+    live.finish(result.status, result, path)
+    if live.error:
+        raise BenchError(f"{live.error} The result is kept in {path}; mirror it to MLflow later with: bench sync "
+                         f"--results {options.results_dir}" + (f" --tracking-uri {tracking_uri}" if tracking_uri else ""))
+    click.echo(f"  MLflow run {live.run_id} in {live.store.uri}")
 
 
 def _options(overrides: dict, results_dir: Path | None, device: str, trunk_cache: bool, progress: bool,
@@ -130,11 +151,16 @@ def run(protocol: str, method: str, seed: int, overrides: tuple[str, ...], resul
         device: str, trunk_cache: bool, progress: bool, allow_download: bool, tracking_uri: str | None,
         no_mlflow: bool) -> None:
     """Run METHOD on PROTOCOL (default: vanilla on the embedded tiny_cil) and print its gap metrics."""
+    from .paths import results_dir as resolve_results
+    from .preflight import check_backbone, check_run
     from .protocol import load_protocol
     from .registry import parse_overrides
 
     spec = load_protocol(protocol)
-    options = _options(parse_overrides(list(overrides)), results_dir, device, trunk_cache, progress, allow_download)
+    settings = parse_overrides(list(overrides))
+    check_run(spec, method, seed, settings, resolve_results(results_dir), tracking_uri, not no_mlflow)  # no torch yet
+    check_backbone(spec)
+    options = _options(settings, results_dir, device, trunk_cache, progress, allow_download)
     _run_one(spec, method, seed, options, tracking_uri, no_mlflow)
 
 
@@ -150,6 +176,8 @@ def sweep(sweep: str, seeds: str | None, dry_run: bool, table_path: Path | None,
           no_mlflow: bool) -> None:
     """Run a grid of protocols x methods x seeds from SWEEP (a built-in name or a YAML file), skipping
     runs already in the results folder, then print the mean ± std table of what it covers."""
+    from .paths import results_dir as resolve_results
+    from .preflight import check_backbone, check_outputs, check_seed
     from .sweep import load_sweep, plan, still_to_run
 
     spec = load_sweep(sweep)
@@ -157,9 +185,16 @@ def sweep(sweep: str, seeds: str | None, dry_run: bool, table_path: Path | None,
         chosen = [int(s) for s in seeds.split(",")] if seeds else None
     except ValueError:
         raise BenchError(f"--seeds {seeds!r} must be comma-separated integers, e.g. 0,1,2.") from None
+    for seed in chosen or spec.seeds:
+        check_seed(seed, "seed")
+    if not dry_run:
+        check_outputs(resolve_results(results_dir), tracking_uri, not no_mlflow)
     options = _options({}, results_dir, device, trunk_cache, progress, allow_download)
-    runs = plan(spec, options.results_dir, chosen)
+    runs = plan(spec, options.results_dir, chosen)  # builds every method: names and settings checked
     todo = [r for r in runs if r.done is None]
+    if not dry_run:
+        for protocol in {r.protocol.spec_hash: r.protocol for r in todo}.values():
+            check_backbone(protocol)
     click.echo(f"Sweep {spec.name}: {len(runs)} run(s), {len(runs) - len(todo)} already done, {len(todo)} to run; "
                f"results in {options.results_dir}")
     for i, r in enumerate(runs, 1):
@@ -229,6 +264,31 @@ def check_method_cmd(name: str, overrides: tuple[str, ...], seed: int) -> None:
     click.echo(f"{name}: passes the contract.")
 
 
+@main.command()
+@click.option("--results", "results", type=click.Path(path_type=Path), envvar="BENCH_RESULTS_DIR",
+              help="results folder to mirror [default: ./bench-results]")
+@click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI",
+              help="MLflow tracking URI [default: sqlite in the results folder]")
+def sync(results: Path | None, tracking_uri: str | None) -> None:
+    """Mirror stored results that are not yet in MLflow (after a tracking failure, or --no-mlflow).
+    Idempotent: a result already mirrored is left alone."""
+    from .paths import results_dir as resolve_results
+    from .preflight import check_tracking_uri
+    from .tracking import Store, sync as sync_results
+
+    root = resolve_results(results)
+    if not (root / "runs").is_dir():
+        raise BenchError(f"Results folder {root} holds no runs/ folder: nothing to sync.")
+    check_tracking_uri(tracking_uri)
+    report = sync_results(root, tracking_uri)
+    for path, rid in report.added:
+        click.echo(f"  mirrored {path} -> MLflow run {rid}")
+    if report.replaced:
+        click.echo(f"  deleted {len(report.replaced)} unfinished mirror(s), logged again whole: {', '.join(report.replaced)}")
+    click.echo(f"Synced {root} to {Store(root, tracking_uri).uri}: {len(report.added)} added, "
+               f"{report.present} already there.")
+
+
 @main.group()
 def show() -> None:
     """Show a protocol's full spec."""
@@ -262,6 +322,9 @@ def validate(file: Path) -> None:
     if not file.is_file():
         raise BenchError(f"Protocol file {file} does not exist.")
     p = load_protocol(str(file))
+    from .preflight import check_backbone
+
+    check_backbone(p)
     click.echo(f"OK: protocol {p.name} v{p.version}, hash {p.spec_hash}")
 
 

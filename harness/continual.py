@@ -186,6 +186,8 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
                     with meter.evaluating(), accel, lent.predict(method) as predict:  # a throwaway copy
                         acc = evaluate(predict, bench.test_inputs, plan, p.eval.batch_size)
                     _curve_point(curve, u, acc)
+                    if options.on_eval is not None:
+                        options.on_eval(session.index, u, acc)
                     curve["train_flops"].append(FL.flops(train_macs()))
                     bar.set_postfix(session=session.index, old=f"{acc.old:.3f}", new=f"{acc.new:.3f}")
                 if u == U:

@@ -13,6 +13,7 @@ that needs them.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from pathlib import Path
@@ -66,9 +67,14 @@ def _joint_stamp() -> MethodStamp:
     return MethodStamp(spec=JOINT, base=JOINT, modifiers=[], distribution="bench-stability-gap", version=version)
 
 
-def _common(protocol: Protocol, bench: Workbench, seed: int, options: RunOptions, started: str) -> dict[str, Any]:
+def new_run_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+def _common(protocol: Protocol, bench: Workbench, seed: int, options: RunOptions, started: str,
+            run_id: str | None = None) -> dict[str, Any]:
     return dict(
-        run_id=uuid.uuid4().hex[:12], status="complete", seed=seed,
+        run_id=run_id or new_run_id(), status="complete", seed=seed,
         protocol=ProtocolStamp(name=protocol.name, version=protocol.version, hash=protocol.spec_hash),
         versions=library_versions(), git_commit=git_commit(), started_at=started,
         options={"device": str(bench.device), "trunk_cache": options.trunk_cache},
@@ -101,13 +107,14 @@ def joint_reference(protocol: Protocol, seed: int, options: RunOptions, bench: W
 
 
 def _continual_result(protocol: Protocol, bench: Workbench, spec: MethodSpec, method: Method, seed: int,
-                      overrides: dict[str, Any], joint: RunResult, options: RunOptions) -> RunResult:
+                      overrides: dict[str, Any], joint: RunResult, options: RunOptions,
+                      run_id: str | None = None) -> RunResult:
     """Stage 4: the CL sessions, as an unscored result (metrics filled by ``_score``)."""
     started, t0 = now_iso(), time.perf_counter()
     config = method_settings(method)
     saver = _run_checkpointer(options, protocol.spec_hash, spec.text, config, overrides, seed)
     curves, budget, params = run_cl(bench, method, seed, options, saver)
-    return RunResult(**_common(protocol, bench, seed, options, started), method=_stamp(spec),
+    return RunResult(**_common(protocol, bench, seed, options, started, run_id), method=_stamp(spec),
                      config=config, overrides=overrides, trainable_params=params, curves=curves,
                      budget=FL.efficiency_vs_joint(budget, joint.budget), wall_time_s=time.perf_counter() - t0)
 
@@ -157,18 +164,20 @@ def _best_new_references(protocol: Protocol, bench: Workbench, seed: int, joint:
     say(options, f"A_best for P_Δ comes from {', '.join(protocol.best_new_reference)} (seed {seed}); "
                  f"training the missing reference run(s) first: {', '.join(todo)}.")
     fresh = []
+    quiet = dataclasses.replace(options, on_eval=None)  # live tracking follows the run asked for, not these
     for text in todo:
         spec, method = build_method(text, protocol, {})
-        fresh.append(_continual_result(protocol, bench, spec, method, seed, {}, joint, options))
+        fresh.append(_continual_result(protocol, bench, spec, method, seed, {}, joint, quiet))
     done.runs.update({(r.label, seed): (Path(), r) for r in fresh})
     for result in fresh:
         _score_and_save(result, joint, done, options)
 
 
 def execute(protocol: Protocol, method_text: str, seed: int, options: RunOptions,
-            bench: Workbench | None = None) -> tuple[RunResult, Path]:
+            bench: Workbench | None = None, run_id: str | None = None) -> tuple[RunResult, Path]:
     """Run one method on one protocol and seed (or, for ``joint``, make sure its reference exists);
-    write the JSON result atomically and return it."""
+    write the JSON result atomically and return it. ``run_id``: the id the result gets (live tracking
+    knows it before training)."""
     check_joint_request(method_text, options.overrides)
     if method_text.strip() == JOINT:
         bench = bench or prepare(protocol, seed, options)
@@ -178,6 +187,6 @@ def execute(protocol: Protocol, method_text: str, seed: int, options: RunOptions
     joint, _ = joint_reference(protocol, seed, options, bench)
     is_reference = not options.overrides and method_text in protocol.best_new_reference
     _best_new_references(protocol, bench, seed, joint, method_text if is_reference else None, options)
-    result = _continual_result(protocol, bench, spec, method, seed, dict(options.overrides), joint, options)
+    result = _continual_result(protocol, bench, spec, method, seed, dict(options.overrides), joint, options, run_id)
     path = _score_and_save(result, joint, selection(protocol, options), options)
     return result, path

@@ -8,11 +8,33 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .specfile import builtin_names, load_spec, parse_spec
+
+
+# Sane bounds: far past any real protocol, near enough that a typo (an extra zero, a sign) is caught
+# before compute instead of as an out-of-memory crash hours in. One place for each bound.
+MAX_SEED = 2**31 - 1          # numpy's legacy seeding takes < 2**32; joint runs add the session index
+MAX_UPDATES = 10_000_000
+MAX_BATCH = 65_536
+MAX_INPUT_SIZE = 1_024
+MAX_CLASSES = 100_000
+MAX_LR = 10.0
+Seed = Annotated[int, Field(ge=0, le=MAX_SEED, description="0..2**31-1")]
+Updates = Annotated[int, Field(gt=0, le=MAX_UPDATES)]
+BatchSize = Annotated[int, Field(gt=0, le=MAX_BATCH)]
+LearningRate = Annotated[float, Field(gt=0, le=MAX_LR, allow_inf_nan=False)]
+Decay = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+PositiveFinite = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+# classes per dataset source (before `classes:` narrows it): the cross-field checks need them without
+# opening any data; a source missing here is simply not checked
+SOURCE_CLASSES = {"fashion_mnist": 10, "mnist5k": 10, "animal_mnist": 10, "imagenet": 1000,
+                  "places365": 365, "places365_lt": 365, "cub200": 200}
 
 
 class Spec(BaseModel):
@@ -31,9 +53,15 @@ class DataSource(Spec):
 
     source: SourceName
     root: str | None = None
-    train_per_class: int | None = Field(None, gt=0, description="subsample training images per class")
-    test_per_class: int | None = Field(None, gt=0, description="subsample test images per class")
-    classes: int | None = Field(None, gt=0, description="use only the first N classes of the source")
+    train_per_class: int | None = Field(None, gt=0, le=10_000_000, description="subsample training images per class")
+    test_per_class: int | None = Field(None, gt=0, le=10_000_000, description="subsample test images per class")
+    classes: int | None = Field(None, gt=0, le=MAX_CLASSES, description="use only the first N classes of the source")
+
+    @property
+    def num_classes(self) -> int | None:
+        """Classes this source contributes, when known without opening it."""
+        known = SOURCE_CLASSES.get(self.source)
+        return self.classes if known is None else min(known, self.classes or known)
 
 
 class Backbone(Spec):
@@ -43,10 +71,10 @@ class Backbone(Spec):
     weights: str = Field(
         description="package:<module> (weights shipped in a pip package), file:<path>, or timm:<name.tag>"
     )
-    input_size: int = Field(gt=0)
-    in_chans: int = 3
-    mean: tuple[float, float, float] = (0.485, 0.456, 0.406)
-    std: tuple[float, float, float] = (0.229, 0.224, 0.225)
+    input_size: int = Field(gt=0, le=MAX_INPUT_SIZE)
+    in_chans: int = Field(3, gt=0, le=16)
+    mean: tuple[Finite, Finite, Finite] = (0.485, 0.456, 0.406)
+    std: tuple[PositiveFinite, PositiveFinite, PositiveFinite] = (0.229, 0.224, 0.225)
     trunk: list[str] = Field(min_length=1, description="module paths frozen for the whole run")
     body: list[str] = Field(min_length=1, description="module paths that stay plastic")
     head: str = Field(description="module path of the pretrained classifier (replaced by a growing head)")
@@ -59,19 +87,19 @@ class Pretrain(Spec):
     mode: Literal["weights", "train"] = Field(
         description="weights: the public model's own head covers S1 (ImageNet); train: fit on S1 once, cached"
     )
-    updates: int = Field(0, ge=0)
-    batch_size: int = Field(128, gt=0)
-    lr: float = Field(1e-3, gt=0)
-    weight_decay: float = Field(0.05, ge=0)
+    updates: int = Field(0, ge=0, le=MAX_UPDATES)
+    batch_size: BatchSize = 128
+    lr: LearningRate = 1e-3
+    weight_decay: Decay = 0.05
     trainable: Literal["head", "body+head"] = "body+head"
-    seed: int = Field(0, description="fixed: every run of the protocol starts from the same deployed model")
+    seed: Seed = Field(0, description="fixed: every run of the protocol starts from the same deployed model")
 
 
 class Batch(Spec):
     """Composition of one update's minibatch; the harness draws it, the method only consumes it."""
 
-    new: int = Field(gt=0, description="samples from the current session")
-    old: int = Field(0, ge=0, description="samples from memory (rehearsal methods only)")
+    new: int = Field(gt=0, le=MAX_BATCH, description="samples from the current session")
+    old: int = Field(0, ge=0, le=MAX_BATCH, description="samples from memory (rehearsal methods only)")
 
     @property
     def size(self) -> int:
@@ -79,7 +107,7 @@ class Batch(Spec):
 
 
 class Training(Spec):
-    updates: int | Literal["per_sample"] = Field(
+    updates: Updates | Literal["per_sample"] = Field(
         description="U, optimizer updates per session; per_sample = online, one update per arriving sample"
     )
     batch: Batch
@@ -89,7 +117,7 @@ class Training(Spec):
 
 class Memory(Spec):
     policy: Literal["unlimited", "reservoir", "class_balanced", "none"] = "unlimited"
-    capacity: int | None = Field(None, gt=0, description="max stored samples; required unless unlimited/none")
+    capacity: int | None = Field(None, gt=0, le=10**9, description="max stored samples; required unless unlimited/none")
     include_pretrain: bool = Field(True, description="S1 data is stored and rehearsed too")
 
     @model_validator(mode="after")
@@ -104,10 +132,10 @@ class Memory(Spec):
 class Evaluation(Spec):
     """Eval schedule: at update 0, every ``every`` updates, and every ``dense_every`` until ``dense_until``."""
 
-    every: int = Field(gt=0)
-    dense_every: int | None = Field(None, gt=0)
-    dense_until: int = Field(0, ge=0)
-    batch_size: int = Field(256, gt=0)
+    every: int = Field(gt=0, le=MAX_UPDATES)
+    dense_every: int | None = Field(None, gt=0, le=MAX_UPDATES)
+    dense_until: int = Field(0, ge=0, le=MAX_UPDATES)
+    batch_size: BatchSize = 256
 
     def points(self, total_updates: int) -> list[int]:
         """Sorted update counts after which the harness evaluates; always includes 0 and the last update."""
@@ -121,10 +149,10 @@ class JointReference(Spec):
     """The upper bound A_joint: a model trained on S1..Sj (per session) or once on everything (final)."""
 
     mode: Literal["per_session", "final"] = "per_session"
-    updates: int = Field(gt=0)
-    batch_size: int = Field(gt=0)
-    lr: float = Field(gt=0)
-    weight_decay: float = Field(0.05, ge=0)
+    updates: Updates
+    batch_size: BatchSize
+    lr: LearningRate
+    weight_decay: Decay = 0.05
 
 
 class Protocol(Spec):
@@ -137,8 +165,8 @@ class Protocol(Spec):
     pretrain_data: DataSource
     stream_data: Annotated[list[DataSource], Field(min_length=1)]
     ordering: Literal["cil", "iid"]
-    sessions: int = Field(gt=0, description="N - 1: learning sessions after the deployed model")
-    classes_per_session: int | None = Field(None, gt=0, description="CIL: new classes per session")
+    sessions: int = Field(gt=0, le=10_000, description="N - 1: learning sessions after the deployed model")
+    classes_per_session: int | None = Field(None, gt=0, le=MAX_CLASSES, description="CIL: new classes per session")
     backbone: Backbone
     pretrain: Pretrain
     training: Training
@@ -158,11 +186,58 @@ class Protocol(Spec):
             raise ValueError("training.batch.old must be 0 when memory.policy is 'none'")
         return self
 
+    @model_validator(mode="after")
+    def _sizes_fit_the_data(self) -> Protocol:
+        """Cross-field checks that need only the spec: every stream class is used (none silently
+        dropped), and no batch asks for more samples than its data holds (sizes known only when the
+        spec subsamples per class; other cases are checked when the data opens)."""
+        problems = _size_problems(self)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
     @property
     def spec_hash(self) -> str:
         """Content hash of the validated spec (defaults included), stamped on every result."""
         blob = json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def _samples(source: DataSource, classes: int | None) -> int | None:
+    """Training samples ``classes`` classes of ``source`` hold, when the spec fixes it."""
+    return None if classes is None or source.train_per_class is None else classes * source.train_per_class
+
+
+def _size_problems(p: Protocol) -> list[str]:
+    problems: list[str] = []
+    counts = [s.num_classes for s in p.stream_data]
+    n_stream = None if None in counts else sum(counts)
+    if p.ordering == "cil" and p.classes_per_session and n_stream is not None:
+        per, need = p.classes_per_session, p.sessions * p.classes_per_session
+        if n_stream % per:
+            problems.append(
+                f"classes_per_session ({per}) does not divide the {n_stream} stream classes: "
+                f"{n_stream % per} class(es) could never be drawn; pick a divisor or narrow a source with "
+                f"stream_data[i].classes")
+        elif need > n_stream:
+            problems.append(
+                f"sessions ({p.sessions}) x classes_per_session ({per}) = {need} classes, but the stream "
+                f"sources hold only {n_stream}")
+    pre = _samples(p.pretrain_data, p.pretrain_data.num_classes)
+    if p.pretrain.mode == "train" and pre is not None and p.pretrain.batch_size > pre:
+        problems.append(f"pretrain.batch_size ({p.pretrain.batch_size}) exceeds the {pre} pre-training samples")
+    sizes = [_samples(s, s.num_classes) for s in p.stream_data]
+    if None not in sizes:
+        total = sum(sizes)
+        per_class = min(s.train_per_class for s in p.stream_data)
+        smallest = p.classes_per_session * per_class if p.ordering == "cil" and p.classes_per_session else total // p.sessions
+        if p.training.batch.new > smallest:
+            problems.append(f"training.batch.new ({p.training.batch.new}) exceeds the {smallest} training samples "
+                            f"of the smallest session")
+        if pre is not None and p.joint.batch_size > pre + smallest:
+            problems.append(f"joint.batch_size ({p.joint.batch_size}) exceeds the {pre + smallest} samples the "
+                            f"first joint model trains on")
+    return problems
 
 
 def parse_protocol(text: str, origin: str) -> Protocol:

@@ -20,7 +20,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from .errors import BenchError, did_you_mean
-from .specfile import format_validation_error
+from .specfile import format_validation_error, safe_yaml
 
 if TYPE_CHECKING:
     from .protocol import Protocol
@@ -111,7 +111,10 @@ class MethodSpec:
 
 
 def parse_method(text: str) -> MethodSpec:
-    parts = [p.strip() for p in text.split("+")]
+    """``base(+modifier)*`` checked against entry-point names only (nothing is imported)."""
+    if any(c.isspace() for c in text):
+        raise BenchError(f"Method string {text!r} contains whitespace: write it as one word, e.g. vanilla+sgm.")
+    parts = text.split("+")
     if not all(parts):
         raise BenchError(f"Method string {text!r} is malformed: use base(+modifier)*, e.g. vanilla+sgm.")
     methods, modifiers = entries(METHOD_GROUP), entries(MODIFIER_GROUP)
@@ -161,7 +164,7 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
         key, eq, value = pair.partition("=")
         if not eq or not key.strip():
             raise BenchError(f"--set {pair!r} must look like key=value (e.g. --set lr=0.001).")
-        out[key.strip()] = yaml.safe_load(value)
+        out[key.strip()] = safe_yaml(value, "--set", repr(pair))
     return out
 
 
@@ -197,17 +200,56 @@ def protocol_defaults(table: dict[str, Any], protocol: Protocol | str, where: st
     return values
 
 
-def method_config(cls: type, entry: Entry, protocol: Protocol | str, overrides: dict[str, Any]) -> BaseModel:
+def resolve_config(config_cls: type[BaseModel], entry: Entry, protocol: Protocol | str,
+                   overrides: dict[str, Any]) -> BaseModel:
     """Config defaults < defaults.yaml `default` < matching `when` rules < the protocol's own entry < --set."""
     table, path = defaults_table(entry)
     values = {**protocol_defaults(table, protocol, f"{path} ({entry.name})"), **overrides}
-    name = entry.name
     try:
-        return cls.Config(**values)
+        return config_cls(**values)
     except ValidationError as exc:
-        known = ", ".join(cls.Config.model_fields)
-        raise BenchError(f"{format_validation_error(exc, 'configuration for method', repr(name))} "
+        known = ", ".join(config_cls.model_fields)
+        raise BenchError(f"{format_validation_error(exc, 'configuration for method', repr(entry.name))} "
                          f"Its settings are: {known}.") from None
+
+
+def config_class(entry: Entry) -> type[BaseModel]:
+    """An entry's settings model without importing its code when bench ships it (methods.configs is
+    torch-free, so a bad ``--set`` is answered in well under a second); a plugin's class is loaded."""
+    from ..methods.configs import CONFIGS
+
+    known = CONFIGS.get(entry.target)
+    return known if known is not None else entry.load().Config
+
+
+def resolve_settings(spec: MethodSpec, protocol: Protocol | str, overrides: dict[str, Any]) -> tuple[BaseModel, list[BaseModel]]:
+    """The base method's config and each modifier's, from ``--set`` keys (``key`` for the base,
+    ``modifier.key`` for a modifier); every bad key or value is a BenchError naming it."""
+    overrides = dict(overrides)
+    mod_overrides: dict[str, dict[str, Any]] = {}
+    for key in [k for k in overrides if "." in k]:
+        owner, _, field = key.partition(".")
+        mod_overrides.setdefault(owner, {})[field] = overrides.pop(key)
+    mod_configs = [resolve_config(config_class(entry), entry, protocol, mod_overrides.pop(entry.name, {}))
+                   for entry in spec.modifiers]
+    if mod_overrides:
+        raise BenchError(f"--set names modifier(s) {', '.join(mod_overrides)} not in method {spec.text!r}.")
+    config = resolve_config(config_class(spec.base), spec.base, protocol, overrides)
+    clash = [m.name for m in spec.modifiers if m.name in type(config).model_fields]
+    if clash:
+        raise BenchError(f"Modifier {clash[0]!r} has the name of a setting of method {spec.base.name!r}; "
+                         f"rename the modifier's entry point.")
+    return config, mod_configs
+
+
+def check_method(text: str, protocol: Protocol | str, overrides: dict[str, Any] | None = None) -> MethodSpec:
+    """Everything about ``-m`` and ``--set`` that can be checked without importing torch: names
+    against entry points, settings against the (torch-free) configs of built-ins."""
+    spec = parse_method(text)
+    if isinstance(protocol, str):
+        protocol = _builtin_or_name(protocol)
+    resolve_settings(spec, protocol, overrides or {})
+    return spec
 
 
 def build_method(text: str, protocol: Protocol | str, overrides: dict[str, Any] | None = None):
@@ -217,28 +259,14 @@ def build_method(text: str, protocol: Protocol | str, overrides: dict[str, Any] 
     if isinstance(protocol, str):
         protocol = _builtin_or_name(protocol)
     spec = parse_method(text)
-    overrides = dict(overrides or {})
-    mod_overrides: dict[str, dict[str, Any]] = {}
-    for key in [k for k in overrides if "." in k]:
-        owner, _, field = key.partition(".")
-        mod_overrides.setdefault(owner, {})[field] = overrides.pop(key)
     cls = spec.base.load()
     if spec.modifiers and not getattr(cls, "uses_standard_step", False):
         raise BenchError(
             f"Method {spec.base.name!r} does not use the standard training step, so modifiers "
             f"({', '.join(m.name for m in spec.modifiers)}) cannot be applied to it."
         )
-    modifiers = []
-    for entry in spec.modifiers:
-        mod_cls = entry.load()
-        modifiers.append(mod_cls(method_config(mod_cls, entry, protocol, mod_overrides.pop(entry.name, {}))))
-    if mod_overrides:
-        raise BenchError(f"--set names modifier(s) {', '.join(mod_overrides)} not in method {text!r}.")
-    config = method_config(cls, spec.base, protocol, overrides)
-    clash = [m.name for m in modifiers if m.name in type(config).model_fields]
-    if clash:
-        raise BenchError(f"Modifier {clash[0]!r} has the name of a setting of method {spec.base.name!r}; "
-                         f"rename the modifier's entry point.")
+    config, mod_configs = resolve_settings(spec, protocol, overrides or {})
+    modifiers = [entry.load()(mod_config) for entry, mod_config in zip(spec.modifiers, mod_configs)]
     return spec, cls(config, modifiers)
 
 

@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
 import platform
 import subprocess
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .atomic import atomic_write_text
+from .atomic import write_or_rescue
 from .curves import ReferenceSession, SessionCurve
 from .errors import BenchError
 from .metrics import Metrics, best_new_accuracy
@@ -162,29 +165,103 @@ def result_path(root: Path, result: RunResult) -> Path:
 
 
 def save_result(root: Path, result: RunResult) -> Path:
-    """Write the JSON atomically: a reader never sees half a file, an interrupt leaves none."""
+    """Write the JSON atomically: a reader never sees half a file, an interrupt leaves none, a full disk
+    keeps it elsewhere and says where."""
     path = result_path(root, result)
-    atomic_write_text(path, result.model_dump_json(indent=1))
-    return path
+    return write_or_rescue(path, result.model_dump_json(indent=1), f"the result of run {result.run_id}")
 
 
-def load_result(path: Path) -> RunResult:
+def parse_result(data: bytes, path: Path) -> RunResult:
+    """A result from the bytes of its file; anything else is a BenchError naming ``path``."""
     try:
-        return RunResult.model_validate_json(path.read_text())
+        return RunResult.model_validate_json(data)
     except (ValidationError, json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise BenchError(f"Result file {path} is corrupt or not a bench result: {str(exc).splitlines()[0]}") from None
 
 
-def iter_results(root: Path, protocol: str | None = None) -> list[tuple[Path, RunResult | BenchError]]:
-    """Every result file under ``root`` (a corrupt one comes back as its error, never silently dropped)."""
-    base = root / "runs" / protocol if protocol else root / "runs"
-    out: list[tuple[Path, RunResult | BenchError]] = []
-    for path in sorted(base.rglob("*.json")) if base.is_dir() else []:
+def load_result(path: Path) -> RunResult:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise BenchError(f"Result file {path} cannot be read: {exc.strerror or exc}.") from None
+    return parse_result(data, path)
+
+
+Skip = Callable[[Path, str], None]
+_warned: set[tuple[Path, str]] = set()
+
+
+def warn_skipped(path: Path, reason: str) -> None:
+    """Default report of a skipped results entry: a warning on stderr, once per entry per process (the
+    runner scans the folder several times per run)."""
+    if (path, reason) not in _warned:
+        _warned.add((path, reason))
+        print(f"Warning: skipped {path}: {reason}", file=sys.stderr)
+
+
+def _skip_reason(path: Path) -> str | None:
+    """Why ``path`` (a ``*.json`` entry or a symlink) is not a result file to read, or None when it is."""
+    if path.is_symlink():
+        target = os.readlink(path)
         try:
-            out.append((path, load_result(path)))
-        except BenchError as err:
-            out.append((path, err))
+            path.resolve(strict=True)
+        except RuntimeError:  # Python < 3.13 reports a symlink loop this way
+            return f"symbolic link loop (-> {target})"
+        except OSError as exc:
+            kind = {errno.ENOENT: "dangling symbolic link", errno.ELOOP: "symbolic link loop"}.get(
+                exc.errno, "unusable symbolic link")
+            return f"{kind} (-> {target}: {exc.strerror})"
+        return f"symbolic link (-> {target}); results are read from real files only, so none is counted twice"
+    if path.is_dir():
+        return "a folder named like a result file"
+    if not path.is_file():
+        return "not a regular file"
+    return None
+
+
+def scan_results(base: Path, skip: Skip) -> list[tuple[Path, RunResult | BenchError]]:
+    """Every ``*.json`` under ``base``, without following symbolic links. A corrupt file comes back as its
+    error (never silently dropped); junk that cannot be a result (symlinks, folders named ``*.json``,
+    unreadable folders or files) is passed to ``skip`` with the reason, so one stray entry never breaks a
+    run or the leaderboard."""
+    out: list[tuple[Path, RunResult | BenchError]] = []
+    if not base.is_dir():
+        return out
+
+    def unreadable(exc: OSError) -> None:
+        skip(Path(exc.filename), f"cannot be read ({exc.strerror})")
+
+    for folder, dirs, files in os.walk(base, onerror=unreadable):
+        here = Path(folder)
+        for name in sorted(dirs):
+            path = here / name
+            if path.is_symlink() or name.endswith(".json"):
+                skip(path, _skip_reason(path) or "")
+        dirs[:] = sorted(d for d in dirs if not (here / d).is_symlink() and not d.endswith(".json"))
+        for name in sorted(files):
+            path = here / name
+            if not name.endswith(".json") and not path.is_symlink():
+                continue
+            reason = _skip_reason(path)
+            if reason is not None:
+                skip(path, reason)
+                continue
+            try:
+                data = path.read_bytes()
+            except OSError as exc:  # unreadable is junk to skip; unparsable comes back as its error
+                skip(path, f"cannot be read ({exc.strerror})")
+                continue
+            try:
+                out.append((path, parse_result(data, path)))
+            except BenchError as err:
+                out.append((path, err))
     return out
+
+
+def iter_results(root: Path, protocol: str | None = None,
+                 skip: Skip = warn_skipped) -> list[tuple[Path, RunResult | BenchError]]:
+    """Every result file under ``root/runs`` (or ``root/runs/<protocol>``): see ``scan_results``."""
+    return scan_results(root / "runs" / protocol if protocol else root / "runs", skip)
 
 
 # ------------------------------------------------------------------ which stored runs count
@@ -245,9 +322,12 @@ class Selection(Generic[T]):
 
 def select_runs(items: Iterable[T], protocol_hash: str, best_new_methods: Iterable[str],
                 joint_config: dict[str, Any] | None = None,
-                result_of: Callable[[T], RunResult | BenchError] = lambda item: item) -> Selection[T]:  # type: ignore[assignment,return-value]
+                result_of: Callable[[T], RunResult | BenchError] = lambda item: item,  # type: ignore[assignment,return-value]
+                weights: str | None = None) -> Selection[T]:
     """Sort stored runs of one protocol into what counts and what is set apart (see ``Selection``).
-    ``joint_config``: the settings the protocol's joint reference trains with, when known."""
+    ``joint_config``: the settings the protocol's joint reference trains with, when known; ``weights``: the
+    content digest of the backbone weights in use, when known (a weights file replaced at the same path
+    leaves the spec hash as it was, so runs made with the old content are set apart by this)."""
     sel: Selection[T] = Selection(protocol_hash, tuple(best_new_methods), result_of=result_of)  # type: ignore[arg-type]
     live: list[tuple[T, RunResult]] = []
     for item in items:
@@ -258,6 +338,8 @@ def select_runs(items: Iterable[T], protocol_hash: str, best_new_methods: Iterab
             sel.apart.append((item, f"stale protocol hash {r.protocol.hash} (current: {protocol_hash})"))
         elif (problem := result_problem(r)) is not None:
             sel.apart.append((item, problem))
+        elif weights is not None and r.options.get("weights") not in (None, "", weights):
+            sel.apart.append((item, f"made with other backbone weights ({r.options['weights']}, now {weights})"))
         elif r.is_reference and (r.method.spec != JOINT or r.overrides
                                  or (joint_config is not None and r.config != joint_config)):
             sel.apart.append((item, f"a joint run with other settings than the protocol's joint section "

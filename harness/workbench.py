@@ -51,6 +51,7 @@ class RunOptions:
     checkpoint_every: int | None = None  # updates between checkpoints; None: every checkpoint_seconds
     checkpoint_seconds: float = 120.0
     restart: bool = False  # discard a stored checkpoint instead of resuming from it
+    on_eval: Callable[[int, int, Any], None] | None = None  # (session, update, accuracies): live tracking
 
     @property
     def device_key(self) -> str:

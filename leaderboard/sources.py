@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..harness.errors import BenchError
-from ..harness.results import RunResult, iter_results, load_result
+from ..harness.results import RunResult, iter_results, load_result, scan_results
 
 from .aggregate import Entry, MlflowLink
 
@@ -81,15 +81,10 @@ def load_folder(root: Path, warn: Warn = _ignore) -> Loaded:
     if not root.is_dir():
         raise BenchError(f"Results folder {root} does not exist (run `bench run ...` first, or pass --results DIR).")
     loaded = Loaded(origin=f"results folder {root.resolve()}")
-    if (root / "runs").is_dir():
-        found = iter_results(root)
-    else:  # a folder of JSON files copied from somewhere
-        found = []
-        for path in sorted(root.rglob("*.json")):
-            try:
-                found.append((path, load_result(path)))
-            except BenchError as err:
-                found.append((path, err))
+    # the layout bench run writes, else a folder of JSON files copied from somewhere; junk (symlinks,
+    # folders named *.json, unreadable entries) is skipped with a warning naming it
+    found = scan_results(root / "runs" if (root / "runs").is_dir() else root,
+                         lambda path, reason: loaded.skip(str(path), reason, warn))
     links = _mlflow_index(root / "mlflow.db")
     if links:
         loaded.tracking_uri = next(iter(links.values())).tracking_uri
@@ -118,8 +113,9 @@ def load_mlflow(tracking_uri: str, warn: Warn = _ignore) -> Loaded:
     file); a joint run named by a CL run's ``references.joint_run`` that is not in MLflow is read from
     the results folder the CL run's ``bench.json`` tag points into, when that folder is reachable.
     """
-    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    import mlflow
+    from ..harness.tracking import import_mlflow
+
+    mlflow = import_mlflow()  # configured to fail fast: a dead server errors in seconds, not minutes
     from mlflow.entities import ViewType
     from mlflow.tracking import MlflowClient
 
@@ -128,8 +124,6 @@ def load_mlflow(tracking_uri: str, warn: Warn = _ignore) -> Loaded:
         db = Path(tracking_uri[len("sqlite:///"):])
         if not db.is_file():  # MLflow would create an empty store there: say it instead
             raise BenchError(f"MLflow tracking store {tracking_uri}: no database file at {db}.")
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")  # a dead server fails in seconds, not minutes
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     try:
         client = MlflowClient(tracking_uri=tracking_uri)
         experiments = client.search_experiments(view_type=ViewType.ACTIVE_ONLY)
@@ -195,7 +189,7 @@ def _add_local_joints(loaded: Loaded, roots: set[Path], warn: Warn) -> None:
         if not (root / "runs").is_dir():
             continue
         for protocol in sorted(protocols):
-            for path, item in iter_results(root, protocol):
+            for path, item in iter_results(root, protocol, lambda p, why: loaded.skip(str(p), why, warn)):
                 if isinstance(item, RunResult) and item.is_reference and item.run_id not in have:
                     have.add(item.run_id)
                     loaded.add(Entry(result=item, source=str(path),

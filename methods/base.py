@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel
 from torch import Tensor, nn
+
+from .configs import MethodConfig, NoConfig  # noqa: F401 - re-exported: plugins subclass MethodConfig from here
 
 if TYPE_CHECKING:
     from ..harness.backbone import SplitModel
@@ -50,17 +52,6 @@ class TrainBatch:
 @dataclass
 class StepStats:
     loss: float
-
-
-class MethodConfig(BaseModel):
-    """Hyper-parameters shared by methods using the standard step; subclasses add their own."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    lr: float = Field(1e-3, gt=0)
-    weight_decay: float = Field(0.05, ge=0)
-    layer_decay: float = Field(0.9, gt=0, le=1, description="lr multiplier per layer below the head")
-    trainable: str = Field("body+head", pattern="^(head|body\\+head)$")
 
 
 class Method(ABC):
@@ -117,12 +108,6 @@ class Method(ABC):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:  # noqa: B027
         pass
-
-
-class NoConfig(BaseModel):
-    """For a modifier with no settings: any ``--set`` for it is an error."""
-
-    model_config = ConfigDict(extra="forbid")
 
 
 class Modifier:

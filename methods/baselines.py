@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from pydantic import Field
-
-from .base import MethodConfig, StandardMethod
+from .base import StandardMethod
+from .configs import OutputOnlyConfig
 
 
 class Vanilla(StandardMethod):
@@ -21,7 +20,4 @@ class Finetune(StandardMethod):
 class OutputOnly(StandardMethod):
     name = "output_only"
     summary = "Rehearsal that trains only the output layer; every hidden layer stays frozen."
-
-
-    class Config(MethodConfig):
-        trainable: str = Field("head", pattern="^head$", description="only the output layer trains")
+    Config = OutputOnlyConfig

@@ -25,26 +25,18 @@ memory are dropped.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from pydantic import Field
 from torch import Tensor
 
 from ..harness.stream import Session
-from .base import MethodConfig, StandardMethod, TrainBatch
+from .base import StandardMethod, TrainBatch
+from .configs import DERppConfig
 
 LOGIT_BYTES = 4  # float32
-
-
-class DERppConfig(MethodConfig):
-    alpha: float = Field(0.1, ge=0, description="weight of the logit-matching (MSE) term on memory samples")
-    beta: float = Field(0.9, ge=0, description="weight of the cross-entropy term on memory samples")
-    pad_logits: Literal["zero", "none"] = Field(
-        "zero", description="stored logits shorter than the grown head: pad with zeros, or match stored columns only")
-    logit_batch_size: int = Field(256, gt=0, description="samples per forward when logits are computed on entry")
 
 
 def recount_memory_bytes(memory) -> None:

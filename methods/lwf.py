@@ -21,16 +21,11 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from pydantic import Field
 from torch import Tensor
 
 from ..harness.stream import Session
-from .base import MethodConfig, StandardMethod, TrainBatch
-
-
-class LwFConfig(MethodConfig):
-    distill_weight: float = Field(1.0, ge=0, description="lambda: weight of the distillation term")
-    temperature: float = Field(2.0, gt=0, description="T: softmax temperature of the distillation term")
+from .base import StandardMethod, TrainBatch
+from .configs import LwFConfig
 
 
 class LwF(StandardMethod):

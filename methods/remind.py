@@ -40,48 +40,19 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Literal
+from typing import Any
 
 import faiss
 import numpy as np
 import torch
 import torch.nn.functional as F
-from pydantic import Field, model_validator
 from torch import Tensor
 
 from ..harness.errors import BenchError
 from ..harness.stream import Session
-from .base import MethodConfig, StandardMethod, StepStats, TrainBatch
+from .base import StandardMethod, StepStats, TrainBatch
+from .configs import REMINDConfig
 from .derpp import recount_memory_bytes
-
-
-class REMINDConfig(MethodConfig):
-    lr_end: float = Field(1e-5, gt=0, description="per-class lr reached once a class has been seen lr_decay_samples times")
-    lr_schedule: Literal["per_class", "none"] = Field("per_class", description="REMIND's per-class lr decay, or none")
-    lr_decay_samples: int | None = Field(
-        None, gt=0, description="samples of a class over which its lr decays to lr_end; unset: its count in the stream")
-    lr_step: int = Field(1, gt=0, description="the per-class lr changes every lr_step samples of the class")
-    pq_subquantizers: int = Field(8, gt=0, description="M: codebooks per feature vector; must divide the trunk's channels")
-    pq_bits: int = Field(8, ge=1, le=16, description="bits per code (2**bits centroids per codebook)")
-    pq_fit_samples: int = Field(10000, gt=0, description="pre-training samples the codebook is fitted on (each gives H*W vectors)")
-    pq_seed: int = Field(0, description="which pre-training samples the codebook is fitted on (faiss k-means is seeded too)")
-    reconstruct_new: bool = Field(True, description="train on the arriving sample's reconstruction (REMIND) or its raw features")
-    eval_reconstruct: bool = Field(True, description="predict from reconstructed test features (REMIND) or raw ones")
-    augment: bool = Field(True, description="feature-map random resized crops and mixup of replayed samples")
-    crop_scale: tuple[float, float] = Field((2 / 7, 1.0), description="area fraction of the feature map a crop keeps")
-    crop_ratio: tuple[float, float] = Field((3 / 4, 4 / 3), description="aspect ratio range of the crops")
-    mixup_alpha: float = Field(0.1, ge=0, description="lambda ~ Beta(alpha, alpha); 0 disables mixup")
-    chunk: int = Field(512, gt=0, description="samples per pass when encoding or fitting")
-
-    @model_validator(mode="after")
-    def _lr_range(self) -> REMINDConfig:
-        if self.lr_end > self.lr:
-            raise ValueError(f"lr_end ({self.lr_end}) must not exceed lr ({self.lr})")
-        if not 0 < self.crop_scale[0] <= self.crop_scale[1] <= 1:
-            raise ValueError(f"crop_scale {self.crop_scale} must satisfy 0 < low <= high <= 1")
-        if not 0 < self.crop_ratio[0] <= self.crop_ratio[1]:
-            raise ValueError(f"crop_ratio {self.crop_ratio} must satisfy 0 < low <= high")
-        return self
 
 
 @contextmanager

@@ -21,29 +21,19 @@ group's lr).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel
 
 from ...harness.errors import BenchError
 from ...harness.stream import Session
-from ..base import Modifier, NoConfig, StandardMethod, TrainBatch
-from ..sgm.init import DataDrivenInit, InitConfig
-from ..sgm.lora import LoRA, LoRAConfig
+from ..base import Modifier, StandardMethod, TrainBatch
+from ..configs import OneCycleConfig, SGMConfig
+from ..sgm.init import DataDrivenInit
+from ..sgm.lora import LoRA
 from ..sgm.oocf import OldClassFreezing
-from ..sgm.soft import SoftTargets, SoftTargetsConfig
-
-
-class OneCycleConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    pct_start: float = Field(0.3, gt=0, lt=1, description="fraction of the session spent raising the lr")
-    div_factor: float = Field(25.0, gt=0, description="initial lr = max_lr / div_factor")
-    final_div_factor: float = Field(1e4, gt=0, description="final lr = initial lr / final_div_factor")
-    anneal_strategy: str = Field("cos", pattern="^(cos|linear)$")
-    cycle_momentum: bool = Field(True, description="cycle AdamW's beta1 between 0.85 and 0.95 (torch default)")
-    max_lr_scale: float = Field(1.0, gt=0, description="each group's max_lr = its lr times this")
+from ..sgm.soft import SoftTargets
 
 
 class OneCycle(Modifier):
@@ -64,52 +54,6 @@ def one_cycle(optimizer: torch.optim.Optimizer, total_steps: int, cfg: OneCycleC
         optimizer, max_lr=max_lr, total_steps=max(total_steps, 2), pct_start=cfg.pct_start,
         div_factor=cfg.div_factor, final_div_factor=cfg.final_div_factor,
         anneal_strategy=cfg.anneal_strategy, cycle_momentum=cfg.cycle_momentum)
-
-
-def _nest(values: dict[str, Any]) -> dict[str, Any]:
-    """``{"lora": {"rank": 48}, "lora.rank": 16}`` -> ``{"lora": {"rank": 16}}``: dotted keys nest, and
-    later keys win (``--set sgm.lora.rank=16`` over a defaults.yaml entry ``lora: {rank: 48}``)."""
-    out: dict[str, Any] = {}
-    for key, value in values.items():
-        head, dot, rest = key.partition(".")
-        if dot:
-            key, value = head, {rest: value}
-        if isinstance(value, dict):
-            value = _nest(value)
-            prior = out.get(key)
-            if isinstance(prior, BaseModel):
-                prior = prior.model_dump()
-            if isinstance(prior, dict):
-                value = _deep_merge(prior, value)
-        out[key] = value
-    return out
-
-
-def _deep_merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    out = dict(a)
-    for k, v in b.items():
-        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
-
-
-class SGMConfig(BaseModel):
-    """The parts' settings, nested: ``--set sgm.lora.rank=16``, ``--set sgm.onecycle.pct_start=0.1``."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    soft: SoftTargetsConfig = Field(default_factory=SoftTargetsConfig)
-    init: InitConfig = Field(default_factory=InitConfig)
-    oocf: NoConfig = Field(default_factory=NoConfig)
-    lora: LoRAConfig = Field(default_factory=LoRAConfig)
-    onecycle: OneCycleConfig = Field(default_factory=OneCycleConfig)
-    use: list[Literal["soft", "init", "oocf", "lora", "onecycle"]] = Field(
-        default_factory=lambda: ["soft", "init", "oocf", "lora", "onecycle"],
-        description="the parts that act (all five = SGM; fewer = an ablation inside sgm)")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _dotted(cls, data: Any) -> Any:
-        return _nest(data) if isinstance(data, dict) else data
 
 
 PARTS = (LoRA, DataDrivenInit, OldClassFreezing, SoftTargets)

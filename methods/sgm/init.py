@@ -28,27 +28,15 @@ inputs where trained rows give -3.7; 13 % of old test inputs flip to a new class
 
 from __future__ import annotations
 
-from typing import Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor
 
 from ...harness.stream import Session
 from ..base import Modifier, StandardMethod
-
-
-class InitConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    centre: Literal["none", "session"] = Field(
-        "none", description="subtract the session's mean embedding before L2-normalising (none = paper)")
-    scale: Literal["unit", "logit"] = Field(
-        "unit", description="unit: the paper's mean of unit vectors; logit: match the old rows' own-class logit")
-    calibration_per_class: int = Field(20, gt=0, description="memory samples per old class for scale: logit")
-    batch_size: int = Field(256, gt=0, description="samples per forward pass of the embedding sweep")
+from ..configs import InitConfig
 
 
 def class_mean_rows(embeddings: Tensor, labels: Tensor, classes: list[int] | Tensor,

@@ -20,30 +20,20 @@ them when the body has none (begin_session, or a resume after it, injects them f
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from peft import LoraConfig, inject_adapter_in_model
 from peft.tuners.lora import LoraLayer
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel
 from torch import nn
 
 from ...harness.errors import BenchError
 from ...harness.stream import Session
 from ..base import Modifier, StandardMethod
+from ..configs import LoRAConfig
 
 ADAPTER = "default"
-
-
-class LoRAConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    rank: int = Field(48, gt=0, description="r; the paper uses 48")
-    alpha: float | None = Field(None, gt=0, description="scaling alpha/r of B A; unset: alpha = r (scaling 1)")
-    targets: list[str] | None = Field(None, description="body module names to adapt; unset: backbone.lora_targets")
-    norm: Literal["frozen", "batch_stats"] = Field(
-        "frozen", description="body BatchNorm while training: frozen (eval mode) or batch_stats (train mode)")
-    lr_scale: float = Field(1.0, gt=0, description="multiplier on the learning rate of the adapters' groups")
 
 
 def lora_modules(module: nn.Module) -> list[tuple[str, LoraLayer]]:

@@ -15,20 +15,14 @@ count to zero.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel
 from torch import Tensor
 
 from ..base import Modifier, StandardMethod, TrainBatch
-
-
-class SoftTargetsConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    grow: Literal["pad", "reset"] = Field(
-        "pad", description="extend an updated u_k by zeros for new classes (pad) or reset all to uniform (reset)")
+from ..configs import SoftTargetsConfig
 
 
 class SoftTargets(Modifier):

@@ -1,0 +1,182 @@
+"""Settings (``Config``) of every built-in method and modifier, apart from the code that trains.
+
+This module imports pydantic only, never torch: ``bench run -m vanila`` or ``--set lrr=1`` is answered
+in well under a second because the registry validates a run's settings from here (``CONFIGS``, keyed
+by entry-point target) before any heavy import. Each method class points its ``Config`` here; a
+test checks the two never drift. Every number has a sane bound, so an overflow (``lr=1e308``,
+``lora.rank=100000``) is refused before compute.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ..harness.protocol import MAX_BATCH, MAX_LR, Decay, LearningRate, Seed
+
+MAX_WEIGHT = 1_000.0       # loss weights, temperatures, scale factors
+MAX_SAMPLES = 10**9
+MAX_LORA_RANK = 1_024      # wider than any body layer a protocol adapts
+
+
+class Settings(BaseModel):
+    """Base of every settings model: unknown keys are errors, and no float is NaN or infinite (an
+    overflowing ``--set lr=1e999`` is refused, never trained with)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class MethodConfig(Settings):
+    """Hyper-parameters shared by methods using the standard step; subclasses add their own."""
+
+    lr: LearningRate = 1e-3
+    weight_decay: Decay = 0.05
+    layer_decay: float = Field(0.9, gt=0, le=1, description="lr multiplier per layer below the head")
+    trainable: str = Field("body+head", pattern="^(head|body\\+head)$")
+
+
+class NoConfig(Settings):
+    """For a modifier with no settings: any ``--set`` for it is an error."""
+
+
+class OutputOnlyConfig(MethodConfig):
+    trainable: str = Field("head", pattern="^head$", description="only the output layer trains")
+
+
+class DERppConfig(MethodConfig):
+    alpha: float = Field(0.1, ge=0, le=MAX_WEIGHT, description="weight of the logit-matching (MSE) term on memory samples")
+    beta: float = Field(0.9, ge=0, le=MAX_WEIGHT, description="weight of the cross-entropy term on memory samples")
+    pad_logits: Literal["zero", "none"] = Field(
+        "zero", description="stored logits shorter than the grown head: pad with zeros, or match stored columns only")
+    logit_batch_size: int = Field(256, gt=0, le=MAX_BATCH, description="samples per forward when logits are computed on entry")
+
+
+class LwFConfig(MethodConfig):
+    distill_weight: float = Field(1.0, ge=0, le=MAX_WEIGHT, description="lambda: weight of the distillation term")
+    temperature: float = Field(2.0, gt=0, le=MAX_WEIGHT, description="T: softmax temperature of the distillation term")
+
+
+class REMINDConfig(MethodConfig):
+    lr_end: float = Field(1e-5, gt=0, le=MAX_LR, description="per-class lr reached once a class has been seen lr_decay_samples times")
+    lr_schedule: Literal["per_class", "none"] = Field("per_class", description="REMIND's per-class lr decay, or none")
+    lr_decay_samples: int | None = Field(
+        None, gt=0, le=MAX_SAMPLES, description="samples of a class over which its lr decays to lr_end; unset: its count in the stream")
+    lr_step: int = Field(1, gt=0, le=MAX_SAMPLES, description="the per-class lr changes every lr_step samples of the class")
+    pq_subquantizers: int = Field(8, gt=0, le=4096, description="M: codebooks per feature vector; must divide the trunk's channels")
+    pq_bits: int = Field(8, ge=1, le=16, description="bits per code (2**bits centroids per codebook)")
+    pq_fit_samples: int = Field(10000, gt=0, le=MAX_SAMPLES, description="pre-training samples the codebook is fitted on (each gives H*W vectors)")
+    pq_seed: Seed = Field(0, description="which pre-training samples the codebook is fitted on (faiss k-means is seeded too)")
+    reconstruct_new: bool = Field(True, description="train on the arriving sample's reconstruction (REMIND) or its raw features")
+    eval_reconstruct: bool = Field(True, description="predict from reconstructed test features (REMIND) or raw ones")
+    augment: bool = Field(True, description="feature-map random resized crops and mixup of replayed samples")
+    crop_scale: tuple[float, float] = Field((2 / 7, 1.0), description="area fraction of the feature map a crop keeps")
+    crop_ratio: tuple[float, float] = Field((3 / 4, 4 / 3), description="aspect ratio range of the crops")
+    mixup_alpha: float = Field(0.1, ge=0, le=MAX_WEIGHT, description="lambda ~ Beta(alpha, alpha); 0 disables mixup")
+    chunk: int = Field(512, gt=0, le=MAX_BATCH, description="samples per pass when encoding or fitting")
+
+    @model_validator(mode="after")
+    def _lr_range(self) -> REMINDConfig:
+        if self.lr_end > self.lr:
+            raise ValueError(f"lr_end ({self.lr_end}) must not exceed lr ({self.lr})")
+        if not 0 < self.crop_scale[0] <= self.crop_scale[1] <= 1:
+            raise ValueError(f"crop_scale {self.crop_scale} must satisfy 0 < low <= high <= 1")
+        if not 0 < self.crop_ratio[0] <= self.crop_ratio[1]:
+            raise ValueError(f"crop_ratio {self.crop_ratio} must satisfy 0 < low <= high")
+        return self
+
+
+class SoftTargetsConfig(Settings):
+    grow: Literal["pad", "reset"] = Field(
+        "pad", description="extend an updated u_k by zeros for new classes (pad) or reset all to uniform (reset)")
+
+
+class InitConfig(Settings):
+    centre: Literal["none", "session"] = Field(
+        "none", description="subtract the session's mean embedding before L2-normalising (none = paper)")
+    scale: Literal["unit", "logit"] = Field(
+        "unit", description="unit: the paper's mean of unit vectors; logit: match the old rows' own-class logit")
+    calibration_per_class: int = Field(20, gt=0, le=MAX_SAMPLES, description="memory samples per old class for scale: logit")
+    batch_size: int = Field(256, gt=0, le=MAX_BATCH, description="samples per forward pass of the embedding sweep")
+
+
+class LoRAConfig(Settings):
+    rank: int = Field(48, gt=0, le=MAX_LORA_RANK, description="r; the paper uses 48")
+    alpha: float | None = Field(None, gt=0, le=1e6, description="scaling alpha/r of B A; unset: alpha = r (scaling 1)")
+    targets: list[str] | None = Field(None, description="body module names to adapt; unset: backbone.lora_targets")
+    norm: Literal["frozen", "batch_stats"] = Field(
+        "frozen", description="body BatchNorm while training: frozen (eval mode) or batch_stats (train mode)")
+    lr_scale: float = Field(1.0, gt=0, le=MAX_WEIGHT, description="multiplier on the learning rate of the adapters' groups")
+
+
+class OneCycleConfig(Settings):
+    pct_start: float = Field(0.3, gt=0, lt=1, description="fraction of the session spent raising the lr")
+    div_factor: float = Field(25.0, gt=0, le=1e6, description="initial lr = max_lr / div_factor")
+    final_div_factor: float = Field(1e4, gt=0, le=1e9, description="final lr = initial lr / final_div_factor")
+    anneal_strategy: str = Field("cos", pattern="^(cos|linear)$")
+    cycle_momentum: bool = Field(True, description="cycle AdamW's beta1 between 0.85 and 0.95 (torch default)")
+    max_lr_scale: float = Field(1.0, gt=0, le=MAX_WEIGHT, description="each group's max_lr = its lr times this")
+
+
+def _nest(values: dict[str, Any]) -> dict[str, Any]:
+    """``{"lora": {"rank": 48}, "lora.rank": 16}`` -> ``{"lora": {"rank": 16}}``: dotted keys nest, and
+    later keys win (``--set sgm.lora.rank=16`` over a defaults.yaml entry ``lora: {rank: 48}``)."""
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        head, dot, rest = key.partition(".")
+        if dot:
+            key, value = head, {rest: value}
+        if isinstance(value, dict):
+            value = _nest(value)
+            prior = out.get(key)
+            if isinstance(prior, BaseModel):
+                prior = prior.model_dump()
+            if isinstance(prior, dict):
+                value = _deep_merge(prior, value)
+        out[key] = value
+    return out
+
+
+def _deep_merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+class SGMConfig(Settings):
+    """The parts' settings, nested: ``--set sgm.lora.rank=16``, ``--set sgm.onecycle.pct_start=0.1``."""
+
+    soft: SoftTargetsConfig = Field(default_factory=SoftTargetsConfig)
+    init: InitConfig = Field(default_factory=InitConfig)
+    oocf: NoConfig = Field(default_factory=NoConfig)
+    lora: LoRAConfig = Field(default_factory=LoRAConfig)
+    onecycle: OneCycleConfig = Field(default_factory=OneCycleConfig)
+    use: list[Literal["soft", "init", "oocf", "lora", "onecycle"]] = Field(
+        default_factory=lambda: ["soft", "init", "oocf", "lora", "onecycle"],
+        description="the parts that act (all five = SGM; fewer = an ablation inside sgm)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _dotted(cls, data: Any) -> Any:
+        return _nest(data) if isinstance(data, dict) else data
+
+
+_PKG = "bench_stability_gap.methods"
+
+# entry-point target (as in pyproject.toml) -> its settings; a plugin not listed here is validated by
+# importing its class (slower, same rules)
+CONFIGS: dict[str, type[BaseModel]] = {
+    f"{_PKG}.baselines:Finetune": MethodConfig,
+    f"{_PKG}.baselines:OutputOnly": OutputOnlyConfig,
+    f"{_PKG}.baselines:Vanilla": MethodConfig,
+    f"{_PKG}.derpp:DERpp": DERppConfig,
+    f"{_PKG}.gdumb:GDumb": MethodConfig,
+    f"{_PKG}.lwf:LwF": LwFConfig,
+    f"{_PKG}.remind:REMIND": REMINDConfig,
+    f"{_PKG}.sgm.soft:SoftTargets": SoftTargetsConfig,
+    f"{_PKG}.sgm.init:DataDrivenInit": InitConfig,
+    f"{_PKG}.sgm.oocf:OldClassFreezing": NoConfig,
+    f"{_PKG}.sgm.lora:LoRA": LoRAConfig,
+    f"{_PKG}.sgm.combined:SGM": SGMConfig,
+}

@@ -1,0 +1,240 @@
+"""Tracking never costs a result (issue 13 item 5): concurrent first runs both land in MLflow, a dead
+server fails in seconds with the JSON kept, ``bench sync`` mirrors what is missing (idempotent), and a
+live run shows RUNNING, accuracy at each eval point, then FINISHED, FAILED or KILLED."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from click.testing import CliRunner
+
+from bench_stability_gap.harness.cli import main
+from bench_stability_gap.harness.errors import BenchError
+from bench_stability_gap.harness.results import RunResult, load_result, save_result
+from bench_stability_gap.harness.tracking import LiveRun, default_tracking_uri, log_run_or_explain, sync
+
+FIXTURES = Path(__file__).parent / "browser" / "fixtures"
+
+
+def fixture_result(i: int = 0, cl: bool = True) -> RunResult:
+    found = [load_result(p) for p in sorted(FIXTURES.glob("*.json"))]
+    r = [x for x in found if x.is_reference != cl][i]
+    return r.model_copy(update={"run_id": uuid.uuid4().hex[:12]})
+
+
+def client_for(results: Path):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=default_tracking_uri(results))
+
+
+def bench_runs(results: Path) -> dict[str, object]:
+    """bench run id -> MLflow run, over every bench experiment of the store."""
+    from mlflow.entities import ViewType
+
+    client = client_for(results)
+    ids = [e.experiment_id for e in client.search_experiments() if e.name.startswith("bench/")]
+    runs = client.search_runs(ids, run_view_type=ViewType.ACTIVE_ONLY) if ids else []
+    return {r.data.tags["bench.run_id"]: r for r in runs}
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+CONCURRENT = """
+import sys, time
+from pathlib import Path
+from bench_stability_gap.harness.results import load_result
+from bench_stability_gap.harness.tracking import log_run
+import mlflow  # import first, so both processes reach the store at the same moment
+results, json_path, gate = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+(gate / json_path.name).touch()
+while len(list(gate.iterdir())) < 2:
+    time.sleep(0.005)
+print(log_run(load_result(json_path), json_path, results))
+"""
+
+
+def test_two_concurrent_first_runs_both_land_in_mlflow(tmp_path) -> None:
+    """Without the store lock one of the two fails while MLflow initialises the store (seen here in
+    2 of 2 tries: an sqlite OperationalError, and a constraint violation)."""
+    results, gate = tmp_path / "results", tmp_path / "gate"
+    gate.mkdir()
+    paths = [save_result(results, fixture_result(i)) for i in range(2)]
+    procs = [subprocess.Popen([sys.executable, "-c", CONCURRENT, str(results), str(p), str(gate)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for p in paths]
+    outs = [p.communicate(timeout=240) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    landed = bench_runs(results)
+    assert {load_result(p).run_id for p in paths} <= set(landed)
+    assert all(landed[load_result(p).run_id].info.status == "FINISHED" for p in paths)
+
+
+def test_dead_server_at_the_end_fails_in_seconds_and_keeps_the_json(tmp_path) -> None:
+    results = tmp_path / "results"
+    result = fixture_result()
+    path = save_result(results, result)
+    uri = f"http://127.0.0.1:{closed_port()}"
+    t0 = time.perf_counter()
+    with pytest.raises(BenchError) as err:
+        log_run_or_explain(result, path, results, uri)
+    assert time.perf_counter() - t0 < 20
+    message = str(err.value)
+    assert f"The result is kept in {path}" in message and f"bench sync --results {results} --tracking-uri {uri}" in message
+    assert load_result(path) == result
+
+
+def test_sync_mirrors_what_is_missing_and_is_idempotent(tmp_path) -> None:
+    results = tmp_path / "results"
+    stored = [fixture_result(0), fixture_result(1), fixture_result(0, cl=False)]
+    for r in stored:
+        save_result(results, r)
+    first = sync(results)
+    assert len(first.added) == 3 and first.present == 0
+    again = sync(results)
+    assert again.added == [] and again.present == 3
+    runs = bench_runs(results)
+    assert set(runs) == {r.run_id for r in stored}
+    assert all(r.info.status == "FINISHED" and r.data.tags["bench.synced"] == "true" for r in runs.values())
+
+    out = CliRunner().invoke(main, ["sync", "--results", str(results)], catch_exceptions=False)
+    assert out.exit_code == 0 and "0 added, 3 already there" in out.output, out.output
+
+
+def test_sync_cli_refuses_a_folder_without_results(tmp_path) -> None:
+    out = CliRunner().invoke(main, ["sync", "--results", str(tmp_path)], catch_exceptions=False)
+    assert out.exit_code == 2 and f"Results folder {tmp_path} holds no runs/ folder" in out.output
+
+
+@pytest.fixture(scope="module")
+def shared_results(tmp_path_factory) -> Path:
+    """One store for the live-run cases (creating an MLflow schema costs seconds)."""
+    return tmp_path_factory.mktemp("live") / "results"
+
+
+def drive(results: Path, result: RunResult, status: str, saved: bool = True) -> str:
+    """Replay a stored result's curves through a LiveRun, as the runner's callback would."""
+    live = LiveRun(results)
+    rid = live.start(result.protocol.name, result.method.spec, result.seed, result.run_id, {"config": result.config})
+    assert live.error is None and rid
+    run = client_for(results).get_run(rid)
+    assert run.info.status == "RUNNING" and run.data.params["config.lr"] == str(result.config["lr"])
+    for c in result.curves:
+        for u, o, n, a in zip(c.updates, c.old, c.new, c.all):
+            live.eval_point(c.session, u, {"old": o, "new": n, "all": a})
+    path = save_result(results, result) if saved else None
+    live.finish(status, result if saved else None, path)
+    assert live.error is None, live.error
+    return rid
+
+
+@pytest.mark.parametrize("status, expected", [("complete", "FINISHED"), ("failed", "FAILED"),
+                                              ("diverged", "FAILED"), ("killed", "KILLED")])
+def test_live_run_shows_running_then_its_end_state(shared_results, status, expected) -> None:
+    results = shared_results
+    result = fixture_result()
+    rid = drive(results, result, status)
+    client = client_for(results)
+    run = client.get_run(rid)
+    assert run.info.status == expected and run.data.tags["bench.status"] == status
+    history = client.get_metric_history(rid, "acc_all")
+    expect, offset = [], 0
+    for c in result.curves:  # a session's last point and the next one's first share a step
+        expect += [(offset + u, a) for u, a in zip(c.updates, c.all)]
+        offset += c.total_updates
+    assert sorted((m.step, m.value) for m in history) == sorted(expect)
+    assert run.data.metrics["S_delta"] == pytest.approx(result.metrics.S_delta)
+    assert any(a.path.endswith(".json") for a in client.list_artifacts(rid))
+    report = sync(results)  # a finished live run counts as mirrored: nothing is logged twice
+    assert report.added == [] and report.replaced == []
+
+
+def test_sync_replaces_a_live_run_that_never_finished(tmp_path) -> None:
+    results = tmp_path / "results"
+    result = fixture_result()
+    live = LiveRun(results)
+    orphan = live.start(result.protocol.name, result.method.spec, result.seed, result.run_id, {})
+    live.eval_point(2, 0, SimpleNamespace(old=0.5, new=0.0, all=0.4, tasks=[0.5, 0.0]))  # as the harness evaluates
+    assert client_for(results).get_metric_history(orphan, "acc_new")[0].value == 0.0
+    # then the process dies
+    save_result(results, result)
+    report = sync(results)
+    assert report.replaced == [orphan] and len(report.added) == 1
+    assert client_for(results).get_run(orphan).info.lifecycle_stage == "deleted"
+    assert bench_runs(results)[result.run_id].info.status == "FINISHED"
+
+
+def test_live_run_against_a_dead_server_never_raises(tmp_path) -> None:
+    live = LiveRun(tmp_path, f"http://127.0.0.1:{closed_port()}")
+    t0 = time.perf_counter()
+    assert live.start("p", "vanilla", 0, "abc", {}) is None
+    live.eval_point(2, 0, {"all": 0.5})
+    assert live.finish("complete") is None
+    assert time.perf_counter() - t0 < 20 and "is not usable" in live.error
+
+
+@pytest.mark.slow
+def test_live_run_through_a_server_that_dies_keeps_the_json_and_sync_repairs_it(tmp_path) -> None:
+    """A real MLflow server on 127.0.0.1: the run shows RUNNING with live points; the server dies
+    mid-run; training goes on (each call fails in seconds), the JSON is kept, and ``bench sync``
+    replaces the unfinished mirror with the whole run."""
+    import os
+    import signal
+    import urllib.request
+
+    from mlflow.tracking import MlflowClient
+
+    db, port = tmp_path / "server.db", closed_port()
+    uri = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen(
+        [str(Path(sys.executable).parent / "mlflow"), "server", "--backend-store-uri", f"sqlite:///{db}",
+         "--default-artifact-root", (tmp_path / "artifacts").as_uri(), "--host", "127.0.0.1",
+         "--port", str(port), "--workers", "1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    result = fixture_result()
+    results = tmp_path / "results"
+    try:
+        deadline = time.time() + 120
+        while True:
+            try:
+                urllib.request.urlopen(f"{uri}/health", timeout=1).close()
+                break
+            except OSError:
+                assert time.time() < deadline and server.poll() is None, "MLflow server did not start"
+                time.sleep(0.5)
+        live = LiveRun(results, uri)
+        rid = live.start(result.protocol.name, result.method.spec, result.seed, result.run_id, {"seed": result.seed})
+        first = result.curves[0]
+        for u, o, n, a in zip(first.updates, first.old, first.new, first.all):
+            live.eval_point(first.session, u, {"old": o, "new": n, "all": a})
+        client = MlflowClient(tracking_uri=uri)
+        assert client.get_run(rid).info.status == "RUNNING" and live.error is None
+        assert len(client.get_metric_history(rid, "acc_all")) == len(first.updates)
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=60)
+    t0 = time.perf_counter()
+    for c in result.curves[1:]:
+        for u, o, n, a in zip(c.updates, c.old, c.new, c.all):
+            live.eval_point(c.session, u, {"old": o, "new": n, "all": a})
+    path = save_result(results, result)
+    live.finish("complete", result, path)
+    assert time.perf_counter() - t0 < 30 and "is not usable" in live.error
+    assert load_result(path) == result
+
+    report = sync(results, f"sqlite:///{db}")
+    assert report.replaced == [rid] and [p for p, _ in report.added] == [path]
+    from mlflow.tracking import MlflowClient as Local
+
+    mirrored = Local(tracking_uri=f"sqlite:///{db}").get_run(report.added[0][1])
+    assert mirrored.info.status == "FINISHED" and mirrored.data.tags["bench.run_id"] == result.run_id
