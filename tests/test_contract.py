@@ -1,11 +1,11 @@
 """Contract tests, parametrized over the built-in methods (the specs are ``bench check-method``'s).
 
-Every method in ``bench.methods`` (except the reference method ``joint``), alone and with ``+sgm``,
-must: complete its updates on a tiny stream, make exactly one optimizer step per ``observe`` (the
+Every built-in method (except the reference method ``joint``), alone and with ``+sgm``, must: complete its updates on a tiny stream, make exactly one optimizer step per ``observe`` (the
 runner enforces it; we check the totals), keep the memory within the protocol's storage cap, and give
 the same numbers twice under one seed. A combination a method cannot support must be a clear
-``BenchError`` naming it, never a silent no-op. Kept cheap: a reduced protocol (tests/conftest.py),
-one deployed model per module, a few updates per session.
+``BenchError`` naming it, never a silent no-op. Installed third-party plugins are not collected here
+(``bench check-method`` checks them), so none can turn this suite red. Kept cheap: a reduced protocol
+(harness/check_method.py), one deployed model per module, a few updates per session.
 """
 
 from __future__ import annotations
