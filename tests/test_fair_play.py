@@ -87,3 +87,10 @@ def test_built_ins_pass_check_method(bench_cache):
     out = invoke("check-method", "vanilla")
     assert out.exit_code == 0, out.output
     assert out.output.count("PASS") == 5 and "vanilla: passes the contract." in out.output
+
+
+def test_the_projects_contract_suite_never_collects_an_installed_plugin(cheats_installed):
+    from tests.test_contract import _base_names
+
+    names = _base_names()
+    assert "vanilla" in names and not any(n.startswith("cheat_") for n in names)
