@@ -398,7 +398,8 @@ def cell_text(stat: Stat, column: MetricInfo, runs: int = 0) -> str:
 def format_table(boards: Sequence[Board], fmt: Literal["markdown", "text"] = "markdown") -> str:
     """The aggregated numbers as a Markdown (best **bold**, 2nd _italic_) or plain-text table."""
     out: list[str] = []
-    headers = ["method", "seeds"] + [f"{c.symbol}{' (' + c.unit + ')' if c.unit else ''} {c.arrow}" for c in COLUMNS]
+    headers = ["method", "seeds"] + [f"{c.symbol}{' (' + c.unit + ')' if c.unit else ''}{' ' + c.arrow if c.ranked else ''}"
+                                     for c in COLUMNS]
     for board in boards:
         title = f"{board.name} (protocol hash {board.current_hash})"
         out.append(f"## {title}" if fmt == "markdown" else title)
