@@ -6,8 +6,11 @@ harness cache trunk outputs (exact, same numbers) and what REMIND and LoRA build
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import timm
@@ -129,31 +132,106 @@ def load_state_in_order(model: nn.Module, state: dict[str, Tensor], origin: str)
     model.load_state_dict(mapped)
 
 
+@contextmanager
+def hub_offline(allow_download: bool) -> Iterator[None]:
+    """Hub access only with ``--allow-download``: huggingface_hub reads ``HF_HUB_OFFLINE`` once, at
+    import, so setting the variable later does nothing; its module flag is what every request checks.
+    Offline, a weight file missing from the cache fails at once instead of after ~60 s of retries."""
+    if allow_download:
+        yield
+        return
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    try:
+        import huggingface_hub.constants as hub
+    except ImportError:  # no hub client: nothing can be downloaded anyway
+        yield
+        return
+    before, hub.HF_HUB_OFFLINE = hub.HF_HUB_OFFLINE, True
+    try:
+        yield
+    finally:
+        hub.HF_HUB_OFFLINE = before
+
+
+def weights_file(spec: Backbone) -> Path | None:
+    """The local file the backbone's weights are read from (None: random init, or hub weights not cached)."""
+    kind, _, ref = spec.weights.partition(":")
+    if kind == "file":
+        path = Path(os.path.expandvars(ref)).expanduser()
+        if not path.is_file():
+            raise BenchError(f"backbone.weights file {path} does not exist.")
+        return path
+    if kind == "package":
+        return _package_weights(ref)
+    if kind == "timm":
+        return _cached_hub_file(ref)
+    return None
+
+
+def _cached_hub_file(ref: str) -> Path | None:
+    """timm weights' file in the local Hugging Face cache, without network access."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+        from timm.models import get_pretrained_cfg
+
+        cfg = get_pretrained_cfg(ref)
+        repo = getattr(cfg, "hf_hub_id", None) if cfg is not None else None
+        if not repo:
+            return None
+        for name in ("model.safetensors", "open_clip_model.safetensors", "pytorch_model.bin"):
+            found = try_to_load_from_cache(repo, name)
+            if isinstance(found, str):
+                return Path(found)
+    except Exception:  # an unknown tag or an old hub client: no local file to name
+        return None
+    return None
+
+
+_DIGESTS: dict[tuple[str, int, int, int], str] = {}
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 of a file's bytes, remembered per (path, size, mtime, inode): a replaced file rehashes."""
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ino)
+    if key not in _DIGESTS:
+        h = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 22), b""):
+                h.update(block)
+        _DIGESTS[key] = h.hexdigest()
+    return _DIGESTS[key]
+
+
+def weights_digest(spec: Backbone) -> str:
+    """What the weights *are*, for cache keys and result stamps: the sha256 of their file's content
+    (a file replaced at the same path gets a new digest), ``none`` for random init, and
+    ``unresolved:<ref>`` for hub weights not in the local cache (they cannot be loaded offline)."""
+    if spec.weights.partition(":")[0] == "none":
+        return "none"
+    path = weights_file(spec)
+    return f"sha256:{file_sha256(path)}" if path is not None else f"unresolved:{spec.weights}"
+
+
 def create_network(spec: Backbone, allow_download: bool = False) -> nn.Module:
     """The timm model with its pretrained weights, from a package, a local file, or timm's cache."""
     kind, _, ref = spec.weights.partition(":")
     if kind == "timm":
-        if not allow_download:
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")
         try:
-            return timm.create_model(ref, pretrained=True, in_chans=spec.in_chans)
+            with hub_offline(allow_download):
+                return timm.create_model(ref, pretrained=True, in_chans=spec.in_chans)
         except Exception as exc:  # the hub raises many types; the user needs one message
             raise BenchError(
                 f"Could not load timm weights {ref!r} ({type(exc).__name__}). They are read from the local "
                 f"Hugging Face cache; download them once with network access (bench run --allow-download) "
                 f"or point backbone.weights at a file: file:/path/to/weights.pth."
             ) from None
-    net = timm.create_model(spec.model, pretrained=False, in_chans=spec.in_chans)
-    if kind == "package":
-        path = _package_weights(ref)
-    elif kind == "file":
-        path = Path(os.path.expandvars(ref)).expanduser()
-        if not path.is_file():
-            raise BenchError(f"backbone.weights file {path} does not exist.")
-    elif kind == "none":
-        return net
-    else:
+    if kind not in ("package", "file", "none"):
         raise BenchError(f"backbone.weights {spec.weights!r} must start with package:, file:, timm: or none:.")
+    net = timm.create_model(spec.model, pretrained=False, in_chans=spec.in_chans)
+    path = weights_file(spec)
+    if path is None:
+        return net
     state = torch.load(path, map_location="cpu", weights_only=True)
     if isinstance(state, dict) and "state_dict" in state:
         state = state["state_dict"]

@@ -87,8 +87,10 @@ def add_to_memory(method: Method, memory: Memory, ids: np.ndarray) -> None:
 
 
 def memory_spec(protocol: Protocol, method: Method) -> MemorySpec:
-    """The protocol's storage cap, under the method's own eviction policy when it has one (GDumb)."""
+    """The protocol's storage cap, under the method's own eviction policy when it has one (GDumb).
+    ``split`` stays: the paper bounds every method's buffer by its S1/stream shares, and its stream
+    part already evicts from the largest class as GDumb does."""
     spec = protocol.memory
-    if method.memory_policy and spec.policy not in ("unlimited", "none") and method.memory_policy != spec.policy:
+    if method.memory_policy and spec.policy not in ("unlimited", "none", "split") and method.memory_policy != spec.policy:
         spec = spec.model_copy(update={"policy": method.memory_policy})
     return spec

@@ -16,6 +16,10 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 # cores (several seeds at once, a test suite beside a run); sleeping waiters cost ~nothing when alone.
 # Must be set before torch is imported; a user's own setting wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# No hub access without --allow-download: huggingface_hub reads HF_HUB_OFFLINE once, when it is first
+# imported (by timm), so the flag must be in the environment before anything imports it.
+if "--allow-download" not in sys.argv[1:]:
+    os.environ["HF_HUB_OFFLINE"] = "1"
 
 DEFAULT_PROTOCOL = "tiny_cil"
 DEFAULT_METHOD = "vanilla"
@@ -45,6 +49,10 @@ def print_summary(result, path: Path) -> None:
     m = result.metrics
     click.echo(f"\n{result.protocol.name} | {result.method.spec} | seed {result.seed} | "
                f"{result.wall_time_s:.1f} s | result: {path}")
+    if result.status != "complete":
+        click.echo(f"  status {result.status}: the curves so far are stored; the run is never ranked nor used as a "
+                   f"reference ({len(result.curves)} session(s) recorded)")
+        return
     if m is None:
         click.echo("joint reference (A_joint per session):")
         click.echo(f"  {'session':>7} {'old':>7} {'new':>7} {'all':>7}")
@@ -59,7 +67,7 @@ def print_summary(result, path: Path) -> None:
         info = METRICS[key]
         click.echo(f"  {key:<9}{format_value(values[key], info):>9} {info.unit:<2} {info.arrow:<2}{info.description}")
     rec = " ".join(str(v) if v is not None else "-" for v in m.recovery_updates["99"])
-    click.echo(f"  updates to recover 99% of joint old-class accuracy, per session: {rec}")
+    click.echo(f"  updates to recover 99% of the joint model's accuracy on the pre-training classes, per session: {rec}")
     b = result.budget
     if b.train_flops is not None:
         ratios = ""
@@ -68,12 +76,25 @@ def print_summary(result, path: Path) -> None:
         click.echo(f"  training {b.train_flops / 1e12:.3f} TFLOPs, evaluation {b.eval_flops / 1e12:.3f} TFLOPs{ratios}")
 
 
+def resource_note() -> str:
+    """Peak memory of this process and the disk the caches hold: what a paper-size run must know."""
+    import resource
+
+    from .paths import cache_dir
+
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+    root = cache_dir()
+    disk = sum(f.stat().st_size for f in root.rglob("*") if f.is_file())
+    return f"  peak RSS {rss:.2f} GiB; caches on disk {disk / 2**30:.2f} GiB under {root}"
+
+
 def _run_options(f):
     """The options every command that trains shares (run, sweep)."""
     for option in reversed([
         click.option("--results-dir", type=click.Path(path_type=Path), envvar="BENCH_RESULTS_DIR",
                      help="where results and the MLflow store go [default: ./bench-results]"),
-        click.option("--device", default="cpu", show_default=True, help="cpu, cuda, cuda:N or auto"),
+        click.option("--device", default="auto", show_default=True,
+                     help="auto (CUDA when torch sees a GPU, else cpu), cpu, cuda or cuda:N"),
         click.option("--trunk-cache/--no-trunk-cache", default=True, show_default=True,
                      help="compute frozen-trunk outputs once (exact; same numbers)"),
         click.option("--progress/--no-progress", default=True, show_default=True),
@@ -105,6 +126,7 @@ def _run_one(protocol, method: str, seed: int, options, tracking_uri: str | None
     if no_mlflow:
         result, path = execute(protocol, method, seed, options)
         print_summary(result, path)
+        click.echo(resource_note())
         return
     from .tracking import LiveRun
 
@@ -128,15 +150,20 @@ def _run_one(protocol, method: str, seed: int, options, tracking_uri: str | None
         raise BenchError(f"{live.error} The result is kept in {path}; mirror it to MLflow later with: bench sync "
                          f"--results {options.results_dir}" + (f" --tracking-uri {tracking_uri}" if tracking_uri else ""))
     click.echo(f"  MLflow run {live.run_id} in {live.store.uri}")
+    click.echo(resource_note())
 
 
 def _options(overrides: dict, results_dir: Path | None, device: str, trunk_cache: bool, progress: bool,
              allow_download: bool):
     from .paths import results_dir as resolve_results
-    from .workbench import RunOptions
+    from .workbench import RunOptions, resolve_device
 
+    chosen = resolve_device(device)
+    how = " (auto: " + ("a CUDA device is present)" if chosen.type == "cuda" else "torch sees no CUDA device)") \
+        if device == "auto" else ""
+    click.echo(f"device: {chosen}{how}", err=True)
     meta = click.get_current_context().meta
-    return RunOptions(results_dir=resolve_results(results_dir), device=device, trunk_cache=trunk_cache,
+    return RunOptions(results_dir=resolve_results(results_dir), device=str(chosen), trunk_cache=trunk_cache,
                       progress=progress, allow_download=allow_download, overrides=overrides,
                       restart=bool(meta.get("bench.restart")), checkpoint_every=meta.get("bench.checkpoint_every"))
 

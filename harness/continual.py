@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import io
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +53,14 @@ def macs_per_sample(meter: FL.FlopMeter) -> dict[str, float]:
     return {part: meter.cost(part).forward for part in FL.PARTS}
 
 
+class Diverged(Exception):
+    """A non-finite loss or weight: the run stops, and what it recorded so far is kept as its result."""
+
+    def __init__(self, message: str, curves: list[SessionCurve], budget: Budget, params: int) -> None:
+        super().__init__(message)
+        self.curves, self.budget, self.params = curves, budget, params
+
+
 @dataclass
 class Progress:
     """What a run has accumulated so far, beside the model, method and memory (all of it checkpointed)."""
@@ -72,7 +81,7 @@ def _snapshot(bench: Workbench, model: nn.Module, method: Method, memory: Memory
     return {
         "model": model.state_dict(), "method": method.state_dict(), "memory": memory.state_dict(),
         "rng": rng_state(*rngs), "counters": dict(ctx.counters), "tally": copy.deepcopy(meter.tally),
-        "seen": (bench.train_inputs.seen.copy(), bench.test_inputs.seen.copy()),
+        "seen": [seen_state(s) for s in (bench.train_inputs, bench.test_inputs)],
         "progress": dataclasses.replace(progress, curves=[c.model_dump() for c in progress.curves]).__dict__,
         **extra,
     }
@@ -88,10 +97,26 @@ def _restore(state: dict[str, Any], bench: Workbench, model: nn.Module, method: 
     ctx.counters.clear()
     ctx.counters.update(state["counters"])
     meter.tally = copy.deepcopy(state["tally"])
-    bench.train_inputs.seen[:], bench.test_inputs.seen[:] = state["seen"]
+    for store, seen in zip((bench.train_inputs, bench.test_inputs), state["seen"], strict=True):
+        setseen_state(store, seen)
     fields = dict(state["progress"])
     fields["curves"] = [SessionCurve.model_validate(c) for c in fields["curves"]]
     return Progress(**fields)
+
+
+def seen_state(store) -> tuple[np.ndarray, int]:
+    """What an input store counted for executed-FLOP accounting: ids fetched, and fetches when streaming."""
+    return store.seen.copy(), getattr(store, "fetched", 0)
+
+
+def setseen_state(store, state: tuple[np.ndarray, int]) -> None:
+    store.seen[:] = state[0]
+    if hasattr(store, "fetched"):
+        store.fetched = state[1]
+
+
+def _finite(model: nn.Module) -> bool:
+    return all(bool(torch.isfinite(p).all()) for p in model.parameters() if p.requires_grad)
 
 
 def _blob(state: dict[str, Any]) -> bytes:
@@ -118,7 +143,7 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
     memory = Memory(memory_spec(p, method), stream.train.labels,
                     lambda gid: method.sample_bytes(gid) or stream.train.sample_bytes(gid), rng)
     if p.memory.include_pretrain:
-        memory.add(stream.pretrain_ids)
+        memory.add(stream.pretrain_ids, pretrain=True)
     cached = bool(model.trunk_cached)
     meter = FL.FlopMeter(model, bench.input_shape, cached)
     bench.train_inputs.reset_seen()
@@ -136,6 +161,26 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
 
     def train_macs() -> float:
         return FL.adjusted_train_macs(meter, ctx.counters)
+
+    def _budget() -> Budget:
+        """The budget as counted so far (a diverged run reports what it spent)."""
+        train_total, eval_total = train_macs(), meter.eval_macs()
+        budget = Budget(
+            updates_per_session=[c.total_updates for c in progress.curves], batch_new=b_new, batch_old=b_old,
+            samples_trained=progress.samples, optimizer_steps=steps[0], memory_policy=p.memory.policy,
+            memory_capacity=p.memory.capacity, memory_peak_samples=memory.peak_samples,
+            memory_peak_bytes=memory.peak_bytes,
+            train_flops=FL.flops(train_total), eval_flops=FL.flops(eval_total),
+            train_flops_per_session=progress.train_per_session, eval_flops_per_session=progress.eval_per_session,
+            train_flops_executed=FL.flops(FL.executed_macs(
+                meter, "train", train_total, bench.train_inputs.distinct_seen(),
+                ctx.counters.get(FL.TRUNK_FEATURE_SAMPLES, 0.0))),
+            eval_flops_executed=FL.flops(FL.executed_macs(meter, "eval", eval_total, bench.test_inputs.distinct_seen())),
+            macs_per_sample=macs_per_sample(meter), forward_samples=FL.forward_samples_summary(meter),
+            declared={k: float(v) for k, v in ctx.counters.items()}, batch_limit=limit,
+            max_trained_per_update=progress.most_trained, trunk_cached=cached, flops_convention=FL.CONVENTION,
+        )
+        return budget
 
     def snapshot(**extra: Any) -> dict[str, Any]:
         return _snapshot(bench, model, method, memory, ctx, meter, progress, rngs, **extra)
@@ -171,7 +216,7 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
             points = set(p.eval.points(U))
             plan = eval_plan(stream, session)
             curve = {"updates": [], "old": [], "new": [], "all": [], "tasks": [[] for _ in range(plan.tasks)],
-                     "train_flops": []}
+                     "train_flops": [], "loss": []}
             arrivals = Cycler(session.train_ids, rng, shuffle=not online)
             u0 = 0
             if mid is not None and mid["next_session"] == pos:  # the session's start replayed: now its middle
@@ -203,7 +248,14 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
                 ids = np.concatenate([new_ids, old_ids])
                 check_no_stray_steps(method, steps[0], progress.observed, "begin_session or predict")
                 with accel:
-                    _, trained = observe_within_budget(method, bench.batch(ids, len(new_ids)), steps, meter, limit)
+                    stats, trained = observe_within_budget(method, bench.batch(ids, len(new_ids)), steps, meter, limit)
+                curve["loss"].append(float(stats.loss))  # the paper's Fig. 2a
+                if not math.isfinite(curve["loss"][-1]) or not _finite(model):
+                    what = f"loss {curve['loss'][-1]}" if not math.isfinite(curve["loss"][-1]) else "a non-finite weight"
+                    partial = {**curve, "loss": []}  # the session's points so far (its losses are not all there)
+                    progress.curves.append(SessionCurve(session=session.index, total_updates=U, **partial))
+                    raise Diverged(f"{method.name} diverged at update {u + 1} of session {session.index}: {what}",
+                                   progress.curves, _budget(), progress.params)
                 progress.most_trained, progress.observed = max(progress.most_trained, trained), progress.observed + 1
                 check_memory(method, memory)
                 progress.samples += len(ids)
@@ -222,26 +274,6 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
             progress.steps = steps[0]
             if checkpoint is not None:
                 checkpoint.save(snapshot(kind="boundary", next_session=pos + 1))
-        steps_all = steps[0]
-        macs = macs_per_sample(meter)
+        budget = _budget()
     bar.close()
-    curves, samples, params = progress.curves, progress.samples, progress.params
-    most_trained = progress.most_trained
-    train_per_session, eval_per_session = progress.train_per_session, progress.eval_per_session
-    train_total, eval_total = train_macs(), meter.eval_macs()
-    budget = Budget(
-        updates_per_session=[c.total_updates for c in curves], batch_new=b_new, batch_old=b_old,
-        samples_trained=samples, optimizer_steps=steps_all, memory_policy=p.memory.policy,
-        memory_capacity=p.memory.capacity, memory_peak_samples=memory.peak_samples,
-        memory_peak_bytes=memory.peak_bytes,
-        train_flops=FL.flops(train_total), eval_flops=FL.flops(eval_total),
-        train_flops_per_session=train_per_session, eval_flops_per_session=eval_per_session,
-        train_flops_executed=FL.flops(FL.executed_macs(
-            meter, "train", train_total, bench.train_inputs.distinct_seen(),
-            ctx.counters.get(FL.TRUNK_FEATURE_SAMPLES, 0.0))),
-        eval_flops_executed=FL.flops(FL.executed_macs(meter, "eval", eval_total, bench.test_inputs.distinct_seen())),
-        macs_per_sample=macs, forward_samples=FL.forward_samples_summary(meter),
-        declared={k: float(v) for k, v in ctx.counters.items()}, batch_limit=limit,
-        max_trained_per_update=most_trained, trunk_cached=cached, flops_convention=FL.CONVENTION,
-    )
-    return curves, budget, params
+    return progress.curves, budget, progress.params

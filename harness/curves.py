@@ -24,6 +24,9 @@ class SessionCurve(BaseModel):
     tasks: list[list[float]] = Field(description="per-task accuracy, tasks[k][p]")
     # cumulative training FLOPs at each eval point (filled when FLOP accounting is on)
     train_flops: list[float] | None = None
+    loss: list[float] = Field(default_factory=list,
+                              description="training loss of each update, in order (the paper's Fig. 2a); "
+                                          "empty when not recorded")
 
     @model_validator(mode="after")
     def _aligned(self) -> SessionCurve:
@@ -38,6 +41,8 @@ class SessionCurve(BaseModel):
             raise ValueError("old/new/all must have one value per eval point")
         if len(self.tasks) != self.session or any(len(t) != n for t in self.tasks):
             raise ValueError("tasks must hold one curve per task 1..j, one value per eval point")
+        if self.loss and len(self.loss) != self.total_updates:
+            raise ValueError(f"loss must hold one value per update ({self.total_updates}) or none")
         return self
 
 

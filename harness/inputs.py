@@ -16,6 +16,7 @@ process (reproducible augmentation).
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -31,12 +32,15 @@ from torch import Tensor, nn
 from torchvision.transforms import v2 as T
 from tqdm.auto import tqdm
 
-from .atomic import atomic_write
+from .features import FeatureShards, open_verified
 from .protocol import Backbone
 from .stream import Catalog
 
 PREPROCESS_VERSION = 1
 DEVICE_TABLE_BYTES = 1 << 30  # on CUDA, a cached table up to this size lives on the device
+# Images per trunk-pass batch: at 224 px a ConvNeXt stage-0 block holds 2.4 MB of activations per
+# image (4x expansion of 96x56x56, float32), so 512 images peak at ~3.4 GB resident; 128 at < 1 GB.
+TRUNK_CHUNK = 128
 
 
 def image_cache_bytes() -> int:
@@ -127,36 +131,62 @@ class CatalogImages(torch.utils.data.Dataset):
 
 
 class InputStore:
-    """Inputs for the model by global id: trunk features (cached) or preprocessed images (uncached).
+    """Inputs for the model by global id, held the way ``mode`` says (``harness.datapath`` decides):
 
-    ``kind`` says which: ``trunk`` (features computed once, on disk across runs), ``images``
-    (preprocessed images kept for the run) or ``decode`` (decoded at every ``get``: augmentation, or
-    too many images to keep). ``seen`` marks the ids fetched since ``reset_seen`` (FLOP accounting
-    charges a cached trunk once per distinct image).
+    - ``trunk-ram``: trunk features computed once (kept on disk across runs), loaded into RAM;
+    - ``trunk-disk``: the same features, memory-mapped from disk one shard at a time;
+    - ``trunk-stream``: images decoded and put through the (frozen) trunk at every fetch: the
+      features an on-disk cache would hold, for a split too big to store or not worth storing;
+    - ``images``: preprocessed images kept in RAM for the run (no trunk cache);
+    - ``decode``: images decoded at every fetch (augmentation, or too many images to keep).
+
+    ``cached`` says whether ``get`` returns trunk features. ``seen`` marks the ids fetched since
+    ``reset_seen`` (FLOP accounting charges a stored trunk once per distinct image; a streaming
+    one runs at every fetch).
     """
 
     def __init__(self, catalog: Catalog, preprocess: Preprocess, trunk: nn.Module | None,
                  device: torch.device, cache_key: str | None = None, cache_root: Path | None = None,
-                 chunk: int = 512, desc: str = "trunk features", keep_images: bool = True,
-                 amp: bool = False, progress: bool = True) -> None:
+                 chunk: int = TRUNK_CHUNK, desc: str = "trunk features", keep_images: bool = True,
+                 amp: bool = False, progress: bool = True, mode: str | None = None) -> None:
         self.catalog, self.preprocess, self.device = catalog, preprocess, torch.device(device)
-        self.cached = trunk is not None
         self.amp = amp and self.device.type == "cuda"  # bf16 autocast for the trunk pass on CUDA
         self.channels_last = self.device.type == "cuda"
         self.table: Tensor | None = None
+        self.shards: FeatureShards | None = None
+        self.trunk: nn.Module | None = None
         self.row_of: np.ndarray | None = None  # global id -> table row, when the table holds labelled ids only
-        self.kind = "decode"
         self.seen = np.zeros(len(catalog), dtype=bool)
         self.fetched = 0
         self._pool: ThreadPoolExecutor | None = None
         self.progress = progress
-        if trunk is not None:
-            self.table, self.kind = self._load_or_compute(trunk, cache_key, cache_root, chunk, desc), "trunk"
-        elif keep_images and not preprocess.augment:
-            labelled = int((catalog.labels >= 0).sum())
-            per_image = 4 * 3 * preprocess.size * preprocess.size
-            if labelled * per_image <= image_cache_bytes():
-                self.table, self.kind = self._preprocessed(chunk), "images"
+        if mode is None:  # no plan: trunk features in RAM when a trunk is given, else images if they fit
+            fits = int((catalog.labels >= 0).sum()) * 4 * 3 * preprocess.size**2 <= image_cache_bytes()
+            mode = "trunk-ram" if trunk is not None else (
+                "images" if keep_images and not preprocess.augment and fits else "decode")
+        if mode.startswith("trunk") and trunk is None:
+            raise ValueError(f"input mode {mode!r} needs the trunk")
+        self.kind = mode
+        self.cached = mode.startswith("trunk")
+        if mode in ("trunk-ram", "trunk-disk"):
+            self._index_labelled()
+            folder = cache_root / key_folder(cache_key, catalog) if cache_key and cache_root else None
+            if folder is None:  # nowhere to keep them: computed for this store only, in RAM
+                self.kind = "trunk-ram"
+                self.table = torch.cat([f.float() for f in self._trunk_pass(trunk, chunk, desc)])
+            else:
+                self.shards = open_verified(folder, len(self._labelled()),
+                                            lambda: self._trunk_pass(trunk, chunk, desc), tqdm.write)
+                if mode == "trunk-ram":
+                    self.table, self.shards = self.shards.load_all(), None
+        elif mode == "trunk-stream":
+            self.trunk = copy.deepcopy(trunk).eval()  # its own copy: a run's FLOP hooks never see it
+            for p in self.trunk.parameters():
+                p.requires_grad_(False)
+        elif mode == "images":
+            self.table = self._preprocessed(chunk)
+        elif mode != "decode":
+            raise ValueError(f"unknown input mode {mode!r}")
         self.on_device = False  # CUDA: a table small enough lives on the GPU (no copy per batch)
         if self.table is not None and self.device.type == "cuda":
             if self.table.numel() * self.table.element_size() <= DEVICE_TABLE_BYTES:
@@ -164,6 +194,12 @@ class InputStore:
 
     def _labelled(self) -> np.ndarray:
         return np.flatnonzero(self.catalog.labels >= 0)
+
+    def _index_labelled(self) -> np.ndarray:
+        ids = self._labelled()
+        self.row_of = np.full(len(self.catalog), -1, dtype=np.int64)
+        self.row_of[ids] = np.arange(len(ids))
+        return ids
 
     def _batches(self, ids: np.ndarray, chunk: int) -> Iterator[tuple[np.ndarray, Tensor]]:
         """Preprocessed images of ``ids`` in chunks, in order: vectorised for in-memory arrays, a
@@ -184,44 +220,40 @@ class InputStore:
 
     def _preprocessed(self, chunk: int) -> Tensor:
         """Every labelled image, preprocessed once, one row each (``row_of`` maps ids to rows)."""
-        ids = self._labelled()
-        self.row_of = np.full(len(self.catalog), -1, dtype=np.int64)
-        self.row_of[ids] = np.arange(len(ids))
+        ids = self._index_labelled()
         table = torch.empty(len(ids), 3, self.preprocess.size, self.preprocess.size)
         for part, images in self._batches(ids, chunk):
             table[torch.from_numpy(self.row_of[part])] = images
         return table
 
-    def _load_or_compute(self, trunk: nn.Module, key: str | None, root: Path | None, chunk: int, desc: str) -> Tensor:
-        path = root / f"{key}.pt" if key and root else None
-        if path is not None and path.is_file():
-            return torch.load(path, map_location="cpu", weights_only=True)
-        ids = self._labelled()
-        table: Tensor | None = None
-        trunk.eval()
+    def _features(self, trunk: nn.Module, images: Tensor) -> Tensor:
+        """The trunk's output for a batch of images, in the dtype it produces (bf16 under autocast)."""
+        x = images.to(self.device, non_blocking=True)
+        if self.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
         autocast = torch.autocast("cuda", dtype=torch.bfloat16) if self.amp else nullcontext()
         with torch.no_grad(), autocast:
-            batches = self._batches(ids, chunk)
-            for part, images in tqdm(batches, total=-(-len(ids) // chunk), desc=desc, unit="batch", leave=False,
-                                     disable=not self.progress):
-                x = images.to(self.device, non_blocking=True)
-                if self.channels_last:
-                    x = x.contiguous(memory_format=torch.channels_last)
-                feats = trunk(x).float().cpu()
-                if table is None:
-                    table = torch.zeros(len(self.catalog), *feats.shape[1:])
-                table[torch.from_numpy(part)] = feats
-        assert table is not None, "catalog has no labelled samples"
-        if path is not None:
-            atomic_write(path, lambda fh: torch.save(table, fh))
-        return table
+            return trunk(x)
+
+    def _trunk_pass(self, trunk: nn.Module, chunk: int, desc: str) -> Iterator[Tensor]:
+        """Trunk features of every labelled sample, in id order, one batch at a time (CPU)."""
+        ids = self._labelled()
+        if len(ids) == 0:
+            raise ValueError("catalog has no labelled samples")
+        trunk.eval()
+        batches = self._batches(ids, chunk)
+        for _, images in tqdm(batches, total=-(-len(ids) // chunk), desc=desc, unit="batch", leave=False,
+                              disable=not self.progress):
+            yield self._features(trunk, images).cpu()
 
     def reset_seen(self) -> None:
         self.seen[:] = False
         self.fetched = 0
 
     def distinct_seen(self) -> int:
-        return int(self.seen.sum())
+        """Trunk passes the fetches since ``reset_seen`` cost: one per distinct image when the
+        features are stored, one per fetch when they stream."""
+        return self.fetched if self.kind == "trunk-stream" else int(self.seen.sum())
 
     def _decode(self, ids: np.ndarray) -> Tensor:
         if self.preprocess.augment or self.preprocess.vectorised(self.catalog, ids) or len(ids) < 4:
@@ -235,9 +267,14 @@ class InputStore:
         ids = np.asarray(ids, dtype=np.int64)
         self.seen[ids] = True
         self.fetched += len(ids)
+        if self.trunk is not None:  # streaming trunk: features computed now, already on the device
+            rows = self._features(self.trunk, self._decode(ids)).float()
+            return rows.contiguous(memory_format=torch.channels_last) if self.channels_last and rows.ndim == 4 else rows
         if self.table is not None:
             index = torch.from_numpy(ids if self.row_of is None else self.row_of[ids])
             rows = self.table.index_select(0, index.to(self.table.device))
+        elif self.shards is not None:
+            rows = self.shards.read(self.row_of[ids])
         else:
             rows = self._decode(ids)
         if self.device.type != "cuda":
@@ -247,11 +284,21 @@ class InputStore:
         return rows.contiguous(memory_format=torch.channels_last) if rows.ndim == 4 else rows
 
 
-def feature_cache_key(spec: Backbone, sources: list, split: str, variant: str = "") -> str:
-    """Trunk outputs depend only on the backbone's trunk, the preprocessing, the data and the
-    precision they were computed in (``variant``: "" for float32, e.g. "cuda-bf16" under autocast)."""
+def key_folder(key: str, catalog: Catalog) -> str:
+    """The shard folder of a feature cache key for ``catalog``: the shards hold its labelled samples
+    only, whose set depends on the protocol (classes that never enter the stream are unlabelled),
+    so it is part of the name (``v2``: sharded raw rows; ``v1`` was one .pt file per key)."""
+    labelled = np.flatnonzero(catalog.labels >= 0).astype(np.int64)
+    return f"{key}-{hashlib.sha256(labelled.tobytes()).hexdigest()[:12]}.v2"
+
+
+def feature_cache_key(spec: Backbone, sources: list, split: str, variant: str = "", weights: str = "") -> str:
+    """Trunk outputs depend only on the backbone's trunk, the weights' content (``weights``: the
+    digest ``backbone.weights_digest`` gives; a path alone would survive the file being replaced),
+    the preprocessing, the data and the precision they were computed in (``variant``: "" for
+    float32, e.g. "cuda-bf16" under autocast)."""
     content = {"backbone": spec.model_dump(mode="json"), "sources": [s.model_dump(mode="json") for s in sources],
-               "split": split, "v": PREPROCESS_VERSION}
+               "split": split, "v": PREPROCESS_VERSION, "weights": weights}
     if variant:
         content["variant"] = variant
     blob = json.dumps(content, sort_keys=True)

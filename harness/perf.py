@@ -81,19 +81,15 @@ def _synthetic_catalog(n: int, size: int, classes: int, seed: int):
 
 
 def _plain_groups(model, cfg) -> list[dict]:
-    """What a hand-written loop would pass AdamW: head, then each body layer with its decayed lr."""
-    groups = [{"params": list(model.head.parameters()), "lr": cfg.lr, "weight_decay": cfg.weight_decay}]
-    if cfg.trainable == "body+head":
-        layers = list(model.body)
-        for depth, layer in enumerate(reversed(layers), start=1):
-            params = list(layer.parameters())
-            if params:
-                groups.append({"params": params, "lr": cfg.lr * cfg.layer_decay**depth,
-                               "weight_decay": cfg.weight_decay})
-    else:
+    """What a hand-written loop would pass AdamW: the method's own groups (lr decayed per tensor by
+    default, as the paper's code), so both loops do the same optimizer work."""
+    from ..methods.base import layerwise_groups
+
+    train_body = cfg.trainable == "body+head"
+    if not train_body:
         for p in model.body.parameters():
             p.requires_grad_(False)
-    return groups
+    return layerwise_groups(model, cfg.lr, cfg.weight_decay, cfg.layer_decay, train_body, unit=cfg.layer_decay_unit)
 
 
 def _median(xs: list[float]) -> float:
@@ -102,7 +98,7 @@ def _median(xs: list[float]) -> float:
 
 @click.command()
 @click.option("--protocol", "-p", default="tiny_cil", show_default=True, help="built-in name or YAML path")
-@click.option("--device", default="cpu", show_default=True, help="cpu, cuda, cuda:N or auto")
+@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N")
 @click.option("--updates", default=20, show_default=True, type=click.IntRange(1), help="timed updates per repeat")
 @click.option("--warmup", default=5, show_default=True, type=click.IntRange(0))
 @click.option("--repeats", default=10, show_default=True, type=click.IntRange(1),
@@ -111,9 +107,26 @@ def _median(xs: list[float]) -> float:
               help="size of the synthetic eval set (tiny_cil's test set has 1500)")
 @click.option("--amp/--no-amp", default=True, show_default=True, help="bf16 autocast + channels_last on CUDA")
 @click.option("--allow-download", is_flag=True, help="let timm fetch the protocol's pretrained weights")
+@click.option("--paper", is_flag=True,
+              help="instead: per-image costs of the data path (JPEG decode, trunk, body, feature I/O) and the "
+                   "projected time of each stage of the full protocol (e.g. -p cil_places_lt_synthetic)")
+@click.option("--paper-images", default=64, show_default=True, type=click.IntRange(4),
+              help="--paper: JPEG files written and decoded per measurement")
+@click.option("--budget-of", default=None, metavar="PROTOCOL",
+              help="--paper: project at this protocol's budget (e.g. cil_places_lt) with -p's data counts")
+@click.option("--project-tflops", type=float, default=None,
+              help="--paper: also project for a device sustaining this many TFLOP/s (an assumption you state)")
 def perf(protocol: str, device: str, updates: int, warmup: int, repeats: int, eval_samples: int, amp: bool,
-         allow_download: bool) -> None:
-    """Time a protocol's update and continual evaluation: plain PyTorch loop vs the harness."""
+         allow_download: bool, paper: bool, paper_images: int, budget_of: str | None,
+         project_tflops: float | None) -> None:
+    """Time a protocol's update and continual evaluation: plain PyTorch loop vs the harness
+    (or, with --paper, the data path's per-image costs and the full protocol's projected time)."""
+    from .perf_scale import check_paper_options, paper_report
+
+    check_paper_options(paper, project_tflops)
+    if paper:
+        paper_report(protocol, device, None, paper_images, min(repeats, 3), project_tflops, budget_of)
+        return
     import numpy as np
     import torch
     import torch.nn.functional as F
@@ -170,8 +183,9 @@ def perf(protocol: str, device: str, updates: int, warmup: int, repeats: int, ev
     _spec, method = build_method("vanilla", spec.name)
     cfg = method.config
     shared = copy.deepcopy(model)
-    if train_store.table is not None and train_store.row_of is None:
-        table = train_store.table
+    if train_store.cached:  # the features the harness's store holds, by id
+        table = train_store.get(np.arange(pool))
+        train_store.reset_seen()
     else:
         table = Preprocess(backbone).images(train_catalog, np.arange(pool))
     if table.device != dev:

@@ -21,7 +21,7 @@ from typing import Any
 
 from . import flops as FL
 from . import metrics as M
-from .continual import run_cl
+from .continual import Diverged, run_cl
 from .checkpoint import Checkpointer, checkpointer, run_key
 from .errors import BenchError
 from .protocol import Protocol
@@ -77,19 +77,21 @@ def _common(protocol: Protocol, bench: Workbench, seed: int, options: RunOptions
         run_id=run_id or new_run_id(), status="complete", seed=seed,
         protocol=ProtocolStamp(name=protocol.name, version=protocol.version, hash=protocol.spec_hash),
         versions=library_versions(), git_commit=git_commit(), started_at=started,
-        options={"device": str(bench.device), "trunk_cache": options.trunk_cache},
+        options={"device": str(bench.device), "trunk_cache": options.trunk_cache, "weights": bench.weights,
+                 "data_path": bench.data_path.as_dict() if bench.data_path is not None else None},
     )
 
 
-def selection(protocol: Protocol, options: RunOptions) -> Selection[Stored]:
-    """Which stored runs of this protocol spec count (the one rule: ``results.select_runs``)."""
+def selection(protocol: Protocol, options: RunOptions, weights: str | None = None) -> Selection[Stored]:
+    """Which stored runs of this protocol spec count (the one rule: ``results.select_runs``); with the
+    backbone weights' digest, runs made with other weights content do not."""
     return stored_selection(options.results_dir, protocol.name, protocol.spec_hash, protocol.best_new_reference,
-                            joint_settings(protocol))
+                            joint_settings(protocol), weights)
 
 
 def joint_reference(protocol: Protocol, seed: int, options: RunOptions, bench: Workbench) -> tuple[RunResult, Path]:
     """The stored joint reference for this protocol spec and seed, trained and stored first when missing."""
-    found = selection(protocol, options).joints.get(seed)
+    found = selection(protocol, options, bench.weights).joints.get(seed)
     if found is not None:
         return found[1], found[0]
     models = protocol.sessions if protocol.joint.mode == "per_session" else 1
@@ -113,8 +115,14 @@ def _continual_result(protocol: Protocol, bench: Workbench, spec: MethodSpec, me
     started, t0 = now_iso(), time.perf_counter()
     config = method_settings(method)
     saver = _run_checkpointer(options, protocol.spec_hash, spec.text, config, overrides, seed)
-    curves, budget, params = run_cl(bench, method, seed, options, saver)
-    return RunResult(**_common(protocol, bench, seed, options, started, run_id), method=_stamp(spec),
+    status = "complete"
+    try:
+        curves, budget, params = run_cl(bench, method, seed, options, saver)
+    except Diverged as stop:  # a result all the same: the curves it made, marked so that nothing ranks it
+        say(options, f"{stop} — stored with status 'diverged'.")
+        curves, budget, params, status = stop.curves, stop.budget, stop.params, "diverged"
+    common = {**_common(protocol, bench, seed, options, started, run_id), "status": status}
+    return RunResult(**common, method=_stamp(spec),
                      config=config, overrides=overrides, trainable_params=params, curves=curves,
                      budget=FL.efficiency_vs_joint(budget, joint.budget), wall_time_s=time.perf_counter() - t0)
 
@@ -140,8 +148,10 @@ def _score_and_save(result: RunResult, joint: RunResult, chosen: Selection[Store
     best, best_runs = chosen.best_new(result)
     result.references = References(joint_run=joint.run_id, best_new=best, best_new_runs=best_runs,
                                    best_new_methods=list(chosen.best_new_methods))
+    problem = None
     try:
-        result.metrics, problem = M.compute_metrics(result.curves, joint.reference, best), None
+        if result.status == "complete":
+            result.metrics = M.compute_metrics(result.curves, joint.reference, best)
     except ValueError as exc:
         problem = str(exc)
     path = save_result(options.results_dir, result)
@@ -157,7 +167,7 @@ def _best_new_references(protocol: Protocol, bench: Workbench, seed: int, joint:
                          options: RunOptions) -> None:
     """Run the protocol's A_best reference methods missing for this seed (default settings), then score
     and store them together, so each is scored against the whole set as later runs will be."""
-    done = selection(protocol, options)
+    done = selection(protocol, options, bench.weights)
     todo = [m for m in protocol.best_new_reference if m != skip and (m, seed) not in done.runs]
     if not todo:
         return
@@ -188,5 +198,5 @@ def execute(protocol: Protocol, method_text: str, seed: int, options: RunOptions
     is_reference = not options.overrides and method_text in protocol.best_new_reference
     _best_new_references(protocol, bench, seed, joint, method_text if is_reference else None, options)
     result = _continual_result(protocol, bench, spec, method, seed, dict(options.overrides), joint, options, run_id)
-    path = _score_and_save(result, joint, selection(protocol, options), options)
+    path = _score_and_save(result, joint, selection(protocol, options, bench.weights), options)
     return result, path

@@ -44,8 +44,26 @@ class Spec(BaseModel):
 
 
 SourceName = Literal[
-    "fashion_mnist", "mnist5k", "animal_mnist", "imagenet", "places365", "places365_lt", "cub200"
+    "fashion_mnist", "mnist5k", "animal_mnist", "imagenet", "places365", "places365_lt", "cub200", "synthetic"
 ]
+
+
+class LongTail(Spec):
+    """Per-class image counts falling from ``largest`` to ``smallest`` and summing to ``total``
+    (a real set's head, tail and size, e.g. Places365-LT: 4980, 5, 62500)."""
+
+    total: int = Field(gt=0)
+    largest: int = Field(gt=0)
+    smallest: int = Field(gt=0)
+
+
+class Synthetic(Spec):
+    """A data set generated from the sample index (no files): a real set's shape without the set."""
+
+    classes: int = Field(gt=0)
+    train_per_class: int | LongTail = Field(description="images per class, or a long-tailed profile")
+    test_per_class: int = Field(gt=0)
+    image_size: int = Field(256, gt=0, description="side of the generated (square) RGB images")
 
 
 class DataSource(Spec):
@@ -57,10 +75,18 @@ class DataSource(Spec):
     test_per_class: int | None = Field(None, gt=0, le=10_000_000, description="subsample test images per class")
     classes: int | None = Field(None, gt=0, le=MAX_CLASSES, description="use only the first N classes of the source")
 
+    synthetic: Synthetic | None = Field(None, description="source 'synthetic' only: its class and image counts")
+
+    @model_validator(mode="after")
+    def _synthetic_counts(self) -> DataSource:
+        if (self.source == "synthetic") != (self.synthetic is not None):
+            raise ValueError("synthetic (the counts) is required for source 'synthetic' and only for it")
+        return self
+
     @property
     def num_classes(self) -> int | None:
         """Classes this source contributes, when known without opening it."""
-        known = SOURCE_CLASSES.get(self.source)
+        known = self.synthetic.classes if self.synthetic is not None else SOURCE_CLASSES.get(self.source)
         return self.classes if known is None else min(known, self.classes or known)
 
 
@@ -116,16 +142,23 @@ class Training(Spec):
 
 
 class Memory(Spec):
-    policy: Literal["unlimited", "reservoir", "class_balanced", "none"] = "unlimited"
+    policy: Literal["unlimited", "reservoir", "class_balanced", "split", "none"] = Field(
+        "unlimited", description="split: a fixed subset of S1 (pretrain_share of the cap) beside a class-balanced "
+                                 "buffer of the stream (the rest), as the paper's storage-limited Places365 runs")
     capacity: int | None = Field(None, gt=0, le=10**9, description="max stored samples; required unless unlimited/none")
     include_pretrain: bool = Field(True, description="S1 data is stored and rehearsed too")
+    pretrain_share: float | None = Field(None, gt=0, lt=1, description="split only: the cap's fraction kept for S1")
 
     @model_validator(mode="after")
     def _capacity_matches_policy(self) -> Memory:
-        if self.policy in ("reservoir", "class_balanced") and self.capacity is None:
+        if self.policy in ("reservoir", "class_balanced", "split") and self.capacity is None:
             raise ValueError(f"memory.capacity is required for policy {self.policy!r}")
         if self.policy in ("unlimited", "none") and self.capacity is not None:
             raise ValueError(f"memory.capacity must be empty for policy {self.policy!r}")
+        if (self.policy == "split") != (self.pretrain_share is not None):
+            raise ValueError("memory.pretrain_share is required for policy 'split' and only for it")
+        if self.policy == "split" and not self.include_pretrain:
+            raise ValueError("memory.policy 'split' keeps a share of S1: include_pretrain must be true")
         return self
 
 
@@ -198,8 +231,14 @@ class Protocol(Spec):
 
     @property
     def spec_hash(self) -> str:
-        """Content hash of the validated spec (defaults included), stamped on every result."""
-        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()
+        """Content hash of the validated spec (defaults included), stamped on every result. A field
+        added after specs were hashed (HASHED_WHEN_SET) counts only once set, so adding it leaves the
+        hash, and the caches and results keyed by it, of every spec that does not use it unchanged."""
+        data = self.model_dump(mode="json")
+        for section, field in HASHED_WHEN_SET:
+            if data[section].get(field) is None:
+                data[section].pop(field, None)
+        blob = json.dumps(data, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
 
@@ -238,6 +277,9 @@ def _size_problems(p: Protocol) -> list[str]:
             problems.append(f"joint.batch_size ({p.joint.batch_size}) exceeds the {pre + smallest} samples the "
                             f"first joint model trains on")
     return problems
+
+
+HASHED_WHEN_SET: tuple[tuple[str, str], ...] = (("memory", "pretrain_share"),)
 
 
 def parse_protocol(text: str, origin: str) -> Protocol:

@@ -19,7 +19,7 @@ import torch
 from . import flops as FL
 from .backbone import SplitModel
 from .checkpoint import Checkpointer
-from .continual import macs_per_sample
+from .continual import seen_state, setseen_state, macs_per_sample
 from .curves import ReferenceSession
 from .evaluation import eval_plan, evaluate
 from .protocol import Protocol
@@ -83,7 +83,8 @@ def train_joint(bench: Workbench, seed: int, options: RunOptions,
         say(options, f"Resuming the joint reference (seed {seed}) from its checkpoint: model "
                      f"{state['next_session'] + 1}" + (f", update {state['update']}" if state["kind"] == "mid" else ""))
         acc = JointProgress(**copy.deepcopy(state["progress"]))
-        bench.train_inputs.seen[:], bench.test_inputs.seen[:] = state["seen"]
+        for store, seen in zip((bench.train_inputs, bench.test_inputs), state["seen"], strict=True):
+            setseen_state(store, seen)
         first = state["next_session"]
         if state.get("final_model") is not None:  # joint.mode final: the one model, trained already
             final_model = _joint_model(bench, stream.sessions[-1].index, torch.Generator())
@@ -91,7 +92,7 @@ def train_joint(bench: Workbench, seed: int, options: RunOptions,
 
     def outer(pos: int) -> dict[str, Any]:
         return {"progress": copy.deepcopy(acc.__dict__), "next_session": pos,
-                "seen": (bench.train_inputs.seen.copy(), bench.test_inputs.seen.copy()),
+                "seen": [seen_state(s) for s in (bench.train_inputs, bench.test_inputs)],
                 "final_model": final_model.state_dict() if final_model is not None and p.joint.mode == "final" else None}
 
     for pos in range(first, len(stream.sessions)):

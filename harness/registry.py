@@ -11,6 +11,7 @@ import hashlib
 import importlib.util
 from collections.abc import Iterable
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from functools import cache
 from importlib import metadata
 from pathlib import Path
@@ -148,13 +149,12 @@ def _defaults_file(root: Path) -> dict:
     return table
 
 
-def defaults_table(entry: Entry) -> tuple[dict, Path]:
-    """The defaults of one method or modifier: its entry in ``defaults.yaml`` beside the package its
-    entry point comes from (built-ins: methods/defaults.yaml; a plugin ships its own the same way, and
-    can only set defaults for its own names)."""
+def defaults_file(entry: Entry) -> tuple[dict, Path]:
+    """The ``defaults.yaml`` beside the package an entry point comes from (built-ins: methods/defaults.yaml;
+    a plugin ships its own the same way), and its path; only the entry's own names are read from it."""
     root = code_root(entry.target.partition(":")[0])
     path = (root if root.is_dir() else root.parent) / DEFAULTS_FILE
-    return _defaults_file(root).get(entry.name) or {}, path
+    return _defaults_file(root), path
 
 
 def parse_overrides(pairs: list[str]) -> dict[str, Any]:
@@ -178,11 +178,16 @@ def _lookup(spec: dict, dotted: str) -> Any:
 
 
 def protocol_defaults(table: dict[str, Any], protocol: Protocol | str, where: str = "defaults") -> dict[str, Any]:
-    """One method's defaults for ``protocol``: ``default``, then every ``when`` entry whose ``match`` holds
-    for the protocol's properties (dotted spec fields, e.g. ``backbone.model``; in file order), then the
-    entry named after the protocol; later wins. Properties, not names: a copy of a protocol under a new
-    name gets the settings tuned for what it is."""
+    """One method's defaults for ``protocol``: ``default``, then name globs (``cil_places_std_*``, for a
+    family of paper protocols), then every ``when`` rule whose ``match`` holds for the protocol's
+    properties (dotted spec fields, e.g. ``backbone.model``; in file order), then the entry named after
+    the protocol; later wins. Rules on properties are what a copy of a protocol under another name still
+    matches: the embedded family's tuned settings (SGM's init scaling) use them."""
     values = dict(table.get("default") or {})
+    name = protocol if isinstance(protocol, str) else protocol.name
+    for key, entry in table.items():  # name globs (a paper family: cil_places_std_*), in file order
+        if key != name and any(c in key for c in "*?[") and fnmatchcase(name, key):
+            values.update(entry)
     spec = protocol.model_dump(mode="json") if not isinstance(protocol, str) else None
     for i, rule in enumerate(table.get("when") or []):
         if not isinstance(rule, dict) or set(rule) != {"match", "set"}:
@@ -195,16 +200,20 @@ def protocol_defaults(table: dict[str, Any], protocol: Protocol | str, where: st
         except KeyError as exc:
             raise BenchError(f"{where}: when[{i}].match names {exc.args[0]!r}, which is not a protocol field "
                              f"(use dotted spec paths such as backbone.model or training.updates).") from None
-    name = protocol if isinstance(protocol, str) else protocol.name
     values.update(table.get(name) or {})
     return values
 
 
-def resolve_config(config_cls: type[BaseModel], entry: Entry, protocol: Protocol | str,
-                   overrides: dict[str, Any]) -> BaseModel:
-    """Config defaults < defaults.yaml `default` < matching `when` rules < the protocol's own entry < --set."""
-    table, path = defaults_table(entry)
-    values = {**protocol_defaults(table, protocol, f"{path} ({entry.name})"), **overrides}
+def resolve_config(config_cls: type[BaseModel], entry: Entry, protocol: Protocol | str, overrides: dict[str, Any],
+                   method_string: str | None = None) -> BaseModel:
+    """Config defaults < the entry's defaults (see ``protocol_defaults``) < the same under the full method
+    string (``derpp+sgm``: a setting the paper gives one combination applies to it alone) < --set."""
+    table, path = defaults_file(entry)
+    where = f"{path} ({entry.name})"
+    values = protocol_defaults(table.get(entry.name) or {}, protocol, where)
+    if method_string and method_string != entry.name:
+        values.update(protocol_defaults(table.get(method_string) or {}, protocol, f"{path} ({method_string})"))
+    values.update(overrides)
     try:
         return config_cls(**values)
     except ValidationError as exc:
@@ -234,7 +243,8 @@ def resolve_settings(spec: MethodSpec, protocol: Protocol | str, overrides: dict
                    for entry in spec.modifiers]
     if mod_overrides:
         raise BenchError(f"--set names modifier(s) {', '.join(mod_overrides)} not in method {spec.text!r}.")
-    config = resolve_config(config_class(spec.base), spec.base, protocol, overrides)
+    canonical = "+".join([spec.base.name, *(m.name for m in spec.modifiers)])
+    config = resolve_config(config_class(spec.base), spec.base, protocol, overrides, canonical)
     clash = [m.name for m in spec.modifiers if m.name in type(config).model_fields]
     if clash:
         raise BenchError(f"Modifier {clash[0]!r} has the name of a setting of method {spec.base.name!r}; "

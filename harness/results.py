@@ -101,7 +101,7 @@ class References(Strict):
 class RunResult(Strict):
     schema_version: int = SCHEMA_VERSION
     run_id: str
-    status: Literal["complete", "failed"]
+    status: Literal["complete", "failed", "diverged"]  # diverged: a non-finite loss stopped it (curves so far)
     protocol: ProtocolStamp
     method: MethodStamp
     config: dict[str, Any]
@@ -364,7 +364,8 @@ def select_runs(items: Iterable[T], protocol_hash: str, best_new_methods: Iterab
 
 
 def stored_selection(root: Path, protocol_name: str, protocol_hash: str, best_new_methods: Iterable[str],
-                     joint_config: dict[str, Any] | None = None) -> Selection[tuple[Path, RunResult | BenchError]]:
+                     joint_config: dict[str, Any] | None = None,
+                     weights: str | None = None) -> Selection[tuple[Path, RunResult | BenchError]]:
     """``select_runs`` over the result files of one protocol in a results folder."""
     return select_runs(iter_results(root, protocol_name), protocol_hash, best_new_methods, joint_config,
-                       result_of=lambda pr: pr[1])
+                       result_of=lambda pr: pr[1], weights=weights)

@@ -9,8 +9,10 @@ training (pre-training and the joint reference are the same loop).
 from __future__ import annotations
 
 import copy
+import json
 import os
 import random
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -21,8 +23,9 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .atomic import atomic_write
-from .backbone import SplitModel, create_network, split_network
+from .atomic import atomic_write, atomic_write_text
+from .backbone import SplitModel, create_network, split_network, weights_digest
+from .datapath import DataPathPlan, plan_data_path
 from .checkpoint import Checkpointer, maybe_die, rng_state, run_key, set_rng_state
 from .errors import BenchError
 from .flops import FlopMeter
@@ -108,6 +111,8 @@ class Workbench:
     train_inputs: InputStore
     test_inputs: InputStore
     deployed: SplitModel
+    data_path: DataPathPlan | None = None  # how the inputs are held (printed, stamped on the result)
+    weights: str = ""  # backbone.weights_digest: what the weights are, whatever path they came from
 
     def batch(self, ids: np.ndarray, n_new: int) -> TrainBatch:
         is_new = torch.zeros(len(ids), dtype=torch.bool)
@@ -147,19 +152,24 @@ def prepare(protocol: Protocol, seed: int, options: RunOptions) -> Workbench:
         )
     sources = [protocol.pretrain_data, *protocol.stream_data]
     root = cache_dir() / "trunk"
+    root.mkdir(parents=True, exist_ok=True)
     trunk = model.trunk if options.trunk_cache else None
     train_pre = Preprocess(protocol.backbone, augment=protocol.training.augment)
     amp = options.amp and device.type == "cuda"
     variant = "cuda-bf16" if amp else ""
-    test_inputs = InputStore(stream.test, Preprocess(protocol.backbone), trunk, device,
-                             feature_cache_key(protocol.backbone, sources, "test", variant), root,
-                             desc="trunk (eval)", amp=amp, progress=options.progress)
-    cache_train = trunk is not None and not protocol.training.augment
-    train_inputs = InputStore(stream.train, train_pre, trunk if cache_train else None, device,
-                              feature_cache_key(protocol.backbone, sources, "train", variant), root,
-                              desc="trunk (train)", amp=amp, progress=options.progress)
+    weights = weights_digest(protocol.backbone)
+    keys = {split: feature_cache_key(protocol.backbone, sources, split, variant, weights) for split in ("test", "train")}
+    plan = plan_data_path(protocol, stream, trunk, device, amp, root, keys)  # before any trunk pass
+    say(options, plan.describe())
+    t0 = time.perf_counter()
+    test_inputs = InputStore(stream.test, Preprocess(protocol.backbone), trunk, device, keys["test"], root,
+                             desc="trunk (eval)", amp=amp, progress=options.progress, mode=plan.test.mode)
+    t1 = time.perf_counter()
+    train_inputs = InputStore(stream.train, train_pre, trunk, device, keys["train"], root,
+                              desc="trunk (train)", amp=amp, progress=options.progress, mode=plan.train.mode)
+    say(options, f"inputs ready: eval {t1 - t0:.1f} s, train {time.perf_counter() - t1:.1f} s")
     model.trunk_cached = options.trunk_cache
-    bench = Workbench(protocol, stream, device, train_inputs, test_inputs, model)
+    bench = Workbench(protocol, stream, device, train_inputs, test_inputs, model, plan, weights)
     if protocol.pretrain.mode == "train":
         _deploy(bench, options)
     use_channels_last(model, device, options)  # after pre-training: the deployed model is as before
@@ -167,28 +177,51 @@ def prepare(protocol: Protocol, seed: int, options: RunOptions) -> Workbench:
 
 
 def _deploy(bench: Workbench, options: RunOptions) -> None:
-    """Fit the deployed model on S1 once per protocol spec; later runs load it from the cache. The
-    training checkpoints beside the cache file, so a killed pre-training resumes."""
+    """Fit the deployed model on S1 once per protocol spec and weights; later runs load it from the cache.
+
+    The cache file carries a sidecar with its sha256 and the spec hash it was made for: a file that fails
+    verification is named, moved aside and rebuilt, never loaded. Concurrent runs build it once (a file
+    lock, re-checked after taking it). The training checkpoints beside it, so a killed pre-training resumes.
+    """
+    from filelock import FileLock
+
+    from .backbone import file_sha256
+    from .features import move_aside
+
     p = bench.protocol
-    path = cache_dir() / "deployed" / f"{p.name}-{p.spec_hash}.pt"
-    if path.is_file():
-        bench.deployed.load_state_dict(torch.load(path, map_location=bench.device, weights_only=True))
-        return
-    saver = Checkpointer(path.with_name(f"{path.stem}-{options.device_key}.ckpt"), options.checkpoint_every,
-                         options.checkpoint_seconds)
-    if options.restart:
+    path = cache_dir() / "deployed" / f"{p.name}-{p.spec_hash}-{bench.weights.rpartition(':')[2][:16]}.pt"
+    sidecar = path.with_name(path.name + ".json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):
+        if path.is_file():
+            try:
+                meta = json.loads(sidecar.read_text())
+                ok = meta.get("spec_hash") == p.spec_hash and meta.get("sha256") == file_sha256(path)
+            except (OSError, ValueError):
+                ok = False
+            if ok:
+                bench.deployed.load_state_dict(torch.load(path, map_location=bench.device, weights_only=True))
+                return
+            aside = move_aside(path)
+            say(options, f"Deployed-model cache {path} failed verification (its sha256 or spec hash does not match "
+                         f"{sidecar.name}); moved to {aside} and rebuilt.")
+        saver = Checkpointer(path.with_name(f"{path.stem}-{options.device_key}.ckpt"), options.checkpoint_every,
+                             options.checkpoint_seconds)
+        if options.restart:
+            saver.discard()
+        resume = saver.load()
+        say(options, f"Training the deployed model on S1 ({p.pretrain.updates} updates, cached for later runs)"
+                     + (f": resuming at update {resume['update']}" if resume else ""))
+        config = MethodConfig(lr=p.pretrain.lr, weight_decay=p.pretrain.weight_decay, layer_decay=1.0,
+                              trainable=p.pretrain.trainable)
+        generator = seed_everything(p.pretrain.seed)
+        train_offline(bench, bench.deployed, config, bench.stream.pretrain_ids, p.pretrain.updates,
+                      p.pretrain.batch_size, np.random.default_rng(p.pretrain.seed), generator, "pretrain S1", options,
+                      OfflineCheckpoint(saver, "pretrain", resume=resume))
+        atomic_write(path, lambda fh: torch.save(bench.deployed.state_dict(), fh))
+        atomic_write_text(sidecar, json.dumps({"sha256": file_sha256(path), "spec_hash": p.spec_hash,
+                                               "weights": bench.weights}))
         saver.discard()
-    resume = saver.load()
-    say(options, f"Training the deployed model on S1 ({p.pretrain.updates} updates, cached for later runs)"
-                 + (f": resuming at update {resume['update']}" if resume else ""))
-    config = MethodConfig(lr=p.pretrain.lr, weight_decay=p.pretrain.weight_decay, layer_decay=1.0,
-                          trainable=p.pretrain.trainable)
-    generator = seed_everything(p.pretrain.seed)
-    train_offline(bench, bench.deployed, config, bench.stream.pretrain_ids, p.pretrain.updates,
-                  p.pretrain.batch_size, np.random.default_rng(p.pretrain.seed), generator, "pretrain S1", options,
-                  OfflineCheckpoint(saver, "pretrain", resume=resume))
-    atomic_write(path, lambda fh: torch.save(bench.deployed.state_dict(), fh))
-    saver.discard()
 
 
 @dataclass

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 import torch
@@ -126,6 +126,8 @@ class Modifier:
 
     def setup(self, method: StandardMethod) -> None: ...
     def begin_session(self, method: StandardMethod, session: Session) -> None: ...
+    def before_update(self, method: StandardMethod, batch: TrainBatch) -> None:
+        """Before the forward pass of each update (online init writes a first-arriving class's row)."""
     def targets(self, method: StandardMethod, batch: TrainBatch, logits: Tensor) -> Tensor | None:
         return None
     def after_backward(self, method: StandardMethod) -> None: ...
@@ -140,8 +142,21 @@ class Modifier:
 
 
 def layerwise_groups(model: SplitModel, lr: float, weight_decay: float, layer_decay: float,
-                     train_body: bool) -> list[dict]:
-    """One parameter group per body layer, lr decayed by ``layer_decay`` per layer below the head."""
+                     train_body: bool, unit: str = "module") -> list[dict]:
+    """Parameter groups with the lr decayed by ``layer_decay`` per step below the head.
+
+    ``unit="module"``: the head is one group at ``lr``, each body module (``backbone.body`` entry) one
+    group, ``lr * layer_decay**depth`` counted from the top. ``unit="tensor"``: the published code's
+    ``get_layerwise_params`` (yousuf907/SGM, model_sgm.py / model_vanilla.py): every parameter tensor of
+    body then head, in ``named_parameters`` order, reversed, tensor ``i`` from the end at
+    ``lr * layer_decay**i``; frozen tensors (LoRA's base weights) count as steps but get no group. So the
+    head's bias trains at ``lr``, its weight at ``0.9 lr``, and a body a hundred tensors deep barely moves.
+    """
+    if unit == "tensor":
+        named = [(f"body.{n}", p) for n, p in model.body.named_parameters()] if train_body else []
+        named += [(f"head.{n}", p) for n, p in model.head.named_parameters()]
+        return [{"name": name, "params": [p], "lr": lr * layer_decay**i, "weight_decay": weight_decay}
+                for i, (name, p) in enumerate(reversed(named)) if p.requires_grad]
     groups = [{"name": "head", "params": [p for p in model.head.parameters() if p.requires_grad],
                "lr": lr, "weight_decay": weight_decay}]
     if train_body:
@@ -157,7 +172,8 @@ def layerwise_groups(model: SplitModel, lr: float, weight_decay: float, layer_de
 class StandardMethod(Method):
     """Cross-entropy on the batch, AdamW with layer-wise lr decay, with modifier hook points.
 
-    Hooks, in order: setup -> begin_session -> (per update) targets, after_backward -> end_session;
+    Hooks, in order: setup -> begin_session -> (per update) before_update, targets, after_backward ->
+    end_session;
     param_groups and scheduler shape the optimizer built at each session start.
     """
 
@@ -186,7 +202,8 @@ class StandardMethod(Method):
     def build_optimizer(self, total_steps: int):
         cfg = self.config
         groups = layerwise_groups(self.model, cfg.lr, cfg.weight_decay, cfg.layer_decay,
-                                  train_body=any(p.requires_grad for p in self.model.body.parameters()))
+                                  train_body=any(p.requires_grad for p in self.model.body.parameters()),
+                                  unit=cfg.layer_decay_unit)
         for m in self.modifiers:
             groups = m.param_groups(self, groups)
         groups = [g for g in groups if g["params"]]
@@ -209,6 +226,8 @@ class StandardMethod(Method):
         return F.cross_entropy(logits, targets)
 
     def observe(self, batch: TrainBatch) -> StepStats:
+        for m in self.modifiers:
+            m.before_update(self, batch)
         self.model.train()
         logits = self.model(batch.x)
         targets: Tensor = batch.y

@@ -33,6 +33,9 @@ class MethodConfig(Settings):
     lr: LearningRate = 1e-3
     weight_decay: Decay = 0.05
     layer_decay: float = Field(0.9, gt=0, le=1, description="lr multiplier per layer below the head")
+    layer_decay_unit: Literal["tensor", "module"] = Field(
+        "tensor", description="what one step of layer_decay is: a parameter tensor, walking named_parameters "
+                              "from the head down (the published code), or a body module (one per backbone.body entry)")
     trainable: str = Field("body+head", pattern="^(head|body\\+head)$")
 
 
@@ -50,20 +53,24 @@ class DERppConfig(MethodConfig):
     pad_logits: Literal["zero", "none"] = Field(
         "zero", description="stored logits shorter than the grown head: pad with zeros, or match stored columns only")
     logit_batch_size: int = Field(256, gt=0, le=MAX_BATCH, description="samples per forward when logits are computed on entry")
+    pretrain_logits: Literal["on_replay", "at_setup"] = Field(
+        "on_replay", description="deployed-model logits of stored pre-training samples: when first replayed, "
+                                 "or all at setup (same values)")
 
 
 class LwFConfig(MethodConfig):
     distill_weight: float = Field(1.0, ge=0, le=MAX_WEIGHT, description="lambda: weight of the distillation term")
     temperature: float = Field(2.0, gt=0, le=MAX_WEIGHT, description="T: softmax temperature of the distillation term")
+    t2_scale: bool = Field(False, description="multiply the distillation by T^2 (Hinton); off as in LwF and the paper")
 
 
 class REMINDConfig(MethodConfig):
     lr_end: float = Field(1e-5, gt=0, le=MAX_LR, description="per-class lr reached once a class has been seen lr_decay_samples times")
     lr_schedule: Literal["per_class", "none"] = Field("per_class", description="REMIND's per-class lr decay, or none")
     lr_decay_samples: int | None = Field(
-        None, gt=0, le=MAX_SAMPLES, description="samples of a class over which its lr decays to lr_end; unset: its count in the stream")
-    lr_step: int = Field(1, gt=0, le=MAX_SAMPLES, description="the per-class lr changes every lr_step samples of the class")
-    pq_subquantizers: int = Field(8, gt=0, le=4096, description="M: codebooks per feature vector; must divide the trunk's channels")
+        1300, gt=0, le=MAX_SAMPLES, description="samples of a class after which its lr is lr_end (REMIND: 1300); unset: its count in the stream")
+    lr_step: int = Field(100, gt=0, le=MAX_SAMPLES, description="the per-class lr changes every lr_step samples of the class (REMIND: 100)")
+    pq_subquantizers: int = Field(8, gt=0, le=4096, description="M: codebooks per feature vector (REMIND: 32, the online_cub_* default); must divide the trunk's channels")
     pq_bits: int = Field(8, ge=1, le=16, description="bits per code (2**bits centroids per codebook)")
     pq_fit_samples: int = Field(10000, gt=0, le=MAX_SAMPLES, description="pre-training samples the codebook is fitted on (each gives H*W vectors)")
     pq_seed: Seed = Field(0, description="which pre-training samples the codebook is fitted on (faiss k-means is seeded too)")
@@ -87,8 +94,18 @@ class REMINDConfig(MethodConfig):
 
 
 class SoftTargetsConfig(Settings):
+    reset: Literal["session", "never"] = Field(
+        "session", description="session: u and its counts restart uniform at every session start (the "
+                               "published code); never: one running mean over the whole run (the text)")
+    new_samples: Literal["softmax", "running_mean"] = Field(
+        "softmax", description="base vector of a sample of a class new in this session: the current softmax "
+                               "(the published code) or u_k like every other sample (the text)")
+    update_on: Literal["correct", "all"] = Field(
+        "correct", description="which samples update u_k: correctly classified ones (the published code's "
+                               "accumulate_soft_targets) or every sample of class k (the text, eq. 6)")
     grow: Literal["pad", "reset"] = Field(
-        "pad", description="extend an updated u_k by zeros for new classes (pad) or reset all to uniform (reset)")
+        "pad", description="reset: never only: extend an updated u_k by zeros for new classes (pad) or reset "
+                           "all to uniform when the head grows (reset)")
 
 
 class InitConfig(Settings):
@@ -98,11 +115,25 @@ class InitConfig(Settings):
         "unit", description="unit: the paper's mean of unit vectors; logit: match the old rows' own-class logit")
     calibration_per_class: int = Field(20, gt=0, le=MAX_SAMPLES, description="memory samples per old class for scale: logit")
     batch_size: int = Field(256, gt=0, le=MAX_BATCH, description="samples per forward pass of the embedding sweep")
+    when: Literal["auto", "session_start", "first_arrival"] = Field(
+        "auto", description="session_start: from the session's samples; first_arrival: from the samples "
+                            "that have arrived when a class first appears; auto: first_arrival on online "
+                            "(per_sample) protocols, else session_start")
+
+
+class OOCFConfig(Settings):
+    old_rows: Literal["decay", "frozen"] = Field(
+        "decay", description="decay: gradient masked, AdamW weight decay still applies (the published code); "
+                             "frozen: the rows never move (the text)")
 
 
 class LoRAConfig(Settings):
     rank: int = Field(48, gt=0, le=MAX_LORA_RANK, description="r; the paper uses 48")
-    alpha: float | None = Field(None, gt=0, le=1e6, description="scaling alpha/r of B A; unset: alpha = r (scaling 1)")
+    alpha: float | None = Field(1.0, gt=0, le=1e6, description="B A is scaled by alpha/r; 1 as loralib's default in "
+                                                                  "the published code (1/48 at r 48); null: alpha = r (scaling 1)")
+    init: Literal["kaiming_uniform", "gaussian"] = Field(
+        "kaiming_uniform", description="A's init: loralib's kaiming_uniform(a=sqrt 5) as the published code, "
+                                       "or N(0, 1/r^2) as the paper's text (Gaussian)")
     targets: list[str] | None = Field(None, description="body module names to adapt; unset: backbone.lora_targets")
     norm: Literal["frozen", "batch_stats"] = Field(
         "frozen", description="body BatchNorm while training: frozen (eval mode) or batch_stats (train mode)")
@@ -115,7 +146,10 @@ class OneCycleConfig(Settings):
     final_div_factor: float = Field(1e4, gt=0, le=1e9, description="final lr = initial lr / final_div_factor")
     anneal_strategy: str = Field("cos", pattern="^(cos|linear)$")
     cycle_momentum: bool = Field(True, description="cycle AdamW's beta1 between 0.85 and 0.95 (torch default)")
-    max_lr_scale: float = Field(1.0, gt=0, le=MAX_WEIGHT, description="each group's max_lr = its lr times this")
+    max_lr: Literal["scalar", "per_group"] = Field(
+        "scalar", description="scalar: one peak (the method's lr) for every group, as the published code; "
+                              "per_group: each group's own (layer-decayed) lr is its peak")
+    max_lr_scale: float = Field(1.0, gt=0, le=MAX_WEIGHT, description="peak = (the method's or the group's) lr times this")
 
 
 def _nest(values: dict[str, Any]) -> dict[str, Any]:
@@ -149,7 +183,7 @@ class SGMConfig(Settings):
 
     soft: SoftTargetsConfig = Field(default_factory=SoftTargetsConfig)
     init: InitConfig = Field(default_factory=InitConfig)
-    oocf: NoConfig = Field(default_factory=NoConfig)
+    oocf: OOCFConfig = Field(default_factory=OOCFConfig)
     lora: LoRAConfig = Field(default_factory=LoRAConfig)
     onecycle: OneCycleConfig = Field(default_factory=OneCycleConfig)
     use: list[Literal["soft", "init", "oocf", "lora", "onecycle"]] = Field(
@@ -176,7 +210,7 @@ CONFIGS: dict[str, type[BaseModel]] = {
     f"{_PKG}.remind:REMIND": REMINDConfig,
     f"{_PKG}.sgm.soft:SoftTargets": SoftTargetsConfig,
     f"{_PKG}.sgm.init:DataDrivenInit": InitConfig,
-    f"{_PKG}.sgm.oocf:OldClassFreezing": NoConfig,
+    f"{_PKG}.sgm.oocf:OldClassFreezing": OOCFConfig,
     f"{_PKG}.sgm.lora:LoRA": LoRAConfig,
     f"{_PKG}.sgm.combined:SGM": SGMConfig,
 }

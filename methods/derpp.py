@@ -7,9 +7,13 @@ composition, so the compute is exactly vanilla rehearsal's) with::
 
 where ``z_old`` are the current logits of the memory samples and the stored logits are those the
 sample had when it was first seen: for a session sample, the (detached) logits of the training
-forward of the first update it arrived in (no extra compute); for a sample that enters the memory
-without having been trained on by this method (the pre-training data the protocol stores, or a
-session sample no update happened to draw), one eval-mode forward when it enters, declared in
+forward of the first update it arrived in (no extra compute); for a session sample no update
+happened to draw, one eval-mode forward when it enters the memory at the session's end; for the
+pre-training data the protocol stores (never trained on in the stream), the deployed model's
+eval-mode logits. Those are computed when the sample is first replayed (``pretrain_logits:
+on_replay``, default), from a frozen copy of the model as it was at ``setup``: the values the
+setup pass (``at_setup``) gives, at a cost proportional to what is replayed rather than to the
+whole pre-training set (1.28 M forwards for ImageNet). Every such forward is declared in
 ``ctx.counters["derpp_logit_forward_samples"]``. Mammoth's DER++ draws two separate memory batches
 for the two terms; here both use the one memory draw of the protocol's batch, so DER++ never
 trains on more samples than the budget allows.
@@ -18,14 +22,17 @@ Grown head: logits stored before the head grew are shorter than the current ones
 on the right (``pad_logits: zero``, default: the new classes' logits are pulled towards 0 on old
 samples) or the MSE is taken over the stored columns only (``pad_logits: none``).
 
-Storage: a stored sample costs the raw sample plus its logits (float32), which ``sample_bytes``
-reports; the cap itself is counted in samples, as in the paper. Logits of samples that left the
-memory are dropped.
+Storage: a stored sample costs the raw sample plus its logits (float32) once they are stored, which
+``sample_bytes`` reports (a pre-training sample not yet replayed costs the raw sample: its logits
+are a function of the deployed model, which is kept once); the cap itself is counted in samples, as
+in the paper. Logits live in a ``LogitStore`` (one float32 tensor, rows reused), not one array per
+sample; those of samples that left the memory are dropped.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import copy
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -37,6 +44,96 @@ from .base import StandardMethod, TrainBatch
 from .configs import DERppConfig
 
 LOGIT_BYTES = 4  # float32
+
+
+class LogitStore:
+    """Stored logits by global sample id: one float32 tensor of rows (grown by doubling, freed rows
+    reused) and an id -> row map, instead of millions of small arrays. A row remembers how many
+    columns were stored (the head grows)."""
+
+    def __init__(self, n_ids: int, width: int) -> None:
+        self.row_of = np.full(n_ids, -1, dtype=np.int64)
+        self.values = torch.zeros(0, width)
+        self.lengths = np.zeros(0, dtype=np.int64)
+        self.free: list[int] = []
+
+    def __len__(self) -> int:
+        return int((self.row_of >= 0).sum())
+
+    def __contains__(self, gid: int) -> bool:
+        return bool(self.row_of[int(gid)] >= 0)
+
+    @property
+    def nbytes(self) -> int:
+        return self.values.numel() * self.values.element_size()
+
+    def missing(self, ids: np.ndarray) -> np.ndarray:
+        """The ids (first occurrence, in order) that have no stored logits."""
+        ids = np.asarray(ids, dtype=np.int64)
+        _, first = np.unique(ids, return_index=True)
+        ids = ids[np.sort(first)]
+        return ids[self.row_of[ids] < 0]
+
+    def _rows(self, n: int) -> np.ndarray:
+        """``n`` free rows (lowest first), growing the tensor by doubling when too few are free."""
+        if len(self.free) < n:
+            cap = self.values.shape[0]
+            new_cap = max(1024, 2 * cap, cap + n - len(self.free))
+            grown = torch.zeros(new_cap, self.values.shape[1])
+            grown[:cap] = self.values
+            self.values = grown
+            self.lengths = np.concatenate([self.lengths, np.zeros(new_cap - cap, dtype=np.int64)])
+            self.free = list(range(new_cap - 1, cap - 1, -1)) + self.free
+        return np.asarray([self.free.pop() for _ in range(n)], dtype=np.int64)
+
+    def put(self, ids: np.ndarray, logits: Tensor) -> None:
+        """Store ``logits`` (n x k, k <= width) for ids that have none."""
+        ids = np.asarray(ids, dtype=np.int64)
+        rows = self._rows(len(ids))
+        self.row_of[ids] = rows
+        z = logits.detach().float().cpu()
+        index = torch.from_numpy(rows)
+        self.values[index] = 0.0
+        self.values[index, : z.shape[1]] = z
+        self.lengths[rows] = z.shape[1]
+
+    def row(self, gid: int) -> np.ndarray | None:
+        r = int(self.row_of[int(gid)])
+        return None if r < 0 else self.values[r, : self.lengths[r]].numpy()
+
+    def length(self, gid: int) -> int:
+        r = int(self.row_of[int(gid)])
+        return 0 if r < 0 else int(self.lengths[r])
+
+    def get(self, ids: np.ndarray, width: int) -> tuple[Tensor, Tensor]:
+        """(n x width) stored values, zero past each row's stored columns, and the stored-column mask."""
+        rows = self.row_of[np.asarray(ids, dtype=np.int64)]
+        have = rows >= 0
+        out = torch.zeros(len(rows), width)
+        lengths = np.where(have, self.lengths[np.maximum(rows, 0)], 0)
+        if have.any():
+            k = min(width, self.values.shape[1])
+            out[torch.from_numpy(np.flatnonzero(have)), :k] = self.values[torch.from_numpy(rows[have]), :k]
+        mask = torch.arange(width).unsqueeze(0) < torch.from_numpy(np.minimum(lengths, width)).unsqueeze(1)
+        return out * mask, mask
+
+    def keep_only(self, ids: np.ndarray) -> None:
+        """Drop the logits of every id not in ``ids`` (their rows are reused)."""
+        keep = np.zeros(len(self.row_of), dtype=bool)
+        keep[np.asarray(ids, dtype=np.int64)] = True
+        drop = np.flatnonzero((self.row_of >= 0) & ~keep)
+        self.free.extend(int(r) for r in self.row_of[drop])
+        self.row_of[drop] = -1
+
+    def state_dict(self) -> dict[str, Any]:
+        ids = np.flatnonzero(self.row_of >= 0)
+        return {"ids": ids, "rows": [self.row(g).copy() for g in ids]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.row_of[:] = -1
+        self.values, self.lengths, self.free = torch.zeros(0, self.values.shape[1]), np.zeros(0, np.int64), []
+        for gid, row in zip(state.get("ids", []), state.get("rows", [])):
+            self.put(np.asarray([gid]), torch.as_tensor(np.asarray(row)).view(1, -1))
 
 
 def recount_memory_bytes(memory) -> None:
@@ -52,75 +149,95 @@ class DERpp(StandardMethod):
 
     def __init__(self, config, modifiers=None) -> None:
         super().__init__(config, modifiers)
-        self.logits: dict[int, np.ndarray] = {}
+        self.logits = LogitStore(0, 0)
+        self.deployed = None  # frozen copy of the model at setup: the source of lazy pre-training logits
 
     def setup(self, model, ctx) -> None:
         super().setup(model, ctx)
-        self.logits = {}
-        self.record_on_entry(np.asarray(ctx.memory.ids, dtype=np.int64))
+        self.logits = LogitStore(len(ctx.stream.train), len(ctx.stream.class_names))
+        stored = np.asarray(ctx.memory.ids, dtype=np.int64)
+        if self.config.pretrain_logits == "at_setup":
+            self.record_on_entry(stored)
+        elif len(stored):
+            self.deployed = copy.deepcopy(model).eval()  # FLOP hooks travel with the copy: its forwards count
+            for p in self.deployed.parameters():
+                p.requires_grad_(False)
         recount_memory_bytes(ctx.memory)
 
     # -- stored logits -------------------------------------------------------------------------
-    def record_on_entry(self, ids: np.ndarray) -> None:
-        """Eval-mode logits for samples that have none yet (they enter the memory unseen)."""
-        ids = np.asarray([g for g in ids if int(g) not in self.logits], dtype=np.int64)
-        if len(ids) == 0:
-            return
-        was_training = self.model.training
-        self.model.eval()
+    def _forward_logits(self, model, ids: np.ndarray, inputs: Tensor | None = None) -> None:
+        """Eval-mode logits of ``ids`` through ``model`` (on ``inputs`` when the caller holds them,
+        else fetched), stored and declared."""
+        was_training = model.training
+        model.eval()
         try:
             with torch.no_grad():
                 for i in range(0, len(ids), self.config.logit_batch_size):
                     chunk = ids[i : i + self.config.logit_batch_size]
-                    z = self.model(self.ctx.inputs.get(chunk)).float().cpu().numpy()
-                    for gid, row in zip(chunk, z):
-                        self.logits[int(gid)] = row
+                    # a fresh tensor either way: a view at an offset can take other SIMD paths (1e-6 apart)
+                    x = self.ctx.inputs.get(chunk) if inputs is None else inputs[i : i + len(chunk)].clone()
+                    self.logits.put(chunk, model(x))
         finally:
-            self.model.train(was_training)
+            model.train(was_training)
         self.ctx.counters["derpp_logit_forward_samples"] = (
             self.ctx.counters.get("derpp_logit_forward_samples", 0) + len(ids))
 
+    def record_on_entry(self, ids: np.ndarray) -> None:
+        """Eval-mode logits (current model) for samples that have none yet (they enter the memory unseen)."""
+        missing = self.logits.missing(ids)
+        if len(missing):
+            self._forward_logits(self.model, missing)
+
+    def _replay_logits(self, ids: np.ndarray, inputs: Tensor) -> None:
+        """Deployed-model logits of replayed samples that have none (pre-training data, lazily), on
+        the inputs the batch already holds (no second fetch, no extra augmentation draw)."""
+        if self.deployed is None:
+            return
+        missing = self.logits.missing(ids)
+        if len(missing):
+            first = {}
+            for r, g in enumerate(ids):
+                first.setdefault(int(g), r)
+            rows = torch.tensor([first[int(g)] for g in missing], dtype=torch.long, device=inputs.device)
+            self._forward_logits(self.deployed, missing, inputs.index_select(0, rows))
+            memory = self.ctx.memory  # their logits are stored now: the memory's bytes grow with them
+            memory.bytes += LOGIT_BYTES * sum(self.logits.length(g) for g in missing)
+            memory.peak_bytes = max(memory.peak_bytes, memory.bytes)
+
     def stored(self, ids: np.ndarray, width: int, device: torch.device) -> tuple[Tensor, Tensor]:
         """Stored logits padded to ``width`` columns, and a mask of the columns that were stored."""
-        out = torch.zeros(len(ids), width, device=device)
-        mask = torch.zeros(len(ids), width, dtype=torch.bool, device=device)
-        for r, gid in enumerate(ids):
-            row = self.logits.get(int(gid))
-            if row is None:  # cannot happen through the harness; treat as "no target" rather than guess
-                continue
-            k = min(len(row), width)
-            out[r, :k] = torch.from_numpy(row[:k]).to(device)
-            mask[r, :k] = True
+        out, mask = self.logits.get(ids, width)
         if self.config.pad_logits == "zero":
-            has = mask.any(1, keepdim=True)
-            mask = has.expand_as(mask).clone()
-        return out, mask
+            mask = mask.any(1, keepdim=True).expand_as(mask).clone()
+        return out.to(device), mask.to(device)
 
     def sample_bytes(self, gid: int) -> int | None:
         ctx = getattr(self, "ctx", None)
         if ctx is None:
             return None
-        row = self.logits.get(int(gid))
-        return int(ctx.stream.train.sample_bytes(int(gid))) + (0 if row is None else LOGIT_BYTES * len(row))
+        return int(ctx.stream.train.sample_bytes(int(gid))) + LOGIT_BYTES * self.logits.length(gid)
 
     # -- the step ------------------------------------------------------------------------------
     def loss(self, batch: TrainBatch, logits: Tensor, targets: Tensor) -> Tensor:
         new, old = batch.is_new, ~batch.is_new
         ids = np.asarray(batch.ids)
         # first sight of a session sample: keep the logits of this very forward (no extra compute)
-        new_ids = ids[new.cpu().numpy()]
-        fresh = [r for r, g in enumerate(new_ids) if int(g) not in self.logits]
-        if fresh:
-            z_new = logits[new].detach().float().cpu().numpy()
-            for r in fresh:
-                self.logits[int(new_ids[r])] = z_new[r].copy()
+        new_mask = new.cpu().numpy()
+        new_ids = ids[new_mask]
+        fresh = self.logits.missing(new_ids)
+        if len(fresh):
+            last = {int(g): r for r, g in enumerate(new_ids)}  # a sample drawn twice keeps its last row
+            pick = torch.tensor([last[int(g)] for g in fresh], dtype=torch.long, device=logits.device)
+            self.logits.put(fresh, logits[new].detach()[pick])
         loss = F.cross_entropy(logits[new], targets[new]) if bool(new.any()) else logits.new_zeros(())
         if bool(old.any()):
             z_old = logits[old].float()
             if self.config.beta:
                 loss = loss + self.config.beta * F.cross_entropy(logits[old], targets[old])
             if self.config.alpha:
-                ref, mask = self.stored(ids[old.cpu().numpy()], z_old.shape[1], z_old.device)
+                old_ids = ids[~new_mask]
+                self._replay_logits(old_ids, batch.x[old])
+                ref, mask = self.stored(old_ids, z_old.shape[1], z_old.device)
                 if bool(mask.any()):
                     loss = loss + self.config.alpha * ((z_old - ref) ** 2)[mask].mean()
         return loss
@@ -131,15 +248,14 @@ class DERpp(StandardMethod):
         self.record_on_entry(session.train_ids)
 
     def begin_session(self, session: Session) -> None:
-        keep = set(int(g) for g in self.ctx.memory.ids)
-        self.logits = {g: z for g, z in self.logits.items() if g in keep}
+        self.logits.keep_only(np.asarray(self.ctx.memory.ids, dtype=np.int64))
         super().begin_session(session)
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
-        state["derpp_logits"] = {g: z.copy() for g, z in self.logits.items()}
+        state["derpp_logits"] = self.logits.state_dict()
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
-        self.logits = {int(g): np.asarray(z) for g, z in state.get("derpp_logits", {}).items()}
+        self.logits.load_state_dict(state.get("derpp_logits", {}))

@@ -5,9 +5,12 @@ harness fills the whole batch with new samples). At the start of each session a 
 model (the teacher: the model as it was before the session) is kept; each update adds a
 distillation term on the outputs of the classes known before the session::
 
-    loss = CE(z, y) + lambda * T^2 * KL( softmax(z_teacher[:, :K_old] / T) || softmax(z[:, :K_old] / T) )
+    loss = CE(z, y) + lambda * KL( softmax(z_teacher[:, :K_old] / T) || softmax(z[:, :K_old] / T) )
 
-with T = 2 and lambda = 1 (LwF's defaults). The teacher runs in eval mode without gradients; every
+with T = 2 and lambda = 1 (LwF's defaults). Original LwF (Li & Hoiem 2017, eq. for L_old) and the
+paper's use of it do not multiply by T^2 (Hinton et al.'s gradient-scale correction); ``t2_scale:
+true`` does. (KL and LwF's cross-entropy with the teacher's soft targets differ by the teacher's
+entropy, a constant: the same gradients.) The teacher runs in eval mode without gradients; every
 sample it forwards is declared in ``ctx.counters["teacher_forward_samples"]`` (body and head, plus the
 trunk when inputs are images) so FLOP accounting charges it. The teacher is copied before any
 modifier's ``begin_session`` (so before LoRA injects adapters: the teacher is plain weights). With
@@ -56,7 +59,7 @@ class LwF(StandardMethod):
         t = self.config.temperature
         student = F.log_softmax(logits[:, : self.n_old].float() / t, dim=1)
         kd = F.kl_div(student, F.log_softmax(teacher / t, dim=1), reduction="batchmean", log_target=True)
-        return self.config.distill_weight * t * t * kd
+        return self.config.distill_weight * (t * t if self.config.t2_scale else 1.0) * kd
 
     def loss(self, batch: TrainBatch, logits: Tensor, targets: Tensor) -> Tensor:
         return F.cross_entropy(logits, targets) + self.distillation(batch, logits)

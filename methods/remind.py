@@ -23,12 +23,20 @@ trains the plastic body and head on reconstructions of it:
   here (only when the inputs are images) in ``remind_trunk_forward_samples``. FLOPs: the body's
   forwards of reconstructions are charged no trunk pass (none made them); the arriving sample's is
   charged once, so cached and uncached runs report the same training FLOPs (a test checks it).
-- **Per-class learning rate.** REMIND's ``step_lr_per_class``: the lr of an update is set by the
-  class of the arriving sample, decaying geometrically from ``lr`` (1e-3) to ``lr_end`` (1e-5) as
-  that class is seen more (reaching ``lr_end`` after ``lr_decay_samples`` samples of it; unset: the
-  class's number of training samples in the stream). It multiplies the group learning rates for
-  that one step (layer-wise decay kept) and composes with a modifier's schedule (+sgm's OneCycle)
-  by multiplication, so REMIND and REMIND+SGM use "identical settings" (paper appendix).
+- **Per-class learning rate.** REMIND's ``step_lr_per_class`` (tyler-hayes/REMIND,
+  REMINDModel.py and its experiment scripts), the schedule the paper asks for ("REMIND's default
+  per-class learning rate scheduler", appendix): the lr of an update is set by the class of the
+  arriving sample, ``lr * gamma**floor(n / lr_step)`` after ``n`` samples of that class, with
+  ``lr_step`` 100 and ``gamma = (lr_end / lr)**(lr_step / lr_decay_samples)``, ``lr_decay_samples``
+  1300 (REMIND's constant: an ImageNet class's size), so lr reaches ``lr_end`` after 1300 samples of
+  a class and keeps decaying past it, as StepLR does. A class with fewer than 100 samples (CUB: ~30)
+  trains at ``lr`` throughout. ``lr_step: 1, lr_decay_samples: null`` is the other reading (decay
+  over the class's own samples in the stream, to ``lr_end`` at its last). The factor multiplies the
+  group learning rates for that one step (layer-wise decay kept) and composes with a modifier's
+  schedule (+sgm's OneCycle) by multiplication, so REMIND and REMIND+SGM use "identical settings".
+- **PQ.** On the paper's protocols (online_cub_*, methods/defaults.yaml) REMIND's ImageNet settings:
+  32 codebooks (``pq_subquantizers``) of 256 centroids (``pq_bits`` 8); elsewhere 8 codebooks, which
+  divide the embedded protocols' 80-channel trunk (32 does not).
 - **Prediction.** As REMIND does, test features also pass through the quantiser (the deployed
   system is trunk -> PQ -> body); ``eval_reconstruct: false`` evaluates on raw trunk features.
 
@@ -202,7 +210,7 @@ class REMIND(StandardMethod):
         cfg = self.config
         span = cfg.lr_decay_samples or max(int(self.class_total[c]) if c < len(self.class_total) else 1, 1)
         seen = (int(self.class_seen[c]) // cfg.lr_step) * cfg.lr_step if c < len(self.class_seen) else 0
-        return cfg.lr * (cfg.lr_end / cfg.lr) ** (min(seen, span) / span)
+        return cfg.lr * (cfg.lr_end / cfg.lr) ** (seen / span)  # no floor at lr_end: StepLR keeps decaying
 
     def lr_factor(self, new_labels: np.ndarray) -> float:
         if self.config.lr_schedule == "none" or len(new_labels) == 0:

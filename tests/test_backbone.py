@@ -25,11 +25,13 @@ def test_packaged_imagenet_weights_load_into_timm_and_split_is_exact():
     assert all(not p.requires_grad for p in split.trunk.parameters())
 
 
-def test_convnext_split_paths_reproduce_the_full_model():
-    spec = load_protocol("cil_places_lt").backbone.model_copy(update={"weights": "none:"})
+@pytest.mark.parametrize(("protocol", "size"), [("cil_places_lt", 64), ("cil_convnextv1_places_lt", 64),
+                                              ("cil_mobilevit_places_lt", 64)])
+def test_split_paths_reproduce_the_full_model(protocol, size):
+    spec = load_protocol(protocol).backbone.model_copy(update={"weights": "none:"})
     net = create_network(spec).eval()
     split = split_network(copy.deepcopy(net), spec, num_classes=None).eval()
-    x = torch.randn(2, 3, 64, 64)
+    x = torch.randn(2, 3, size, size)
     with torch.no_grad():
         torch.testing.assert_close(split(x), net(x), rtol=1e-4, atol=1e-5)
 

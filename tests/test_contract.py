@@ -138,9 +138,12 @@ def test_remind_stores_pq_codes_and_counts_their_bytes(online, options):
     assert set(method.codes) >= set(method.ctx.memory.ids)
     counters = method.ctx.counters
     assert counters["remind_reconstruct_samples"] == budget.samples_trained
-    # per-class lr: full at a class's first sample, lr_end once it has been seen as often as it occurs
+    # per-class lr, REMIND's default: a step every 100 samples of a class, so a class seen once keeps lr
     c0 = int(online.stream.sessions[0].new_classes[0])
     assert method.class_seen[c0] == method.class_total[c0] == 1
+    assert method.class_lr(c0) == pytest.approx(method.config.lr)
+    # the decay over the class's own samples: lr_end once it has been seen as often as it occurs
+    method.config = method.config.model_copy(update={"lr_step": 1, "lr_decay_samples": None})
     assert method.class_lr(c0) == pytest.approx(method.config.lr_end)
     method.class_seen[c0] = 0
     assert method.class_lr(c0) == pytest.approx(method.config.lr)
@@ -170,7 +173,8 @@ def test_remind_per_class_lr_scales_one_step_and_is_restored(capped, options):
     from bench_stability_gap.harness.memory import Memory
     from bench_stability_gap.harness.budget_guards import memory_spec
 
-    _, method = build_method("remind", capped.protocol.name)
+    # the decay over a class's own samples (not REMIND's default), so one class's stream count ends it
+    _, method = build_method("remind", capped.protocol.name, {"lr_step": 1, "lr_decay_samples": None})
     rng = np.random.default_rng(0)
     memory = Memory(memory_spec(capped.protocol, method), capped.stream.train.labels,
                     capped.stream.train.sample_bytes, rng)
@@ -213,14 +217,15 @@ def test_remind_rejects_a_codebook_that_does_not_divide_the_channels(capped, opt
 
 
 def test_derpp_stores_logits_on_first_sight_and_pads_a_grown_head(capped, options):
-    method, _, _, _ = run(capped, "derpp", 0, options)
-    widths = {len(method.logits[int(g)]) for g in method.ctx.memory.ids}
+    method, _, _, _ = run(capped, "derpp", 0, options, pretrain_logits="at_setup")
+    widths = {method.logits.length(g) for g in method.ctx.memory.ids}
     assert len(widths) > 1  # logits stored before and after the head grew
     pre = [int(g) for g in method.ctx.memory.ids if g < len(capped.stream.pretrain_ids)]
-    assert pre and all(len(method.logits[g]) == capped.stream.pretrain_classes for g in pre)
+    assert pre and all(method.logits.length(g) == capped.stream.pretrain_classes for g in pre)
     ref, mask = method.stored(np.asarray(pre[:2]), 30, torch.device("cpu"))
     assert ref.shape == (2, 30) and bool(mask.all())
     assert float(ref[:, capped.stream.pretrain_classes:].abs().sum()) == 0
+    assert torch.equal(ref[0, : capped.stream.pretrain_classes], torch.from_numpy(method.logits.row(pre[0])))
     method.config = method.config.model_copy(update={"pad_logits": "none"})
     _, mask = method.stored(np.asarray(pre[:2]), 30, torch.device("cpu"))
     assert int(mask.sum()) == 2 * capped.stream.pretrain_classes
@@ -228,6 +233,47 @@ def test_derpp_stores_logits_on_first_sight_and_pads_a_grown_head(capped, option
     g = pre[0]
     assert method.sample_bytes(g) == capped.stream.train.sample_bytes(g) + 4 * capped.stream.pretrain_classes
     assert method.ctx.counters["derpp_logit_forward_samples"] >= len(pre)
+
+
+def test_derpp_lazy_pretrain_logits_equal_the_setup_pass(capped, options):
+    """Deployed-model logits computed when a pre-training sample is first replayed are the values the
+    eager setup pass stores, and only replayed samples cost a forward. With one sample per logit
+    forward (no batch-size-dependent kernels) the two are bitwise equal and so are the runs; with
+    the default batches they agree to float tolerance (this tiny, barely trained protocol flips a
+    test prediction on 1e-7 differences, so its curves are compared at one sample per forward)."""
+    eager, eager_curves, _, _ = run(capped, "derpp", 0, options, pretrain_logits="at_setup", logit_batch_size=1)
+    lazy, lazy_curves, _, _ = run(capped, "derpp", 0, options, logit_batch_size=1)
+    assert lazy.config.pretrain_logits == "on_replay"
+    n_pre = len(capped.stream.pretrain_ids)
+    lazy_pre = [int(g) for g in np.flatnonzero(lazy.logits.row_of >= 0) if g < n_pre]
+    assert lazy_pre  # some pre-training samples were replayed and got logits
+    assert all(g in eager.logits and np.array_equal(lazy.logits.row(g), eager.logits.row(g)) for g in lazy_pre)
+    assert lazy.ctx.counters["derpp_logit_forward_samples"] < eager.ctx.counters["derpp_logit_forward_samples"]
+    for a, b in zip(eager_curves, lazy_curves):
+        assert (a.all, a.old, a.new) == (b.all, b.old, b.new)
+    batched, _, _, _ = run(capped, "derpp", 0, options)  # default logit batches
+    for g in [int(g) for g in np.flatnonzero(batched.logits.row_of >= 0) if g < n_pre and g in eager.logits]:
+        np.testing.assert_allclose(batched.logits.row(g), eager.logits.row(g), rtol=1e-5, atol=1e-5)
+
+
+def test_logit_store_reuses_rows_and_pads_short_rows() -> None:
+    from bench_stability_gap.methods.derpp import LogitStore
+
+    store = LogitStore(10, 4)
+    store.put(np.array([3, 7]), torch.tensor([[1.0, 2.0], [3.0, 4.0]]))
+    store.put(np.array([5]), torch.tensor([[5.0, 6.0, 7.0]]))
+    out, mask = store.get(np.array([7, 5, 1]), 4)
+    assert out.tolist() == [[3.0, 4.0, 0.0, 0.0], [5.0, 6.0, 7.0, 0.0], [0.0] * 4]
+    assert mask.tolist() == [[True, True, False, False], [True, True, True, False], [False] * 4]
+    assert store.missing(np.array([1, 3, 1, 9])).tolist() == [1, 9]
+    store.keep_only(np.array([5]))
+    assert len(store) == 1 and 3 not in store and store.row(5).tolist() == [5.0, 6.0, 7.0]
+    rows_before = store.values.shape[0]
+    store.put(np.array([2]), torch.tensor([[9.0]]))  # a freed row is reused: the tensor does not grow
+    assert store.values.shape[0] == rows_before and store.row(2).tolist() == [9.0]
+    again = LogitStore(10, 4)
+    again.load_state_dict(store.state_dict())
+    assert again.row(5).tolist() == [5.0, 6.0, 7.0] and again.row(2).tolist() == [9.0] and 3 not in again
 
 
 def test_gdumb_memory_is_class_balanced(capped, options):
@@ -249,3 +295,23 @@ def test_contract_covers_the_zoo():
     assert {"derpp", "gdumb", "lwf", "remind", "vanilla", "finetune"} <= names
     assert "joint" not in names
     assert Path(__file__).name == "test_contract.py"
+
+
+@pytest.mark.parametrize("text", ["vanilla", "gdumb"])
+def test_split_memory_keeps_its_s1_share_through_a_run(capped, options, text):
+    """The runner offers S1 as such: a split cap of 40 at share .75 holds 30 S1 samples all run long,
+    the stream part (10) stays class-balanced, and GDumb's own policy does not replace the split."""
+    import dataclasses
+
+    from bench_stability_gap.harness.protocol import Memory as MemorySpec
+
+    spec = MemorySpec(policy="split", capacity=CAP, pretrain_share=0.75, include_pretrain=True)
+    bench = dataclasses.replace(capped, protocol=capped.protocol.model_copy(update={"memory": spec}))
+    method, curves, budget, _ = run(bench, text, 0, options)
+    memory = method.ctx.memory
+    assert memory.spec.policy == "split" and len(memory) == CAP == budget.memory_peak_samples
+    s1 = set(int(g) for g in bench.stream.pretrain_ids)
+    assert sum(int(g) in s1 for g in memory.ids) == 30 and memory.pretrain <= s1
+    stream_labels = bench.stream.train.labels[[g for g in memory.ids if int(g) not in s1]]
+    counts = np.bincount(stream_labels)[np.unique(stream_labels)]
+    assert counts.max() - counts.min() <= 1  # 10 stream slots over the classes seen

@@ -126,6 +126,38 @@ def test_a_run_trains_its_references_first_and_stores_what_it_was_scored_with(ti
     assert scored[run.run_id] == run.metrics and scored[ref.run_id] == ref.metrics
 
 
+def test_a_diverged_run_is_stored_as_such_never_as_a_score(tiny_protocol_file, tmp_path, monkeypatch):
+    import math
+
+    from bench_stability_gap.methods import base
+    from bench_stability_gap.methods.base import StepStats
+
+    real, calls = base.StandardMethod.observe, {"n": 0}
+
+    def blows_up(self, batch):
+        stats = real(self, batch)
+        if getattr(self, "name", None) != "finetune":  # the pre-training and joint learners have none
+            return stats
+        calls["n"] += 1
+        return StepStats(loss=math.nan) if calls["n"] == 9 else stats  # session 3, its third update
+
+    monkeypatch.setattr(base.StandardMethod, "observe", blows_up)
+    results = tmp_path / "r"
+    out = run_cli("--protocol", str(tiny_protocol_file), "--method", "finetune", "--results-dir", str(results),
+                  "--no-mlflow")
+    assert out.exit_code == 0, out.output
+    assert "diverged at update 3 of session 3: loss nan" in out.output and "status diverged" in out.output
+    (run,) = [r for _, r in iter_results(results) if r.method.spec == "finetune"]
+    assert run.status == "diverged" and run.metrics is None
+    assert [c.session for c in run.curves] == [2, 3] and run.curves[-1].updates == [0, 1, 2]
+    from bench_stability_gap.leaderboard.aggregate import summarize
+    from bench_stability_gap.leaderboard.sources import load_folder
+
+    (board,) = summarize(load_folder(results).entries)
+    assert "finetune" not in {row.method for row in board.rows}
+    assert any(e.run_id == run.run_id and "diverged" in e.reason for e in board.unranked)
+
+
 @pytest.mark.slow
 def test_sweep_runs_a_grid_then_resumes_and_prints_its_table(tiny_protocol_file, tmp_path):
     sweep = tmp_path / "grid.yaml"
@@ -142,7 +174,7 @@ def test_sweep_runs_a_grid_then_resumes_and_prints_its_table(tiny_protocol_file,
     rows = [line for line in text.splitlines() if line.startswith("| ") and "S_Δ" not in line]
     assert any("finetune" in r for r in rows) and any("vanilla+oocf [lr=0.002]" in r for r in rows)
     cl = {r.method.spec: r for _, r in iter_results(results) if not r.is_reference}
-    assert cl["vanilla+oocf"].config["lr"] == 2e-3 and cl["vanilla+oocf"].config["oocf"] == {}
+    assert cl["vanilla+oocf"].config["lr"] == 2e-3 and cl["vanilla+oocf"].config["oocf"] == {"old_rows": "decay"}
     assert "oocf" not in cl["finetune"].config  # modifier settings are recorded under the modifier's name
     # the A_best reference (vanilla, default settings) was trained first and sits in the table too
     assert any(r.startswith("| vanilla |") for r in rows)

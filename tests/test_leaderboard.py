@@ -374,7 +374,8 @@ def test_corrupt_and_foreign_json_are_skipped_with_a_warning(results_dir: Path, 
 def test_reported_numbers_sit_beside_measured_ones_never_mixed(tmp_path: Path) -> None:
     reported = load_reported()
     paper = {"cil_places_lt", "iid_places_lt", "cil_places_std_192k", "cil_places_std_24k", "online_cub_80k",
-             "online_cub_20k", "cil_places_lt_balanced", "cil_places_lt_norehearsal"}
+             "online_cub_20k", "cil_places_lt_balanced", "cil_places_lt_norehearsal",
+             "cil_convnextv1_places_lt", "cil_mobilevit_places_lt", "cil_places_std_unlimited"}
     assert set(reported) == paper
     for name in paper:
         load_protocol(name)  # every key is a built-in protocol

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from click.testing import CliRunner
 
 from bench_stability_gap.harness.cli import main
@@ -45,3 +46,41 @@ def test_image_files_decode_through_loader_workers_to_the_same_tensors(tmp_path,
     assert decoded.kind == "decode"
     assert torch.equal(decoded.get(ids), expected)
     assert decoded.distinct_seen() == 9 and decoded.fetched == 9
+
+
+def test_paper_projection_multiplies_per_image_costs_by_stage_images():
+    from bench_stability_gap.harness.perf_scale import Costs, project
+
+    costs = Costs(decode=0.01, trunk=0.002, body_eval=0.001, train_step=0.004, write_gbs=1, read_gbs=1,
+                  flops_trunk=1, flops_body=1)
+    stages = {"trunk pass": {"decode": 100, "trunk": 100}, "joint": {"train": 10, "eval": 50}}
+    cpu = project(costs, stages, train_streamed=True, eval_streamed=False, workers=2, cuda=False)
+    assert cpu == pytest.approx({"trunk pass": 100 * (0.005 + 0.002), "joint": 10 * (0.005 + 0.006) + 50 * 0.001})
+    gpu = project(costs, stages, train_streamed=True, eval_streamed=False, workers=2, cuda=True, compute_scale=2)
+    assert gpu == pytest.approx({"trunk pass": 100 * 0.005, "joint": 10 * 0.005 + 50 * 0.0005})
+    streamed = project(costs, stages, train_streamed=False, eval_streamed=True, workers=2, cuda=False)
+    assert streamed == pytest.approx({"trunk pass": 0.0, "joint": 10 * 0.004 + 50 * (0.005 + 0.003)})
+
+
+def test_paper_stage_images_count_a_full_run(tiny_protocol):
+    from bench_stability_gap.harness.evaluation import eval_plan
+    from bench_stability_gap.harness.perf_scale import stage_images
+    from bench_stability_gap.harness.stream import build_stream
+
+    stream = build_stream(tiny_protocol, 0)
+    st = stage_images(tiny_protocol, stream)
+    t, j = tiny_protocol.training, tiny_protocol.joint
+    sets = [len(eval_plan(stream, s).ids) for s in stream.sessions]
+    assert st["CL training"]["train"] == len(stream.sessions) * t.updates * t.batch.size
+    assert st["joint reference"] == {"train": len(stream.sessions) * j.updates * j.batch_size, "eval": sum(sets)}
+    assert st["CL evaluation"]["eval"] == len(tiny_protocol.eval.points(t.updates)) * sum(sets)
+    assert st["eval-set trunk pass"]["decode"] == int((stream.test.labels >= 0).sum())
+
+
+def test_bench_perf_paper_prints_costs_and_stage_projection(tiny_protocol_file):
+    out = CliRunner().invoke(main, ["perf", "--paper", "-p", str(tiny_protocol_file), "--paper-images", "4",
+                                    "--repeats", "1", "--project-tflops", "100"], catch_exceptions=False)
+    assert out.exit_code == 0, out.output
+    for needle in ("JPEG decode + preprocess", "trunk forward", "train step", "GiB/s", "data path",
+                   "CL evaluation", "an assumption, not a measurement"):
+        assert needle in out.output

@@ -22,8 +22,8 @@ def test_every_issue_protocol_ships_and_validates():
 def test_paper_protocols_carry_the_papers_numbers():
     main = load_protocol("cil_places_lt")
     assert (main.sessions, main.classes_per_session, main.training.updates) == (5, 73, 600)
-    assert main.training.batch.size == 128 and main.eval.every == 50
-    assert main.backbone.model == "convnextv2_femto" and main.backbone.trunk == ["stem", "stages.0", "stages.1"]
+    assert main.training.batch.size == 128 and main.eval.every == 100
+    assert main.backbone.model == "convnextv2_femto" and main.backbone.trunk == ["stem", "stages.0", "stages.1", "stages.2.downsample"]
     std = load_protocol("cil_places_std_24k")
     assert (std.training.updates, std.training.batch.size, std.memory.capacity) == (1200, 256, 24000)
     online = load_protocol("online_cub_20k")
@@ -79,3 +79,19 @@ def test_eval_points_cadence_plus_dense_start():
     ev = Evaluation(every=10, dense_every=2, dense_until=6)
     assert ev.points(25) == [0, 2, 4, 6, 10, 20, 25]
     assert Evaluation(every=50).points(100) == [0, 50, 100]
+
+
+def test_a_field_added_later_changes_no_hash_until_it_is_set():
+    import hashlib
+    import json
+
+    from bench_stability_gap.harness.protocol import Memory
+
+    spec = load_protocol("tiny_cil")
+    data = spec.model_dump(mode="json")
+    data["memory"].pop("pretrain_share")  # the spec as hashed before the field existed
+    before = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+    assert spec.spec_hash == before
+    split = spec.model_copy(update={"memory": Memory(policy="split", capacity=500, pretrain_share=0.8)})
+    other = spec.model_copy(update={"memory": Memory(policy="split", capacity=500, pretrain_share=0.75)})
+    assert len({spec.spec_hash, split.spec_hash, other.spec_hash}) == 3

@@ -22,7 +22,7 @@ from bench_stability_gap.harness.registry import Entry, build_method, protocol_d
 from bench_stability_gap.harness.stream import Session
 from bench_stability_gap.methods.base import Method, MethodConfig, StandardMethod, TrainBatch, layerwise_groups
 from bench_stability_gap.methods.baselines import OutputOnly, Vanilla
-from bench_stability_gap.methods.sgm.combined import SGM, SGMConfig, one_cycle
+from bench_stability_gap.methods.sgm.combined import SGM, OneCycleConfig, SGMConfig, one_cycle
 from bench_stability_gap.methods.sgm.init import DataDrivenInit, InitConfig, class_mean_rows
 from bench_stability_gap.methods.sgm.lora import LoRA, LoRAConfig, lora_modules
 from bench_stability_gap.methods.sgm.oocf import OldClassFreezing
@@ -149,7 +149,7 @@ def test_soft_targets_batch_update_equals_sequential_and_reset_growth():
 
 def test_soft_targets_hook_uses_softmax_and_state_survives_a_checkpoint():
     soft = SoftTargets()
-    method = SimpleNamespace()
+    method = SimpleNamespace(session=SimpleNamespace(new_classes=[1, 2]))  # class 0 is old: its base is u_0
     p = torch.tensor([[0.7, 0.2, 0.1]])
     batch = SimpleNamespace(y=torch.tensor([0]))
     # logits = log p, so softmax(logits) = p: the first target is (.6, .2, .2) as above
@@ -219,7 +219,8 @@ def test_init_modifier_writes_new_rows_keeps_bias_and_counts_forwards():
 # old output class freezing
 
 
-def test_oocf_old_rows_get_zero_gradient_and_no_weight_decay():
+@pytest.mark.parametrize("old_rows", ["frozen", "decay"])
+def test_oocf_old_rows_get_zero_gradient_and_weight_decay_as_configured(old_rows):
     # Control: AdamW with lr .1 and weight decay .5 shrinks a zero-gradient row by (1 - .1 * .5) = .95.
     w = nn.Parameter(torch.ones(2, 2))
     opt = torch.optim.AdamW([w], lr=0.1, weight_decay=0.5)
@@ -231,7 +232,8 @@ def test_oocf_old_rows_get_zero_gradient_and_no_weight_decay():
     x = torch.randn(8, 2, 3, 3)
     labels = np.array([0, 1, 2, 3, 4, 3, 4, 0])
     model = tiny_model(3)
-    method = Vanilla(Vanilla.Config(lr=0.1, weight_decay=0.5), [OldClassFreezing()])
+    method = Vanilla(Vanilla.Config(lr=0.1, weight_decay=0.5),
+                     [OldClassFreezing(OldClassFreezing.Config(old_rows=old_rows))])
     method.setup(model, tiny_ctx(x, labels))
     model.head.grow(2, torch.Generator().manual_seed(1))
     method.begin_session(session([3, 4], np.arange(3, 7), 5))
@@ -240,7 +242,12 @@ def test_oocf_old_rows_get_zero_gradient_and_no_weight_decay():
     method.observe(TrainBatch(x, y, np.arange(8), y >= 3))
     fc = model.head.fc
     assert torch.count_nonzero(fc.weight.grad[:3]) == 0 and torch.count_nonzero(fc.bias.grad[:3]) == 0
-    assert torch.equal(fc.weight[:3], w0[:3]) and torch.equal(fc.bias[:3], b0[:3])  # not even decayed
+    if old_rows == "frozen":
+        assert torch.equal(fc.weight[:3], w0[:3]) and torch.equal(fc.bias[:3], b0[:3])  # not even decayed
+    else:  # the published code: only decay moves them. Tensor-wise lr: bias .1, weight .1 * .9 = .09,
+        # so the bias shrinks by 1 - .1 * .5 = .95 and the weight by 1 - .09 * .5 = .955
+        torch.testing.assert_close(fc.weight[:3], w0[:3] * 0.955)
+        torch.testing.assert_close(fc.bias[:3], b0[:3] * 0.95)
     assert not torch.equal(fc.weight[3:], w0[3:])  # new rows learn
     assert any(not torch.equal(a, b) for a, b in zip(model.body.parameters(), tiny_model(3).body.parameters()))
     method.end_session(None)
@@ -328,9 +335,9 @@ def test_lora_needs_a_base_that_trains_the_body():
 def test_one_cycle_keeps_per_group_lr_ratios():
     model = tiny_model(3)
     # head lr 1e-3; body.1 has no parameters; body.0 (depth 2 below the head) 1e-3 * .9^2 = 8.1e-4
-    groups = [g for g in layerwise_groups(model, 1e-3, 0.05, 0.9, train_body=True) if g["params"]]
+    groups = [g for g in layerwise_groups(model, 1e-3, 0.05, 0.9, train_body=True, unit="module") if g["params"]]
     opt = torch.optim.AdamW(groups)
-    sched = one_cycle(opt, total_steps=10)
+    sched = one_cycle(opt, total_steps=10, cfg=OneCycleConfig(max_lr="per_group"))
     # OneCycle starts at max_lr / 25: 4e-5 and 3.24e-5
     assert [g["lr"] for g in opt.param_groups] == pytest.approx([4e-5, 3.24e-5])
     peak = []
@@ -341,18 +348,23 @@ def test_one_cycle_keeps_per_group_lr_ratios():
         assert lrs[1] / lrs[0] == pytest.approx(0.81)  # the layer-wise ratio survives every step
         peak.append(lrs[0])
     assert max(peak) == pytest.approx(1e-3)  # the head's own lr is its max_lr (not a shared scalar)
-    # a scalar max_lr (the trap) would have flattened the ratio to 1:
+    # a scalar max_lr (the published code's, the default) flattens the ratio to 1:
     opt2 = torch.optim.AdamW([dict(g) for g in groups])
-    torch.optim.lr_scheduler.OneCycleLR(opt2, max_lr=1e-3, total_steps=10)
+    one_cycle(opt2, total_steps=10, base_lr=1e-3)
     assert opt2.param_groups[1]["lr"] / opt2.param_groups[0]["lr"] == pytest.approx(1.0)
 
 
 def test_sgm_builds_a_one_cycle_over_the_lora_groups():
-    method, _ = tiny_run([SGM(SGMConfig(**{"lora.rank": 2}))], steps=1, layer_decay=0.5)
+    method, _ = tiny_run([SGM(SGMConfig(**{"lora.rank": 2, "onecycle.max_lr": "per_group"}))], steps=1,
+                         layer_decay=0.5, layer_decay_unit="module")
     sched = method.scheduler
     assert isinstance(sched, torch.optim.lr_scheduler.OneCycleLR)
     max_lrs = [g["max_lr"] for g in method.optimizer.param_groups]
     assert max_lrs == pytest.approx([1e-3, 2.5e-4])  # head 1e-3; the LoRA block, depth 2: 1e-3 * .5^2
+    # the default (published code): one scalar peak, the method's lr, for every tensor's group
+    method, _ = tiny_run([SGM(SGMConfig(**{"lora.rank": 2}))], steps=1, layer_decay=0.5)
+    # trainable tensors: head weight and bias, lora_A and lora_B of conv_pw and of conv_pwl
+    assert [g["max_lr"] for g in method.optimizer.param_groups] == pytest.approx([1e-3] * 6)
 
 
 # ---------------------------------------------------------------------------------------------------

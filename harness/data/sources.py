@@ -28,11 +28,13 @@ import numpy as np
 from PIL import Image
 
 from ..errors import BenchError
-from ..protocol import DataSource
+from ..protocol import DataSource, LongTail
 
 __all__ = [
     "ArraySplit",
     "FileSplit",
+    "SyntheticSplit",
+    "long_tail_counts",
     "Split",
     "LAYOUTS",
     "expand_root",
@@ -203,6 +205,85 @@ class FileSplit(Split):
         return FileSplit(self.root, self.paths[idx], self.labels[idx], self.class_names, self.source)
 
 
+class SyntheticSplit(Split):
+    """Images generated from the sample's key (no files): a class colour layout plus per-sample
+    detail, upsampled to ``size``. The same key always gives the same image, in any process, so
+    DataLoader workers and cached trunk features agree. Decoding costs what a small JPEG does
+    (a PIL resize of a ``size``² image); ``sample_bytes`` reports a JPEG's usual size (~1/10 raw)."""
+
+    GRID = 8
+
+    def __init__(self, keys: np.ndarray, labels: np.ndarray | Sequence[int], class_names: Sequence[str],
+                 size: int, seed: int, source: str = "synthetic") -> None:
+        self.keys = np.asarray(keys, dtype=np.int64).reshape(-1)
+        self.class_names = list(class_names)
+        self.labels = _as_labels(labels, len(self.class_names), f"{source} split")
+        if len(self.labels) != len(self.keys):
+            raise ValueError(f"{len(self.keys)} keys but {len(self.labels)} labels")
+        self.size, self.seed, self.source = int(size), int(seed), source
+
+    def pixels(self, index: int) -> np.ndarray:
+        """The sample's uint8 H×W×3 array before upsampling (GRID×GRID)."""
+        label = int(self.labels[index])
+        layout = np.random.default_rng([self.seed, 0, label]).integers(0, 256, (self.GRID, self.GRID, 3))
+        detail = np.random.default_rng([self.seed, 1, int(self.keys[index])]).integers(-48, 49, layout.shape)
+        return np.clip(layout + detail, 0, 255).astype(np.uint8)
+
+    def image(self, index: int) -> Image.Image:
+        return Image.fromarray(self.pixels(index)).resize((self.size, self.size), Image.BILINEAR)
+
+    def sample_bytes(self, index: int) -> int:
+        return self.size * self.size * 3 // 10
+
+    def subset(self, indices: np.ndarray | Sequence[int]) -> SyntheticSplit:
+        idx = _as_indices(indices, len(self))
+        return SyntheticSplit(self.keys[idx], self.labels[idx], self.class_names, self.size, self.seed, self.source)
+
+
+def long_tail_counts(classes: int, profile: LongTail) -> np.ndarray:
+    """Per-class counts ``smallest + (largest - smallest) * (1 - k/(C-1))**p``, class 0 the largest,
+    with ``p`` found by bisection so they sum to ``total`` (the rounding remainder goes to class 0)."""
+    lo_total = classes * profile.smallest
+    hi_total = profile.largest + (classes - 1) * profile.largest
+    if not (profile.largest >= profile.smallest and lo_total + profile.largest - profile.smallest <= profile.total
+            <= hi_total):
+        raise BenchError(
+            f"synthetic.train_per_class: a long tail of {classes} classes from {profile.largest} down to "
+            f"{profile.smallest} images cannot sum to total {profile.total} (possible: "
+            f"{lo_total + profile.largest - profile.smallest}..{hi_total})."
+        )
+    if classes == 1:
+        return np.array([profile.total], dtype=np.int64)
+    frac = 1.0 - np.arange(classes) / (classes - 1)
+
+    def counts(p: float) -> np.ndarray:
+        return np.rint(profile.smallest + (profile.largest - profile.smallest) * frac**p).astype(np.int64)
+
+    lo, hi = 1e-6, 1e6  # sum falls as p grows
+    for _ in range(200):
+        mid = (lo * hi) ** 0.5
+        lo, hi = (mid, hi) if counts(mid).sum() > profile.total else (lo, mid)
+    out = counts(hi)
+    out[0] += profile.total - out.sum()
+    return out
+
+
+def _open_synthetic(spec: DataSource, field: str) -> tuple[Split, Split]:
+    syn = spec.synthetic
+    assert syn is not None  # the schema requires it for this source
+    per = syn.train_per_class
+    train_counts = (np.full(syn.classes, per, dtype=np.int64) if isinstance(per, int)
+                    else long_tail_counts(syn.classes, per))
+    names = [f"class_{k}" for k in range(syn.classes)]
+    seed = syn.classes * 1_000_003 + syn.image_size  # two synthetic sources differ unless alike
+    train_labels = np.repeat(np.arange(syn.classes), train_counts)
+    test_labels = np.repeat(np.arange(syn.classes), syn.test_per_class)
+    n_train = len(train_labels)
+    return (SyntheticSplit(np.arange(n_train), train_labels, names, syn.image_size, seed, spec.source),
+            SyntheticSplit(n_train + np.arange(len(test_labels)), test_labels, names, syn.image_size, seed,
+                           spec.source))
+
+
 # ------------------------------------------------------------------------------ generic subsampling
 
 
@@ -282,6 +363,10 @@ LAYOUTS: dict[str, str] = {
         "('data_256/a/airfield/00000001.jpg 0' lines, paths relative to <root>, so <root>/data_256 "
         "holds the Places365-Standard small training images); Places_LT_val.txt (20 per class) is the "
         "test split; optional <root>/categories_places365.txt gives the class names"
+    ),
+    "synthetic": (
+        "no folder: images generated from the sample index, with the class and image counts given in "
+        "the source's synthetic field"
     ),
     "cub200": (
         "CUB-200-2011 as extracted from CUB_200_2011.tgz: <root>/images.txt, "
@@ -674,6 +759,7 @@ _OPENERS = {
     "places365": _open_places365,
     "places365_lt": _open_places365_lt,
     "cub200": _open_cub200,
+    "synthetic": _open_synthetic,
 }
 
 
@@ -682,7 +768,7 @@ def open_source(spec: DataSource, *, field: str = "root") -> tuple[Split, Split]
 
     ``field`` names the spec's root in error messages (e.g. ``stream_data[0].root``).
     """
-    if spec.root is not None and spec.source in ("mnist5k", "animal_mnist"):
+    if spec.root is not None and spec.source in ("mnist5k", "animal_mnist", "synthetic"):
         raise BenchError(
             f"Data source {spec.source!r} is embedded and takes no root, but {field} is {spec.root!r}; "
             f"remove it. It reads {LAYOUTS[spec.source]}."

@@ -14,9 +14,10 @@ it):
 Inside ``sgm`` the parts run in the fixed order lora, init, oocf, soft. Naming a part twice
 (``vanilla+sgm+lora``) is an error, since it would inject or freeze twice.
 
-OneCycle: ``OneCycleLR`` gets one ``max_lr`` per parameter group (the group's own lr, times
-``max_lr_scale``), so layer-wise lr decay survives (DESIGN §12: a scalar ``max_lr`` overwrites every
-group's lr).
+OneCycle: ``max_lr: scalar`` (default) is the published code's ``OneCycleLR(max_lr=lr)``
+(yousuf907/SGM, model_sgm.py): one peak, the method's lr times ``max_lr_scale``, for every group, so
+under SGM the layer-wise lr decay is erased (every group follows the same cycle). ``max_lr: per_group``
+gives each group its own lr as peak, so the decay survives (the corrected reading, DESIGN §12).
 """
 
 from __future__ import annotations
@@ -37,19 +38,26 @@ from ..sgm.soft import SoftTargets
 
 
 class OneCycle(Modifier):
-    """OneCycle schedule with one max_lr per parameter group (not registered on its own)."""
+    """OneCycle schedule, one scalar peak or one per parameter group (not registered on its own)."""
 
     name = "onecycle"
-    summary = "OneCycle learning-rate schedule, one max_lr per parameter group (layer-wise decay kept)."
+    summary = "OneCycle learning-rate schedule (peak: the method's lr for every group, or each group's own)."
     Config = OneCycleConfig
 
     def scheduler(self, method: StandardMethod, optimizer: torch.optim.Optimizer, total_steps: int):
-        return one_cycle(optimizer, total_steps, self.config)
+        return one_cycle(optimizer, total_steps, self.config, base_lr=method.config.lr)
 
 
-def one_cycle(optimizer: torch.optim.Optimizer, total_steps: int, cfg: OneCycleConfig | None = None):
+def one_cycle(optimizer: torch.optim.Optimizer, total_steps: int, cfg: OneCycleConfig | None = None,
+              base_lr: float | None = None):
+    """``base_lr``: the scalar peak (the method's lr); needed for ``max_lr: scalar``."""
     cfg = cfg or OneCycleConfig()
-    max_lr = [g["lr"] * cfg.max_lr_scale for g in optimizer.param_groups]
+    if cfg.max_lr == "scalar":
+        if base_lr is None:
+            raise ValueError("one_cycle with max_lr 'scalar' needs base_lr (the method's lr)")
+        max_lr: float | list[float] = base_lr * cfg.max_lr_scale
+    else:
+        max_lr = [g["lr"] * cfg.max_lr_scale for g in optimizer.param_groups]
     return torch.optim.lr_scheduler.OneCycleLR(
         optimizer, max_lr=max_lr, total_steps=max(total_steps, 2), pct_start=cfg.pct_start,
         div_factor=cfg.div_factor, final_div_factor=cfg.final_div_factor,
@@ -61,7 +69,7 @@ PARTS = (LoRA, DataDrivenInit, OldClassFreezing, SoftTargets)
 
 class SGM(Modifier):
     name = "sgm"
-    summary = "SGM: soft targets + data-driven init + old-class freezing + LoRA + per-group OneCycle."
+    summary = "SGM: soft targets + data-driven init + old-class freezing + LoRA + OneCycle."
     Config = SGMConfig
 
     def __init__(self, config: BaseModel | None = None) -> None:
@@ -86,6 +94,10 @@ class SGM(Modifier):
     def begin_session(self, method: StandardMethod, session: Session) -> None:
         for p in self.parts:
             p.begin_session(method, session)
+
+    def before_update(self, method: StandardMethod, batch: TrainBatch) -> None:
+        for p in self.parts:
+            p.before_update(method, batch)
 
     def targets(self, method: StandardMethod, batch: TrainBatch, logits: torch.Tensor):
         return self.soft.targets(method, batch, logits) if self.soft in self.parts else None

@@ -7,6 +7,14 @@ left as it is. The embeddings are taken in eval mode (BatchNorm running statisti
 updated) and every sample forwarded is counted in ``ctx.counters["init_forward_samples"]`` so FLOP
 accounting can charge the pass.
 
+Online protocols (``training.updates: per_sample``) deliver a session one sample at a time, so the
+session's samples are not there at its start: reading them then would use the future. With ``when:
+auto`` (default) such a protocol initialises a class's row at the class's first arrival instead, just
+before the update that first trains on it, from the samples of that class that have arrived by then
+(the arriving ones in that batch; ``centre: session`` centres on them too); ``when: session_start``
+forces the session-start reading (what the published code does for its batch sessions, and a peek
+at the future online), ``when: first_arrival`` forces the online reading.
+
 ``centre: none, scale: unit`` (the Config defaults) is exactly that. Two deviations are available
 because the literal rule misbehaves on backbones whose penultimate features are non-negative and
 sparse (EfficientNet-Lite: ReLU6 then global pooling): the row lies in the positive orthant along the
@@ -28,14 +36,16 @@ inputs where trained rows give -3.7; 13 % of old test inputs flip to a new class
 
 from __future__ import annotations
 
+from typing import Any, Literal
 
 import numpy as np
 import torch
+from pydantic import BaseModel
 import torch.nn.functional as F
 from torch import Tensor
 
 from ...harness.stream import Session
-from ..base import Modifier, StandardMethod
+from ..base import Modifier, StandardMethod, TrainBatch
 from ..configs import InitConfig
 
 
@@ -58,15 +68,46 @@ class DataDrivenInit(Modifier):
     summary = "Data-driven output init: new rows = mean of L2-normalised embeddings of the class; bias kept."
     Config = InitConfig
 
+    def __init__(self, config: BaseModel | None = None) -> None:
+        super().__init__(config)
+        self.pending: set[int] = set()  # new classes of the session whose row waits for a first arrival
+
+    def online(self, method: StandardMethod) -> bool:
+        if self.config.when == "auto":
+            return method.ctx.protocol.training.updates == "per_sample"
+        return self.config.when == "first_arrival"
+
     def begin_session(self, method: StandardMethod, session: Session) -> None:
         new = [int(k) for k in session.new_classes]
         if not new:
             return
-        model, ctx = method.model, method.ctx
-        labels = ctx.stream.train.labels[session.train_ids]
+        if self.online(method):
+            self.pending = set(new)
+            return
+        labels = method.ctx.stream.train.labels[session.train_ids]
         ids = session.train_ids[np.isin(labels, new)]
         if self.config.centre == "session":
             ids = session.train_ids  # the centre is the mean over all of the session's samples
+        self.write_rows(method, ids, new)
+
+    def before_update(self, method: StandardMethod, batch: TrainBatch) -> None:
+        """Online: rows of classes arriving for the first time, from their arrived samples in ``batch``."""
+        if not self.pending:
+            return
+        arriving = batch.is_new.cpu().numpy()
+        labels = batch.y.cpu().numpy()
+        first = sorted({int(c) for c in labels[arriving]} & self.pending)
+        if not first:
+            return
+        ids = np.asarray(batch.ids, dtype=np.int64)[arriving]
+        if self.config.centre != "session":
+            ids = ids[np.isin(labels[arriving], first)]
+        self.write_rows(method, ids, first)
+        self.pending -= set(first)
+
+    def write_rows(self, method: StandardMethod, ids: np.ndarray, new: list[int]) -> None:
+        """Rows of classes ``new`` from the samples ``ids`` (which hold every class in ``new``)."""
+        model, ctx = method.model, method.ctx
         embeddings = self.embed(method, ids)
         y = torch.as_tensor(ctx.stream.train.labels[ids], device=embeddings.device)
         centre = embeddings.mean(0) if self.config.centre == "session" else None
@@ -76,6 +117,12 @@ class DataDrivenInit(Modifier):
             rows = rows * self.logit_scale(method, embeddings, y, rows, new)
         with torch.no_grad():
             fc.weight[new] = rows.to(fc.weight.dtype)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"pending": sorted(self.pending)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.pending = set((state or {}).get("pending", []))
 
     def logit_scale(self, method: StandardMethod, embeddings: Tensor, y: Tensor, rows: Tensor,
                     new: list[int]) -> float:
@@ -107,11 +154,14 @@ class DataDrivenInit(Modifier):
         was_training = model.training
         model.eval()
         out = []
+        # whether the stored inputs are trunk features is the store's to say: REMIND's step marks the
+        # model as fed features (its reconstructions) while it runs, whatever the store holds
+        cached = getattr(ctx.inputs, "cached", model.trunk_cached)
         try:
             with torch.no_grad():
                 for i in range(0, len(ids), self.config.batch_size):
-                    chunk = ids[i : i + self.config.batch_size]
-                    out.append(model.embed(ctx.inputs.get(chunk)).float())
+                    x = ctx.inputs.get(ids[i : i + self.config.batch_size])
+                    out.append(model.body(x if cached else model.trunk(x)).float())
         finally:
             model.train(was_training)
         ctx.counters["init_forward_samples"] = ctx.counters.get("init_forward_samples", 0) + len(ids)

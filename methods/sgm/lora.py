@@ -2,11 +2,18 @@
 
 At session start fresh adapters are injected with peft into the body modules named by the
 protocol's ``backbone.lora_targets`` (ConvNeXt ``mlp.fc1``/``mlp.fc2``, EfficientNet
-``conv_pw``/``conv_pwl``): Theta = W + (alpha/r) B A, A ~ N(0, 1/r^2) drawn from the run's seeded
-generator, B = 0, so the network is unchanged at the first update. Only the adapters and the head
-train. At session end the adapters are folded explicitly, W <- W + (alpha/r) B A, and each wrapped
-module is replaced by its (updated) base module, so the body is plain timm modules again with its
-original state-dict keys. No train/eval toggle merges anything (the loralib trap in DESIGN §12).
+``conv_pw``/``conv_pwl``): Theta = W + (alpha/r) B A, B = 0, so the network is unchanged at the first
+update; A is drawn from the run's seeded generator. Only the adapters and the head train. At session
+end the adapters are folded explicitly, W <- W + (alpha/r) B A, and each wrapped module is replaced by
+its (updated) base module, so the body is plain timm modules again with its original state-dict keys.
+No train/eval toggle merges anything (the loralib trap in DESIGN §12).
+
+Defaults follow the published code (yousuf907/SGM, convnext_v2_lora.py / model_sgm.py), which uses
+loralib's ``lora.Linear(r=48)`` with its default ``lora_alpha=1`` and merges ``W + (B @ A) * (1/48)``:
+``alpha: 1`` (scaling 1/r) and ``init: kaiming_uniform`` (loralib's A init, U(+-1/sqrt(fan_in))).
+The paper's text (Sec. 4, eq. 6) reads Theta = W + BA with A Gaussian: ``alpha: <r>`` and
+``init: gaussian`` (A ~ N(0, 1/r^2)). Adam's step does not depend on the gradient's scale, so the
+adapters' effective change per update is proportional to alpha/r: scaling 1 moves them 48x faster.
 
 BatchNorm in the body: with ``norm: frozen`` (default) BatchNorm layers stay in eval mode while
 training (running statistics used, never updated), so the body's function changes only through the
@@ -103,7 +110,11 @@ class LoRA(Modifier):
         with torch.no_grad():
             for _, layer in lora_modules(body):
                 a = layer.lora_A[ADAPTER].weight
-                a.copy_(torch.randn(a.shape, generator=gen) / r)
+                if self.config.init == "gaussian":
+                    a.copy_(torch.randn(a.shape, generator=gen) / r)
+                else:  # loralib: kaiming_uniform_(A, a=sqrt(5)) = U(-b, b), b = 1/sqrt(fan_in)
+                    fan_in = a[0].numel()
+                    a.copy_((torch.rand(a.shape, generator=gen) * 2 - 1) / fan_in**0.5)
                 layer.lora_B[ADAPTER].weight.zero_()
         for n, p in body.named_parameters():
             p.requires_grad_("lora_" in n)

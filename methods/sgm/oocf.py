@@ -1,30 +1,34 @@
 """Old output class freezing (SGM, Harun & Kanan 2024, Sec. 4).
 
-The output rows (weight row and bias entry) of every class from an earlier session get no gradient
-and do not move, weight decay included (DESIGN §12: AdamW's decoupled decay shrinks a parameter
-whose gradient is zero, and ``layerwise_groups`` puts the head's weight and bias in one group).
+The output rows (weight row and bias entry) of every class from an earlier session get no gradient.
+``old_rows: decay`` (default) is the published code (yousuf907/SGM, partial_freeze.py
+``freeze_linear_params``): only the gradient is masked, so AdamW's decoupled weight decay still shrinks
+the old rows (by lr * weight_decay per update, ~1.5 % over a 600-update session at the paper's
+settings). ``old_rows: frozen`` is the text's "freezing": the rows do not move at all.
 
 How: at session start the old rows are snapshotted and a gradient hook on the head's weight and bias
-zeroes their old entries (so backward leaves them exactly zero gradient); once the optimizer is
-built, a step post-hook on it copies the snapshot back after every step, which undoes the decoupled
-decay (and anything else an optimizer might do to a zero-gradient row). Rows are frozen, not
+zeroes their old entries (so backward leaves them exactly zero gradient); with ``old_rows: frozen``,
+once the optimizer is built, a step post-hook on it copies the snapshot back after every step, which
+undoes the decoupled decay (and anything else an optimizer might do to a zero-gradient row). Rows are frozen, not
 removed: they still produce logits, and rehearsal still trains the body on old samples.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
 
 from ..base import Modifier, StandardMethod
+from ..configs import OOCFConfig
 from ...harness.stream import Session
 
 
 class OldClassFreezing(Modifier):
     name = "oocf"
-    summary = "Old output class freezing: rows of earlier classes get no gradient and no weight decay."
+    summary = "Old output class freezing: rows of earlier classes get no gradient (weight decay: old_rows)."
+    Config = OOCFConfig
 
     def __init__(self, config=None) -> None:
         super().__init__(config)
@@ -48,6 +52,8 @@ class OldClassFreezing(Modifier):
 
     def scheduler(self, method: StandardMethod, optimizer: torch.optim.Optimizer, total_steps: int):
         """Called once the session's optimizer exists: restore old rows after each of its steps."""
+        if self.config.old_rows == "decay":
+            return None
         fc = method.model.head.fc
 
         def restore(*_: Any) -> None:

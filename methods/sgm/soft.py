@@ -1,12 +1,21 @@
 """Dynamic soft targets (SGM, Harun & Kanan 2024, Sec. 4).
 
 For each class k a running mean u_k of the model's softmax outputs on samples of class k is kept,
-updated only when such a sample is classified correctly (DESIGN §12), uniform before the first update.
+updated only when such a sample is classified correctly (the published code; ``update_on: all`` is the
+text's "when an example from class k is observed"), uniform before the first update.
 The target of a sample of class k predicted as y' is u_k with t[k] = 1 and, when y' != k,
 t[y'] = 1/K, renormalised to sum to one. Targets of a batch are built from u as it was before the
 batch (the paper's figure: u_k^i trains theta_{i+1}); the batch then updates u.
 
-Growing the head: an existing u_k that has been updated (c_k > 0) is zero-padded for the new classes
+Published code (yousuf907/SGM, model_sgm.py ``soft_cross_entropy`` / ``update_soft_targets``), the
+defaults: the accumulators are reset at every session start (``reset: session``), and a sample of a
+class new in this session gets the *current* softmax as its base vector instead of u_k
+(``new_samples: softmax``), then the same prediction -> 1/C, true class -> 1, renormalise; C is the
+number of output units (bench's head holds the classes seen so far; the code's head held all 1365
+from the start). ``reset: never`` with ``new_samples: running_mean`` is the paper's text (Sec. 4,
+eq. 6-7: one running mean per class over the whole run).
+
+Growing the head (``reset: never``): an existing u_k that has been updated (c_k > 0) is zero-padded for the new classes
 (it already sums to one, so it stays a distribution: "class k's outputs put no mass on classes that
 did not exist"); a u_k never updated (c_k = 0) is still "uniform before the first update", now
 uniform over the new K. ``grow: reset`` instead resets every u_k to uniform over the new K and its
@@ -17,10 +26,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 from pydantic import BaseModel
 from torch import Tensor
 
+from ...harness.stream import Session
 from ..base import Modifier, StandardMethod, TrainBatch
 from ..configs import SoftTargetsConfig
 
@@ -57,11 +68,19 @@ class SoftTargets(Modifier):
             counts[:k_old] = self.counts
         self.u, self.counts = uniform, counts
 
-    def build(self, probs: Tensor, y: Tensor) -> Tensor:
-        """Targets for a batch from u as it is now (does not update u)."""
+    def begin_session(self, method: StandardMethod, session: Session) -> None:
+        if self.config.reset == "session":
+            self.u, self.counts = torch.empty(0, 0), torch.empty(0, dtype=torch.long)
+            self.grow(method.model.head.num_classes, method.model.head.fc.weight.device)
+
+    def build(self, probs: Tensor, y: Tensor, is_new: Tensor | None = None) -> Tensor:
+        """Targets for a batch from u as it is now (does not update u). ``is_new`` marks samples of the
+        session's new classes, whose base vector is their current softmax (``new_samples: softmax``)."""
         k = self.num_classes
         rows = torch.arange(len(y), device=y.device)
         t = self.u[y].clone()
+        if is_new is not None and self.config.new_samples == "softmax":
+            t[is_new] = probs[is_new].to(t.dtype)
         pred = probs.argmax(1)
         wrong = pred != y
         t[rows[wrong], pred[wrong]] = 1.0 / k
@@ -70,7 +89,7 @@ class SoftTargets(Modifier):
 
     def update(self, probs: Tensor, y: Tensor) -> None:
         """u_k <- (c_k u_k + sum of the batch's correct softmax vectors of class k) / (c_k + n_k)."""
-        correct = probs.argmax(1) == y
+        correct = probs.argmax(1) == y if self.config.update_on == "correct" else torch.ones_like(y, dtype=torch.bool)
         if not bool(correct.any()):
             return
         yc, pc = y[correct], probs[correct].to(self.u.dtype)
@@ -84,7 +103,8 @@ class SoftTargets(Modifier):
     def targets(self, method: StandardMethod, batch: TrainBatch, logits: Tensor) -> Tensor:
         probs = logits.detach().float().softmax(1)
         self.grow(logits.shape[1], logits.device)
-        t = self.build(probs, batch.y)
+        new_classes = torch.as_tensor(np.asarray(method.session.new_classes, dtype=np.int64), device=batch.y.device)
+        t = self.build(probs, batch.y, torch.isin(batch.y, new_classes))  # by class, as the code's old_class mask
         self.update(probs, batch.y)
         return t.to(logits.dtype)
 

@@ -1,0 +1,70 @@
+"""Verified caches: a deployed model or trunk-feature shard that fails its hash is named, moved aside and
+rebuilt (never loaded), and concurrent builders of one cache entry build it once."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import torch
+
+from bench_stability_gap.harness import features as FS
+from bench_stability_gap.harness.continual import run_cl
+from bench_stability_gap.harness.protocol import load_protocol
+from bench_stability_gap.harness.registry import build_method
+from bench_stability_gap.harness.workbench import RunOptions, prepare
+
+
+def test_a_corrupt_deployed_model_or_feature_shard_is_moved_aside_and_rebuilt(tiny_protocol_file, tmp_path,
+                                                                             monkeypatch, capsys):
+    monkeypatch.setenv("BENCH_CACHE_DIR", str(tmp_path / "cache"))
+    protocol = load_protocol(str(tiny_protocol_file))
+    options = RunOptions(results_dir=tmp_path / "r", progress=False)
+    first = prepare(protocol, 0, options)
+    _, method = build_method("finetune", protocol.name)
+    before, _, _ = run_cl(first, method, 0, options)
+
+    (deployed,) = (tmp_path / "cache" / "deployed").glob("*.pt")
+    deployed.write_bytes(deployed.read_bytes()[:-100])  # truncated: still a file, no longer the model
+    shards = sorted((tmp_path / "cache" / "trunk").rglob("shard_00000.bin"))
+    assert shards, "the reduced protocol keeps its trunk features in shard folders"
+    data = bytearray(shards[0].read_bytes())
+    data[len(data) // 2] ^= 0xFF  # one flipped byte in the middle of a feature row
+    shards[0].write_bytes(bytes(data))
+    capsys.readouterr()
+
+    second = prepare(protocol, 0, options)
+    said = capsys.readouterr()
+    text = said.out + said.err
+    assert f"Deployed-model cache {deployed} failed verification" in text
+    assert f"Trunk feature cache {shards[0].parent} failed verification" in text and "sha256" in text
+    assert list(deployed.parent.glob(deployed.name + ".corrupt-*"))
+    assert list(shards[0].parent.parent.glob(shards[0].parent.name + ".corrupt-*"))
+    _, method = build_method("finetune", protocol.name)
+    after, _, _ = run_cl(second, method, 0, options)
+    assert [c.model_dump() for c in after] == [c.model_dump() for c in before]  # rebuilt to the same numbers
+
+
+def test_concurrent_builders_of_one_feature_cache_build_it_once(tmp_path):
+    folder, passes = tmp_path / "key-abc.v2", []
+
+    def batches():
+        passes.append(threading.get_ident())
+        return (torch.full((4, 3), float(i)) for i in range(5))
+
+    opened: list[FS.FeatureShards] = []
+    threads = [threading.Thread(target=lambda: opened.append(FS.open_verified(folder, 20, batches, print)))
+               for _ in range(3)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=60)
+    assert len(passes) == 1 and len(opened) == 3
+    assert all(torch.equal(s.read([0, 19]), opened[0].read([0, 19])) for s in opened)
+    assert FS.problem(folder) is None
+
+
+def test_a_feature_folder_made_for_another_key_is_not_trusted(tmp_path):
+    FS.write_shards(tmp_path / "a.v2", 6, [torch.zeros(6, 2)])
+    (tmp_path / "a.v2").rename(tmp_path / "b.v2")
+    assert "made for cache key 'a.v2'" in FS.problem(Path(tmp_path / "b.v2"))

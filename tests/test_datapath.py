@@ -1,0 +1,142 @@
+"""The data path at paper size: a plan before any compute, features sharded on disk, streaming
+through the trunk when storing does not fit, and a clear exit 2 (never an allocator traceback)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from click.testing import CliRunner
+
+from bench_stability_gap.harness import features as FS
+from bench_stability_gap.harness.backbone import create_network, split_network
+from bench_stability_gap.harness.cli import main
+from bench_stability_gap.harness.datapath import GB, plan_data_path
+from bench_stability_gap.harness.errors import BenchError
+from bench_stability_gap.harness.protocol import Protocol, load_protocol
+from bench_stability_gap.harness.workbench import RunOptions, prepare
+from bench_stability_gap.harness.stream import build_stream
+from tests.conftest import reduced_tiny
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_shards_round_trip_rows_in_any_order_across_shard_boundaries(tmp_path, monkeypatch, dtype):
+    monkeypatch.setattr(FS, "SHARD_BYTES", 3 * 2 * 4 * 4)  # 3 rows of 2x4 float32 (6 of bf16) per shard
+    feats = torch.randn(20, 2, 4).to(dtype)
+    store = FS.write_shards(tmp_path / "f", 20, (feats[i : i + 7] for i in range(0, 20, 7)))
+    assert FS.FeatureShards.complete(tmp_path / "f") and store.dtype == str(dtype).split(".")[1]
+    assert len(list((tmp_path / "f").glob("shard_*.bin"))) == -(-20 // store.rows_per_shard) > 2
+    rows = np.array([19, 0, 7, 3, 3, 12])
+    assert torch.equal(store.read(rows), feats.float()[torch.from_numpy(rows)])
+    assert torch.equal(store.load_all(), feats.float())
+    assert store.nbytes == feats.numel() * feats.element_size()
+
+
+def test_an_interrupted_pass_leaves_no_cache(tmp_path):
+    def batches():
+        yield torch.zeros(4, 3)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        FS.write_shards(tmp_path / "f", 8, batches())
+    assert not FS.FeatureShards.complete(tmp_path / "f") and list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture(scope="module")
+def paper():
+    """cil_places_lt's counts (synthetic): 1.34 M training, 57,300 eval images; no image is generated."""
+    protocol = load_protocol("cil_places_lt_synthetic")
+    torch.manual_seed(0)
+    model = split_network(create_network(protocol.backbone), protocol.backbone, None)
+    return protocol, build_stream(protocol, 0), model.trunk
+
+
+def test_paper_size_plan_keeps_the_eval_features_on_disk_and_streams_training(paper, tmp_path, monkeypatch):
+    protocol, stream, trunk = paper
+    assert len(stream.train) == 1_343_667 and int((stream.test.labels >= 0).sum()) == 57_300
+    monkeypatch.setenv("BENCH_RAM_GB", "6")
+    monkeypatch.setenv("BENCH_DISK_GB", "100")
+    plan = plan_data_path(protocol, stream, trunk, torch.device("cpu"), False, tmp_path, {})
+    row = 192 * 14 * 14 * 4  # the frozen part ends after stages.2.downsample (docs/fidelity.md)
+    assert plan.feature_shape == (192, 14, 14) and plan.feature_dtype == "float32"
+    assert (plan.test.mode, plan.test.disk_bytes, plan.test.ram_bytes) == ("trunk-disk", 57_300 * row, 0)
+    assert plan.train.mode == "trunk-stream"  # 25,600 fetches do not pay for a 1.34 M-image pass
+    assert plan.resident_bytes < 6 * GB and "trunk-disk" in plan.describe()
+    assert plan.as_dict()["test"]["mode"] == "trunk-disk"
+    monkeypatch.setenv("BENCH_DISK_GB", "5")  # 8.6 GB of eval features do not fit: stream them too
+    assert plan_data_path(protocol, stream, trunk, torch.device("cpu"), False, tmp_path, {}).test.mode == "trunk-stream"
+
+
+def test_paper_size_catalog_over_the_ram_budget_is_refused_before_compute(paper, tmp_path, monkeypatch):
+    protocol, stream, trunk = paper
+    monkeypatch.setenv("BENCH_RAM_GB", "0.05")
+    with pytest.raises(BenchError, match=r"does not fit the RAM budget.*Nothing was computed.*BENCH_RAM_GB >= "):
+        plan_data_path(protocol, stream, trunk, torch.device("cpu"), False, tmp_path, {})
+    monkeypatch.setenv("BENCH_RAM_GB", "6")
+    monkeypatch.setenv("BENCH_TRUNK_CACHE", "ram")  # 8.6 GB of features pinned to RAM
+    with pytest.raises(BenchError, match=r"pins trunk-ram.*eval split.*What would fit: BENCH_TRUNK_CACHE=disk"):
+        plan_data_path(protocol, stream, trunk, torch.device("cpu"), False, tmp_path, {})
+
+
+def test_cli_says_exit_2_before_any_trunk_pass(tmp_path, monkeypatch):
+    monkeypatch.setenv("BENCH_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("BENCH_RAM_GB", "0.05")
+    out = CliRunner().invoke(main, ["run", "-p", "cil_places_lt_synthetic", "--no-mlflow", "--no-progress",
+                                    "--results-dir", str(tmp_path / "results")], catch_exceptions=False)
+    assert out.exit_code == 2 and "does not fit the RAM budget" in out.output
+    assert "Traceback" not in out.output and not any((tmp_path / "cache" / "trunk").iterdir())
+
+
+def _small(bench_cache) -> Protocol:
+    spec = reduced_tiny()
+    spec["name"] = "datapath_small"
+    spec["sessions"] = 2
+    return Protocol.model_validate(spec)
+
+
+def test_streaming_gives_the_features_and_curves_of_the_disk_cache(bench_cache, tmp_path, monkeypatch):
+    from bench_stability_gap.harness.registry import build_method
+    from bench_stability_gap.harness.continual import run_cl
+
+    protocol = _small(bench_cache)
+    opts = RunOptions(results_dir=tmp_path, progress=False, log=False)
+    monkeypatch.setenv("BENCH_TRUNK_CACHE", "disk")
+    disk = prepare(protocol, 0, opts)
+    monkeypatch.setenv("BENCH_TRUNK_CACHE", "stream")
+    streamed = prepare(protocol, 0, opts)
+    assert (disk.test_inputs.kind, disk.train_inputs.kind) == ("trunk-disk", "trunk-disk")
+    assert (streamed.test_inputs.kind, streamed.train_inputs.kind) == ("trunk-stream", "trunk-stream")
+    ids = np.flatnonzero(disk.stream.test.labels >= 0)[::7]
+    torch.testing.assert_close(streamed.test_inputs.get(ids), disk.test_inputs.get(ids), rtol=1e-5, atol=1e-5)
+    curves = []
+    for bench in (disk, streamed):
+        _, method = build_method("vanilla", protocol.name)
+        c, budget, _ = run_cl(bench, method, 0, opts)
+        curves.append(c)
+    for a, b in zip(*curves):
+        np.testing.assert_allclose(a.all, b.all, atol=0.05)
+    # a streaming trunk runs at every fetch: executed trunk passes are fetches, not distinct images
+    assert streamed.train_inputs.distinct_seen() == streamed.train_inputs.fetched > disk.train_inputs.distinct_seen()
+
+
+@pytest.mark.parametrize("augment, mode", [(False, "trunk-ram"), (True, "trunk-stream")])
+def test_small_training_sets_stay_in_ram_and_augmentation_streams(bench_cache, tmp_path, augment, mode):
+    spec = reduced_tiny(augment=augment)
+    protocol = Protocol.model_validate(spec)
+    bench = prepare(protocol, 0, RunOptions(results_dir=tmp_path, progress=False, log=False))
+    assert bench.data_path.train.mode == bench.train_inputs.kind == mode
+    assert bench.data_path.test.mode == "trunk-ram"
+    x = bench.train_inputs.get(bench.stream.sessions[0].train_ids[:4])
+    assert x.shape[1:] == tuple(bench.data_path.feature_shape)  # the body's input either way
+
+
+def test_protocols_sharing_sources_but_not_classes_keep_separate_shards(bench_cache, tmp_path, monkeypatch):
+    """The shards hold labelled samples only; which those are depends on the classes the stream uses."""
+    monkeypatch.setenv("BENCH_TRUNK_CACHE", "disk")
+    opts = RunOptions(results_dir=tmp_path, progress=False, log=False)
+    two, four = prepare(_small(bench_cache), 0, opts), prepare(Protocol.model_validate(reduced_tiny()), 0, opts)
+    assert two.test_inputs.shards.folder != four.test_inputs.shards.folder
+    for bench in (two, four):
+        ids = np.flatnonzero(bench.stream.test.labels >= 0)
+        assert bench.test_inputs.shards.rows == len(ids) and bench.test_inputs.get(ids[-3:]).shape[0] == 3
