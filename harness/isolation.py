@@ -209,7 +209,15 @@ def sample_shape(store: InputStore) -> tuple[int, ...]:
     """The shape of one input as methods receive it (trunk features or a preprocessed image)."""
     if store.table is not None:
         return tuple(store.table.shape[1:])
-    return (3, store.preprocess.size, store.preprocess.size)
+    if getattr(store, "shards", None) is not None:  # trunk features on disk
+        return tuple(store.shards.shape)
+    size = store.preprocess.size
+    trunk = getattr(store, "trunk", None)
+    if store.cached and trunk is not None:  # trunk run per batch: its output shape, from one blank image
+        device = next(trunk.parameters()).device
+        with torch.no_grad():
+            return tuple(trunk(torch.zeros(1, 3, size, size, device=device)).shape[1:])
+    return (3, size, size)
 
 
 def retained_samples(method: Any, shape: tuple[int, ...], skip: list[Any]) -> tuple[int, list[str]]:
