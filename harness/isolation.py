@@ -120,6 +120,10 @@ class MemoryView:
         """Re-evaluate stored bytes once a method knows its storage format (DER++, REMIND at setup)."""
         self._memory.recount_bytes()
 
+    def add_bytes(self, n: int) -> None:
+        """Charge bytes a method adds to samples already stored (DER++'s lazily recorded logits)."""
+        self._memory.add_bytes(n)
+
     def __len__(self) -> int:
         return len(self._memory)
 
