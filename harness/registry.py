@@ -152,7 +152,10 @@ def _defaults_file(root: Path) -> dict:
 def defaults_file(entry: Entry) -> tuple[dict, Path]:
     """The ``defaults.yaml`` beside the package an entry point comes from (built-ins: methods/defaults.yaml;
     a plugin ships its own the same way), and its path; only the entry's own names are read from it."""
-    root = code_root(entry.target.partition(":")[0])
+    try:
+        root = code_root(entry.target.partition(":")[0])
+    except BenchError:  # code that cannot be located has no defaults file (loading it fails, naming it)
+        return {}, Path(DEFAULTS_FILE)
     path = (root if root.is_dir() else root.parent) / DEFAULTS_FILE
     return _defaults_file(root), path
 

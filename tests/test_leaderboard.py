@@ -45,13 +45,18 @@ EVIL = "<script>alert(1)</script>"
 
 
 def real_results(protocol: str = "tiny_cil") -> list[RunResult]:
-    """The stored real results, stamped with ``protocol``'s current name and spec hash."""
+    """The stored real results, stamped with ``protocol``'s current name and spec hash (and the joint runs
+    with its current joint settings: a setting added to MethodConfig since they were made is not a reason
+    to set the fixtures' joint apart)."""
+    from bench_stability_gap.harness.reference import joint_settings
+
     spec = load_protocol(protocol)
     out = []
     for path in sorted(FIXTURES.glob("*.json")):
         r = load_result(path)
         stamp = r.protocol.model_copy(update={"name": spec.name, "version": spec.version, "hash": spec.spec_hash})
-        out.append(r.model_copy(update={"protocol": stamp}))
+        update = {"protocol": stamp, **({"config": joint_settings(spec)} if r.is_reference else {})}
+        out.append(r.model_copy(update=update))
     assert out, f"no fixtures in {FIXTURES}"
     return out
 
