@@ -106,6 +106,11 @@ class MemoryView:
         return self._memory.capacity
 
     @property
+    def pretrain(self) -> frozenset[int]:
+        """The stored S1 samples of a split memory (``memory.pretrain_share``)."""
+        return frozenset(self._memory.pretrain)
+
+    @property
     def spec(self):
         return self._memory.spec
 
