@@ -336,6 +336,26 @@ def ls(what: str) -> None:
                "  joint          upper bound A_joint: retrained on S1..Sj per session with the protocol's joint section")
 
 
+@main.command(name="check-method")
+@click.argument("name")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="override a method setting")
+@click.option("--seed", "-s", default=0, show_default=True, type=int)
+def check_method_cmd(name: str, overrides: tuple[str, ...], seed: int) -> None:
+    """Run the method contract on NAME (base(+modifier)*, any installed method) on two tiny embedded
+    protocols: budget, storage, test isolation, determinism, state round-trip, resume. Exit 2 on a breach."""
+    from .check_method import check_method
+    from .registry import parse_overrides
+
+    mark = {True: "PASS", False: "FAIL", None: "----"}
+    outcomes = check_method(name, parse_overrides(list(overrides)), seed,
+                            say=lambda o: click.echo(f"{mark[o.passed]}  {o.check}: {o.detail}"))
+    failed = [o for o in outcomes if o.passed is False]
+    if failed:
+        raise BenchError(f"Method {name!r} fails the contract ({len(failed)} check(s)): "
+                         + " | ".join(f"{o.check}: {o.detail}" for o in failed))
+    click.echo(f"{name}: passes the contract.")
+
+
 @main.command()
 @click.option("--results", "results", type=click.Path(path_type=Path), envvar="BENCH_RESULTS_DIR",
               help="results folder to mirror [default: ./bench-results]")

@@ -25,6 +25,7 @@ from .budget_guards import (add_to_memory, check_memory, check_no_stray_steps, c
                             memory_spec, observe_within_budget)
 from .curves import SessionCurve
 from .evaluation import eval_plan, evaluate
+from .isolation import lend, random_streams
 from .memory import Memory
 from .protocol import Protocol
 from .results import Budget
@@ -127,9 +128,10 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
     (head growth, ``begin_session``) is replayed exactly before the mid-session state is put back.
     """
     p, stream = bench.protocol, bench.stream
-    generator = seed_everything(seed)
-    rng = np.random.default_rng(seed)
-    rngs = (rng, generator)
+    seed_everything(seed)
+    streams = random_streams(seed)  # the harness's batches and head growth; the method gets its own
+    rng, generator = streams.harness, streams.harness_torch
+    rngs = (rng, generator, streams.method, streams.method_torch)
     model = copy.deepcopy(bench.deployed)
     memory = Memory(memory_spec(p, method), stream.train.labels,
                     lambda gid: method.sample_bytes(gid) or stream.train.sample_bytes(gid), rng)
@@ -139,7 +141,8 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
     meter = FL.FlopMeter(model, bench.input_shape, cached)
     bench.train_inputs.reset_seen()
     bench.test_inputs.reset_seen()
-    ctx = bench.context(memory, rng, generator)
+    lent = lend(bench, memory, method, streams)  # views without test data, the method's own streams
+    ctx = lent.ctx
     online = p.training.updates == "per_sample"
     b_new, b_old = p.training.batch.new, p.training.batch.old
     if not method.rehearsal:
@@ -200,6 +203,7 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
             session = stream.sessions[pos]
             train0, eval0 = train_macs(), meter.eval_macs()
             check_no_stray_steps(method, steps[0], progress.observed, "setup or end_session")
+            lent.begin_session(session)
             model.head.grow(len(session.new_classes), generator)
             method.begin_session(session)
             progress.params = max(progress.params, sum(p_.numel() for p_ in model.parameters() if p_.requires_grad))
@@ -219,8 +223,8 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
             for u in range(u0, U + 1):
                 if u in points and not (u == u0 and u0 > 0):  # a resumed point was evaluated before the checkpoint
                     model.eval()
-                    with meter.evaluating(), accel:
-                        acc = evaluate(method.predict, bench.test_inputs, plan, p.eval.batch_size)
+                    with meter.evaluating(), accel, lent.predict(method) as predict:  # a throwaway copy
+                        acc = evaluate(predict, bench.test_inputs, plan, p.eval.batch_size)
                     _curve_point(curve, u, acc)
                     if options.on_eval is not None:
                         options.on_eval(session.index, u, acc)
@@ -256,6 +260,7 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
                 report_progress(options, f"session {session.index}", u + 1, U)
             method.end_session(session)
             check_memory(method, memory)
+            lent.check_storage(method)
             check_no_stray_steps(method, steps[0], progress.observed, "predict or end_session")
             if not online:
                 add_to_memory(method, memory, session.train_ids)

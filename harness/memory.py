@@ -162,6 +162,16 @@ class Memory:
             return np.array([self.rng.choice(ids[self.labels[ids] == c]) for c in picks], dtype=np.int64)
         return self.rng.choice(ids, size=n, replace=len(ids) < n).astype(np.int64)
 
+    def add_bytes(self, n: int) -> None:
+        """Charge ``n`` more bytes for samples already stored (DER++'s logits, recorded after entry)."""
+        self.bytes += int(n)
+        self.peak_bytes = max(self.peak_bytes, self.bytes)
+
+    def recount_bytes(self) -> None:
+        """Re-evaluate the stored bytes (a method's storage format is known only once it is set up)."""
+        self.bytes = int(sum(self.sample_bytes(int(g)) for g in self.ids))
+        self.peak_bytes = self.bytes
+
     def state_dict(self) -> dict:
         return {"ids": list(self.ids), "seen": self.seen, "bytes": self.bytes,
                 "peak_samples": self.peak_samples, "peak_bytes": self.peak_bytes,

@@ -27,6 +27,7 @@ class MetricInfo:
     meaning: str  # the glossary's paragraph
     equation: str  # constant HTML for the glossary
     symbol_html: str = ""  # the symbol with sub/superscripts, when it differs from ``symbol``
+    ranked: bool = True  # False: shown, never sorted by or marked best (wall time: hardware, not method)
 
     @property
     def arrow(self) -> str:
@@ -92,8 +93,8 @@ CATALOG: tuple[MetricInfo, ...] = (
                "2 × MACs × samples, summed over the parts each sample passes through, / 10<sup>12</sup>"),
     MetricInfo("wall", "wall time", "wall-clock time", "min", 1, "s", "wall-clock time of the run, in seconds",
                "Time the run took on its machine (continual learning only, without the joint reference). "
-               "Only comparable between runs on the same hardware.",
-               "seconds"),
+               "Only comparable between runs on the same hardware, so it is shown but never ranked or marked.",
+               "seconds", ranked=False),
     MetricInfo("min_acc", "min-ACC", "worst-case old-task accuracy (De Lange et al.)", "max", 2, "%",
                "De Lange et al.'s worst-case accuracy on the earlier tasks",
                "Shown on each run's page and in the CLI summary.",
@@ -159,6 +160,7 @@ def format_std(std: float | None, info: MetricInfo) -> str | None:
     return f"{std:.{digits}f}"
 
 
-def rank_precision(info: MetricInfo) -> int:
-    """The digits a column ranks at: display precision (as a reader compares), finer for TFLOPs."""
-    return 6 if info.key == "tflops" else info.digits
+def displayed(value: float, info: MetricInfo) -> float:
+    """The value as a reader sees it (``format_value``): what rankings and marks compare, so two cells
+    that read the same are tied, never one bold and one not."""
+    return float(format_value(value, info).replace(",", ""))

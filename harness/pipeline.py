@@ -28,7 +28,7 @@ from .checkpoint import Checkpointer, checkpointer, run_key
 from .errors import BenchError
 from .protocol import Protocol
 from .reference import joint_settings, train_joint
-from .registry import MethodSpec, build_method, method_settings
+from .registry import MethodSpec, build_method, code_hash, method_settings
 from .results import (JOINT, MethodStamp, ProtocolStamp, References, RunResult, Selection, git_commit,
                       library_versions, now_iso, save_result, stored_selection)
 from .workbench import RunOptions, Workbench, prepare, say
@@ -55,6 +55,7 @@ def _stamp(spec: MethodSpec) -> MethodStamp:
         spec=spec.text, base=spec.base.name, modifiers=[m.name for m in spec.modifiers],
         distribution=spec.base.distribution, version=spec.base.version,
         modifier_distributions={m.name: f"{m.distribution}=={m.version}" for m in spec.modifiers},
+        code_hash=code_hash([spec.base, *spec.modifiers]),
     )
 
 
@@ -179,7 +180,7 @@ def _best_new_references(protocol: Protocol, bench: Workbench, seed: int, joint:
     fresh = []
     quiet = dataclasses.replace(options, on_eval=None)  # live tracking follows the run asked for, not these
     for text in todo:
-        spec, method = build_method(text, protocol.name, {})
+        spec, method = build_method(text, protocol, {})
         fresh.append(_continual_result(protocol, bench, spec, method, seed, {}, joint, quiet))
     done.runs.update({(r.label, seed): (Path(), r) for r in fresh})
     for result in fresh:
@@ -204,7 +205,7 @@ def execute(protocol: Protocol, method_text: str, seed: int, options: RunOptions
     if method_text.strip() == JOINT:
         bench = bench or prepare(protocol, seed, options)
         return joint_reference(protocol, seed, options, bench)
-    spec, method = build_method(method_text, protocol.name, options.overrides)
+    spec, method = build_method(method_text, protocol, options.overrides)
     bench = bench or prepare(protocol, seed, options)
     joint, _ = joint_reference(protocol, seed, options, bench)
     is_reference = not options.overrides and method_text in protocol.best_new_reference

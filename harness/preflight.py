@@ -149,7 +149,7 @@ def check_run(protocol: Protocol, method: str, seed: int, overrides: dict[str, A
     from .registry import METHOD_GROUP, check_method, entries
 
     if method.split("+")[0] != REFERENCE or REFERENCE in entries(METHOD_GROUP):
-        check_method(method, protocol.name, overrides)
+        check_method(method, protocol, overrides)
     check_seed(seed)
     check_outputs(results_dir, tracking_uri, mlflow)
 

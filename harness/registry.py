@@ -7,17 +7,24 @@ claim one name, is a clear error naming both, never a silent disappearance.
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
+from collections.abc import Iterable
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from functools import cache
-from importlib import metadata, resources
-from typing import Any
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
 from .errors import BenchError, did_you_mean
 from .specfile import format_validation_error, safe_yaml
+
+if TYPE_CHECKING:
+    from .protocol import Protocol
 
 METHOD_GROUP = "bench.methods"
 MODIFIER_GROUP = "bench.modifiers"
@@ -58,6 +65,43 @@ def entries(group: str) -> dict[str, Entry]:
     return found
 
 
+SOURCE_SUFFIXES = (".py", ".yaml", ".yml", ".toml", ".json", ".cfg", ".txt")
+
+
+def code_root(module: str) -> Path:
+    """The code an entry point comes from: the outermost real package (a folder with ``__init__.py``)
+    holding ``module`` (``bench_example_plugin``, ``bench_stability_gap.methods``), or the module's own
+    file for a single-module plugin. Its parents are imported to find it; the entry is loaded anyway."""
+    parts = module.split(".")
+    for depth in range(1, len(parts) + 1):
+        spec = importlib.util.find_spec(".".join(parts[:depth]))
+        if spec is not None and spec.origin and spec.origin not in ("built-in", "frozen"):
+            origin = Path(spec.origin)
+            return origin.parent if spec.submodule_search_locations else origin
+    raise BenchError(f"Cannot locate the code of module {module!r} to record its content hash.")
+
+
+@cache
+def _tree_hash(root: Path) -> str:
+    digest = hashlib.sha256()
+    files = [root] if root.is_file() else sorted(
+        p for p in root.rglob("*") if p.is_file() and p.suffix in SOURCE_SUFFIXES
+        and not any(part.startswith(".") or part == "__pycache__" for part in p.relative_to(root).parts))
+    for path in files:
+        digest.update(str(path.relative_to(root.parent)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def code_hash(used: Iterable[Entry]) -> str:
+    """Content hash of the code behind a method string (its base's and modifiers' packages, with each
+    distribution's name and version): an edited editable install is a new version on the leaderboard."""
+    digest = hashlib.sha256()
+    for entry in sorted(set(used), key=lambda e: (e.distribution, e.target)):
+        root = code_root(entry.target.partition(":")[0])
+        digest.update(f"{entry.distribution}=={entry.version}:{_tree_hash(root)}\n".encode())
+    return digest.hexdigest()[:16]
+
+
 @dataclass(frozen=True)
 class MethodSpec:
     """A parsed method string ``base(+modifier)*``."""
@@ -88,9 +132,32 @@ def parse_method(text: str) -> MethodSpec:
     return MethodSpec(text, methods[base], tuple(modifiers[m] for m in mods))
 
 
+DEFAULTS_FILE = "defaults.yaml"
+
+
 @cache
-def _defaults() -> dict:
-    return yaml.safe_load((resources.files("bench_stability_gap.methods") / "defaults.yaml").read_text()) or {}
+def _defaults_file(root: Path) -> dict:
+    path = (root if root.is_dir() else root.parent) / DEFAULTS_FILE
+    if not path.is_file():
+        return {}
+    try:
+        table = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise BenchError(f"Defaults file {path} is not valid YAML: {exc}") from None
+    if not isinstance(table, dict):
+        raise BenchError(f"Defaults file {path} must map method names to their entries, not {type(table).__name__}.")
+    return table
+
+
+def defaults_file(entry: Entry) -> tuple[dict, Path]:
+    """The ``defaults.yaml`` beside the package an entry point comes from (built-ins: methods/defaults.yaml;
+    a plugin ships its own the same way), and its path; only the entry's own names are read from it."""
+    try:
+        root = code_root(entry.target.partition(":")[0])
+    except BenchError:  # code that cannot be located has no defaults file (loading it fails, naming it)
+        return {}, Path(DEFAULTS_FILE)
+    path = (root if root.is_dir() else root.parent) / DEFAULTS_FILE
+    return _defaults_file(root), path
 
 
 def parse_overrides(pairs: list[str]) -> dict[str, Any]:
@@ -104,38 +171,58 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
-def protocol_defaults(table: dict[str, dict], protocol: str) -> dict[str, Any]:
-    """One method's defaults.yaml entries for ``protocol``: ``default``, then every glob key that matches
-    (``tiny_*``, in file order), then the protocol's own name; later wins. Globs let one tuned entry
-    cover a family of protocols that share a backbone and budget without copying it."""
-    values = dict(table.get("default", {}))
-    for key, entry in table.items():
-        if key != protocol and any(c in key for c in "*?[") and fnmatchcase(protocol, key):
+def _lookup(spec: dict, dotted: str) -> Any:
+    value: Any = spec
+    for part in dotted.split("."):
+        if not isinstance(value, dict) or part not in value:
+            raise KeyError(dotted)
+        value = value[part]
+    return value
+
+
+def protocol_defaults(table: dict[str, Any], protocol: Protocol | str, where: str = "defaults") -> dict[str, Any]:
+    """One method's defaults for ``protocol``: ``default``, then name globs (``cil_places_std_*``, for a
+    family of paper protocols), then every ``when`` rule whose ``match`` holds for the protocol's
+    properties (dotted spec fields, e.g. ``backbone.model``; in file order), then the entry named after
+    the protocol; later wins. Rules on properties are what a copy of a protocol under another name still
+    matches: the embedded family's tuned settings (SGM's init scaling) use them."""
+    values = dict(table.get("default") or {})
+    name = protocol if isinstance(protocol, str) else protocol.name
+    for key, entry in table.items():  # name globs (a paper family: cil_places_std_*), in file order
+        if key != name and any(c in key for c in "*?[") and fnmatchcase(name, key):
             values.update(entry)
-    values.update(table.get(protocol, {}))
+    spec = protocol.model_dump(mode="json") if not isinstance(protocol, str) else None
+    for i, rule in enumerate(table.get("when") or []):
+        if not isinstance(rule, dict) or set(rule) != {"match", "set"}:
+            raise BenchError(f"{where}: when[{i}] must have exactly the keys match and set, got {rule!r}.")
+        if spec is None:
+            continue
+        try:
+            if all(_lookup(spec, k) == v for k, v in rule["match"].items()):
+                values.update(rule["set"])
+        except KeyError as exc:
+            raise BenchError(f"{where}: when[{i}].match names {exc.args[0]!r}, which is not a protocol field "
+                             f"(use dotted spec paths such as backbone.model or training.updates).") from None
+    values.update(table.get(name) or {})
     return values
 
 
-def resolve_config(config_cls: type[BaseModel], name: str, protocol: str, overrides: dict[str, Any],
+def resolve_config(config_cls: type[BaseModel], entry: Entry, protocol: Protocol | str, overrides: dict[str, Any],
                    method_string: str | None = None) -> BaseModel:
-    """Config defaults < defaults.yaml[name] (`default` < matching globs < protocol) < defaults.yaml
-    [method_string] (same order) < --set overrides. ``method_string`` (``derpp+sgm``) lets a setting
-    the paper gives for one combination (SGM's lr on DERpp) apply to it alone, not to plain ``derpp``."""
-    values = protocol_defaults(_defaults().get(name, {}), protocol)
-    if method_string and method_string != name:
-        values.update(protocol_defaults(_defaults().get(method_string, {}), protocol))
+    """Config defaults < the entry's defaults (see ``protocol_defaults``) < the same under the full method
+    string (``derpp+sgm``: a setting the paper gives one combination applies to it alone) < --set."""
+    table, path = defaults_file(entry)
+    where = f"{path} ({entry.name})"
+    values = protocol_defaults(table.get(entry.name) or {}, protocol, where)
+    if method_string and method_string != entry.name:
+        values.update(protocol_defaults(table.get(method_string) or {}, protocol, f"{path} ({method_string})"))
     values.update(overrides)
     try:
         return config_cls(**values)
     except ValidationError as exc:
         known = ", ".join(config_cls.model_fields)
-        raise BenchError(f"{format_validation_error(exc, 'configuration for method', repr(name))} "
+        raise BenchError(f"{format_validation_error(exc, 'configuration for method', repr(entry.name))} "
                          f"Its settings are: {known}.") from None
-
-
-def method_config(cls: type, name: str, protocol: str, overrides: dict[str, Any]) -> BaseModel:
-    """``resolve_config`` for a loaded method or modifier class."""
-    return resolve_config(cls.Config, name, protocol, overrides)
 
 
 def config_class(entry: Entry) -> type[BaseModel]:
@@ -147,7 +234,7 @@ def config_class(entry: Entry) -> type[BaseModel]:
     return known if known is not None else entry.load().Config
 
 
-def resolve_settings(spec: MethodSpec, protocol: str, overrides: dict[str, Any]) -> tuple[BaseModel, list[BaseModel]]:
+def resolve_settings(spec: MethodSpec, protocol: Protocol | str, overrides: dict[str, Any]) -> tuple[BaseModel, list[BaseModel]]:
     """The base method's config and each modifier's, from ``--set`` keys (``key`` for the base,
     ``modifier.key`` for a modifier); every bad key or value is a BenchError naming it."""
     overrides = dict(overrides)
@@ -155,12 +242,12 @@ def resolve_settings(spec: MethodSpec, protocol: str, overrides: dict[str, Any])
     for key in [k for k in overrides if "." in k]:
         owner, _, field = key.partition(".")
         mod_overrides.setdefault(owner, {})[field] = overrides.pop(key)
-    mod_configs = [resolve_config(config_class(entry), entry.name, protocol, mod_overrides.pop(entry.name, {}))
+    mod_configs = [resolve_config(config_class(entry), entry, protocol, mod_overrides.pop(entry.name, {}))
                    for entry in spec.modifiers]
     if mod_overrides:
         raise BenchError(f"--set names modifier(s) {', '.join(mod_overrides)} not in method {spec.text!r}.")
     canonical = "+".join([spec.base.name, *(m.name for m in spec.modifiers)])
-    config = resolve_config(config_class(spec.base), spec.base.name, protocol, overrides, canonical)
+    config = resolve_config(config_class(spec.base), spec.base, protocol, overrides, canonical)
     clash = [m.name for m in spec.modifiers if m.name in type(config).model_fields]
     if clash:
         raise BenchError(f"Modifier {clash[0]!r} has the name of a setting of method {spec.base.name!r}; "
@@ -168,16 +255,22 @@ def resolve_settings(spec: MethodSpec, protocol: str, overrides: dict[str, Any])
     return config, mod_configs
 
 
-def check_method(text: str, protocol: str, overrides: dict[str, Any] | None = None) -> MethodSpec:
+def check_method(text: str, protocol: Protocol | str, overrides: dict[str, Any] | None = None) -> MethodSpec:
     """Everything about ``-m`` and ``--set`` that can be checked without importing torch: names
     against entry points, settings against the (torch-free) configs of built-ins."""
     spec = parse_method(text)
+    if isinstance(protocol, str):
+        protocol = _builtin_or_name(protocol)
     resolve_settings(spec, protocol, overrides or {})
     return spec
 
 
-def build_method(text: str, protocol: str, overrides: dict[str, Any] | None = None):
-    """Instantiate ``base+mod+mod`` with its resolved config; an unsupported combination is an error."""
+def build_method(text: str, protocol: Protocol | str, overrides: dict[str, Any] | None = None):
+    """Instantiate ``base+mod+mod`` with its resolved config; an unsupported combination is an error.
+    ``protocol``: the spec (its properties pick the defaults), or a name (a built-in's spec is loaded;
+    another name gets ``default`` and its own named entry only)."""
+    if isinstance(protocol, str):
+        protocol = _builtin_or_name(protocol)
     spec = parse_method(text)
     cls = spec.base.load()
     if spec.modifiers and not getattr(cls, "uses_standard_step", False):
@@ -188,6 +281,12 @@ def build_method(text: str, protocol: str, overrides: dict[str, Any] | None = No
     config, mod_configs = resolve_settings(spec, protocol, overrides or {})
     modifiers = [entry.load()(mod_config) for entry, mod_config in zip(spec.modifiers, mod_configs)]
     return spec, cls(config, modifiers)
+
+
+def _builtin_or_name(name: str) -> Protocol | str:
+    from .protocol import builtin_protocol_names, load_protocol
+
+    return load_protocol(name) if name in builtin_protocol_names() else name
 
 
 def method_settings(method: Any) -> dict[str, Any]:

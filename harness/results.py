@@ -46,6 +46,8 @@ class MethodStamp(Strict):
     distribution: str
     version: str
     modifier_distributions: dict[str, str] = Field(default_factory=dict, description="modifier -> dist==version")
+    code_hash: str | None = Field(None, description="content hash of the code packages behind the method string "
+                                                     "(registry.code_hash); the leaderboard never averages across two")
 
 
 class Budget(Strict):

@@ -83,7 +83,7 @@ def plan(sweep: Sweep, results_dir: Path, seeds: list[int] | None = None) -> lis
     for group in sweep.runs:
         for method in group.methods:
             check_joint_request(method, dict(group.set))
-            _, built = build_method(method, protocols[group.protocol].name, dict(group.set))
+            _, built = build_method(method, protocols[group.protocol], dict(group.set))
             cells.append((group, method, method_settings(built)))
     out = []
     for seed in seeds if seeds is not None else sweep.seeds:

@@ -30,6 +30,7 @@ from .checkpoint import Checkpointer, maybe_die, rng_state, run_key, set_rng_sta
 from .errors import BenchError
 from .flops import FlopMeter
 from .inputs import InputStore, Preprocess, feature_cache_key
+from .isolation import LentInputs, MemoryView, train_view
 from .memory import Memory
 from .paths import cache_dir
 from .protocol import Protocol
@@ -127,9 +128,14 @@ class Workbench:
         labels = torch.from_numpy(self.stream.train.labels[ids]).to(self.device)
         return TrainBatch(self.train_inputs.get(ids), labels, ids, is_new.to(self.device))
 
-    def context(self, memory: Memory, rng: np.random.Generator, generator: torch.Generator) -> Context:
-        """What a method is lent for a run."""
-        return Context(self.protocol, self.stream, self.device, memory, self.train_inputs, rng, generator)
+    def context(self, memory: Memory, rng: np.random.Generator, generator: torch.Generator,
+                method_name: str = "harness") -> Context:
+        """What a method is lent for a run: the stream without its test split, the memory read-only, train
+        inputs for the memory and the session in progress (S1 until the first session begins), and
+        ``rng``/``generator``, which must be the method's own (``isolation.random_streams``)."""
+        inputs = LentInputs(self.train_inputs, memory, method_name, self.stream.pretrain_ids)
+        return Context(self.protocol, train_view(self.stream, method_name), self.device, MemoryView(memory), inputs,
+                       rng, generator)
 
     @property
     def input_shape(self) -> tuple[int, int, int]:

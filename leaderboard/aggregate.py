@@ -27,7 +27,8 @@ from typing import Literal
 import pandas as pd
 
 from ..harness.errors import BenchError
-from ..harness.metric_catalog import METRICS, TABLE_KEYS, Direction, MetricInfo, format_std, format_value, rank_precision
+from ..harness.metric_catalog import (METRICS, TABLE_KEYS, Direction, MetricInfo, displayed, format_std,
+                                      format_value)
 from ..harness.metrics import Metrics, best_new_accuracy, compute_metrics, plasticity_gap
 from ..harness.results import RunResult, select_runs
 from ..harness.tidy import runs_frame, seed_stats
@@ -35,6 +36,7 @@ from ..harness.tidy import runs_frame, seed_stats
 # The table's columns: the paper's Table 1 plus the budget figures, each described once in the catalog.
 COLUMNS: tuple[MetricInfo, ...] = tuple(METRICS[k] for k in TABLE_KEYS)
 COLUMN_BY_KEY = {c.key: c for c in COLUMNS}
+DEFAULT_ORDER = "CK_delta"  # the rows' order before a visitor sorts (see summarize_protocol)
 
 
 # ------------------------------------------------------------------------------------ run entries
@@ -134,8 +136,8 @@ class Stat:
 
 
 def rank_value(stat: Stat, column: MetricInfo) -> float | None:
-    """The value a column ranks by: the mean rounded to display precision (as a reader compares)."""
-    return None if stat.mean is None else round(stat.mean, rank_precision(column))
+    """The value a column ranks by: the mean as displayed (as a reader compares)."""
+    return None if stat.mean is None else displayed(stat.mean, column)
 
 
 def marks(values: Sequence[float | None], direction: Direction) -> list[str]:
@@ -148,6 +150,11 @@ def marks(values: Sequence[float | None], direction: Direction) -> list[str]:
         return [""] * len(values)
     first, second = distinct[0], distinct[1]
     return ["best" if v == first else "second" if v == second else "" for v in values]
+
+
+def column_marks(values: Sequence[float | None], column: MetricInfo) -> list[str]:
+    """``marks`` for a column that is ranked; none for one that is only shown (wall time)."""
+    return marks(values, column.direction) if column.ranked else [""] * len(values)
 
 
 # ---------------------------------------------------------------------------------- aggregation
@@ -263,6 +270,7 @@ def summarize_protocol(name: str, entries: list[Entry]) -> Board:
     current, origin, spec = _current_hash(name, entries)
     for e in entries:
         e.reason, e.metrics, e.joint, e.p_delta_paper = None, None, None, None
+        e.__dict__.pop("method", None)  # the row name split_by_code may have given it last time
     reference_set = spec.best_new_reference if spec is not None else _stored_reference_set(entries)
     sel = select_runs(entries, current, reference_set, joint_settings(spec) if spec is not None else None,
                       result_of=lambda e: e.result)
@@ -299,7 +307,7 @@ def summarize_protocol(name: str, entries: list[Entry]) -> Board:
                     best_from[(seed, session)] = by_id[sources[session]]
 
     by_method: dict[str, list[Entry]] = defaultdict(list)
-    for e in valid:
+    for e in split_by_code(valid):
         by_method[e.method].append(e)
     most = max((len(v) for v in by_method.values()), default=0)
     full_seeds = sorted({e.result.seed for v in by_method.values() if len(v) == most for e in v})
@@ -314,13 +322,15 @@ def summarize_protocol(name: str, entries: list[Entry]) -> Board:
         rows.append(MethodRow.of(runs))
 
     def order(row: MethodRow) -> tuple[float, str]:
-        s = row.stats["S_delta"].mean
+        # CK_Δ (all classes vs. joint): S_Δ alone would put first a method that does not learn (output-only
+        # keeps old accuracy by not moving); CK_Δ rewards keeping the old and learning the new
+        s = row.stats[DEFAULT_ORDER].mean
         return (s if s is not None else math.inf, row.method)
 
     rows.sort(key=order)
     assign_styles(rows)
     for column in COLUMNS:
-        for row, mark in zip(rows, marks([rank_value(r.stats[column.key], column) for r in rows], column.direction)):
+        for row, mark in zip(rows, column_marks([rank_value(r.stats[column.key], column) for r in rows], column)):
             row.marks[column.key] = mark
 
     used = [joints[s] for s in sorted(joints)]
@@ -338,6 +348,18 @@ def summarize_protocol(name: str, entries: list[Entry]) -> Board:
         best_new_methods=sel.best_new_methods,
         unranked=unranked, entries=entries,
     )
+
+
+def split_by_code(entries: list[Entry]) -> list[Entry]:
+    """Runs of one row made with different code (``MethodStamp.code_hash``: an edited plugin, a new
+    release) are never averaged: when a row has several, each run's row name gets its hash."""
+    hashes: dict[str, set[str | None]] = defaultdict(set)
+    for e in entries:
+        hashes[e.method].add(e.result.method.code_hash)
+    for e in entries:
+        if len(hashes[e.method]) > 1:
+            e.__dict__["method"] = f"{e.method} #{(e.result.method.code_hash or 'unrecorded')[:8]}"
+    return entries
 
 
 def _stored_reference_set(entries: Sequence[Entry]) -> list[str]:
@@ -376,7 +398,8 @@ def cell_text(stat: Stat, column: MetricInfo, runs: int = 0) -> str:
 def format_table(boards: Sequence[Board], fmt: Literal["markdown", "text"] = "markdown") -> str:
     """The aggregated numbers as a Markdown (best **bold**, 2nd _italic_) or plain-text table."""
     out: list[str] = []
-    headers = ["method", "seeds"] + [f"{c.symbol}{' (' + c.unit + ')' if c.unit else ''} {c.arrow}" for c in COLUMNS]
+    headers = ["method", "seeds"] + [f"{c.symbol}{' (' + c.unit + ')' if c.unit else ''}{' ' + c.arrow if c.ranked else ''}"
+                                     for c in COLUMNS]
     for board in boards:
         title = f"{board.name} (protocol hash {board.current_hash})"
         out.append(f"## {title}" if fmt == "markdown" else title)
@@ -405,7 +428,8 @@ def format_table(boards: Sequence[Board], fmt: Literal["markdown", "text"] = "ma
             out.extend(f"- {e.method} seed {e.result.seed} ({e.run_id}): {e.reason}" for e in board.unranked)
         out.append("")
     if fmt == "markdown" and any(b.rows for b in boards):
-        out.append("mean ± std over seeds; **best**, _second best_; ↓ lower is better, ↑ higher is better.")
+        out.append("mean ± std over seeds, rows in order of CK_Δ; **best**, _second best_ (values that read the same "
+                   "are tied); ↓ lower is better, ↑ higher is better; wall time is shown, never ranked.")
     return "\n".join(out).rstrip() + "\n"
 
 

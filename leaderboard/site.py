@@ -23,7 +23,8 @@ from ..harness.metric_catalog import METRICS, format_std, format_value
 from ..harness.metrics import RECOVERY_FRACTIONS
 from ..harness.tidy import VALUE_KEYS, run_values
 
-from .aggregate import COLUMN_BY_KEY, COLUMNS, Board, Entry, MethodRow, Stat, assign_slugs, marks, rank_value, summarize
+from .aggregate import (COLUMN_BY_KEY, COLUMNS, Board, Entry, MethodRow, Stat, assign_slugs, column_marks, rank_value,
+                        summarize)
 from .glossary import OMEGA_NOTE, TERMS
 from .plots import board_plots, run_plot
 from .reported import ReportedTable, load_reported
@@ -84,7 +85,7 @@ def _row_view(row: MethodRow, run_href: dict[int, str], reference: bool = False)
 def _reported_view(table: ReportedTable) -> dict:
     keys = table.columns
     ranked = [r for r in table.rows if not r.reference]
-    col_marks = {k: marks([rank_value(r.stat(k), COLUMN_BY_KEY[k]) for r in ranked], COLUMN_BY_KEY[k].direction) for k in keys}
+    col_marks = {k: column_marks([rank_value(r.stat(k), COLUMN_BY_KEY[k]) for r in ranked], COLUMN_BY_KEY[k]) for k in keys}
     rows = []
     for r in table.rows:
         idx = ranked.index(r) if r in ranked else None

@@ -21,23 +21,23 @@ from .configs import MethodConfig, NoConfig  # noqa: F401 - re-exported: plugins
 
 if TYPE_CHECKING:
     from ..harness.backbone import SplitModel
-    from ..harness.inputs import InputStore
-    from ..harness.memory import Memory
+    from ..harness.isolation import LentInputs, MemoryView, TrainStream
     from ..harness.protocol import Protocol
-    from ..harness.stream import Session, Stream
+    from ..harness.stream import Session
 
 
 @dataclass
 class Context:
-    """What the harness lends a method for the run."""
+    """What the harness lends a method for the run (docs/writing-a-method.md): nothing here leads to the
+    test split, the memory's ``add`` or the harness's own random streams."""
 
     protocol: Protocol
-    stream: Stream
+    stream: TrainStream             # sessions, train catalog and labels; no test split
     device: torch.device
-    memory: Memory
-    inputs: InputStore              # train inputs by global id (methods that replay from memory use it)
-    rng: np.random.Generator
-    generator: torch.Generator      # seeded torch RNG for any parameter init a method does
+    memory: MemoryView              # read-only: ids, capacity, spec
+    inputs: LentInputs              # train inputs by global id, for ids in the memory or the session in progress
+    rng: np.random.Generator        # the method's own numpy stream (the harness draws batches from another)
+    generator: torch.Generator      # the method's own torch stream, for any parameter init it does
     counters: dict[str, float] = field(default_factory=dict)  # extra compute a method declares; names and which are charged: harness.flops.COUNTERS
 
 
@@ -63,6 +63,9 @@ class Method(ABC):
     rehearsal: ClassVar[bool] = True            # False: the whole batch comes from the current session
     memory_policy: ClassVar[str | None] = None  # e.g. "class_balanced" (GDumb); None: the protocol's policy
     uses_standard_step: ClassVar[bool] = False  # True: every modifier composes with it
+    # samples' worth of input-shaped data the method may keep outside the harness's memory (a batch it
+    # caches, a prototype per class in input space); counted with the memory against the storage cap
+    retained_allowance: ClassVar[int] = 0
 
     def __init__(self, config: BaseModel, modifiers: list[Modifier] | None = None) -> None:
         self.config = config
@@ -94,6 +97,11 @@ class Method(ABC):
         """Bytes one stored sample costs when the method stores something other than the raw sample
         (REMIND: product-quantised codes); None means the raw sample's size."""
         return None
+
+    def shared_in_eval_copy(self) -> list[Any]:
+        """Objects the harness's throwaway eval copy shares instead of deep-copying, because they cannot
+        be copied (a faiss quantizer); ``predict`` must only read them."""
+        return []
 
     def state_dict(self) -> dict[str, Any]:
         return {}

@@ -139,11 +139,7 @@ class LogitStore:
 def recount_memory_bytes(memory) -> None:
     """Re-evaluate the bytes of what the memory holds (the harness stores pre-training samples before
     ``setup``, when a method's ``sample_bytes`` cannot know its own storage format yet)."""
-    if hasattr(memory, "recount_bytes"):
-        memory.recount_bytes()
-        return
-    memory.bytes = int(sum(memory.sample_bytes(int(g)) for g in memory.ids))
-    memory.peak_bytes = memory.bytes
+    memory.recount_bytes()
 
 
 class DERpp(StandardMethod):
@@ -204,9 +200,8 @@ class DERpp(StandardMethod):
                 first.setdefault(int(g), r)
             rows = torch.tensor([first[int(g)] for g in missing], dtype=torch.long, device=inputs.device)
             self._forward_logits(self.deployed, missing, inputs.index_select(0, rows))
-            memory = self.ctx.memory  # their logits are stored now: the memory's bytes grow with them
-            memory.bytes += LOGIT_BYTES * sum(self.logits.length(g) for g in missing)
-            memory.peak_bytes = max(memory.peak_bytes, memory.bytes)
+            # their logits are stored now: the memory's bytes grow with them
+            self.ctx.memory.add_bytes(LOGIT_BYTES * sum(self.logits.length(g) for g in missing))
 
     def stored(self, ids: np.ndarray, width: int, device: torch.device) -> tuple[Tensor, Tensor]:
         """Stored logits padded to ``width`` columns, and a mask of the columns that were stored."""

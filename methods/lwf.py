@@ -79,7 +79,8 @@ class LwF(StandardMethod):
         own = state.get("lwf") or {}
         self.n_old = own.get("n_old", 0)
         if own.get("teacher") is not None:
-            self.teacher = copy.deepcopy(self.model).eval()
+            if self.teacher is None:  # a resumed session's begin_session made it before LoRA (+sgm) went in
+                self.teacher = copy.deepcopy(self.model).eval()
             self.teacher.load_state_dict(own["teacher"])
             for p in self.teacher.parameters():
                 p.requires_grad_(False)

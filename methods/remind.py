@@ -288,6 +288,9 @@ class REMIND(StandardMethod):
             feats = self.reconstruct(feats)
         return self.model.head(self.model.body(feats))
 
+    def shared_in_eval_copy(self) -> list:
+        return [self.pq] if self.pq is not None else []  # a SWIG object: not copyable, only read by predict
+
     def begin_session(self, session: Session) -> None:
         keep = set(int(g) for g in self.ctx.memory.ids)
         self.codes = {g: c for g, c in self.codes.items() if g in keep}

@@ -10,23 +10,15 @@ from pathlib import Path
 import pytest
 import yaml
 
+from bench_stability_gap.harness.check_method import reduced_spec
 from bench_stability_gap.harness.protocol import Protocol, load_protocol
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 
 def reduced_tiny(name: str = "tiny_cil", **training) -> dict:
-    """tiny_cil's structure (4 sessions of 5 classes) on a budget a unit test can afford."""
-    spec = load_protocol(name).model_dump(mode="json")
-    spec["name"] = f"{name}_reduced"
-    spec["pretrain_data"].update(train_per_class=60, test_per_class=10)
-    spec["stream_data"][0].update(train_per_class=40, test_per_class=10)
-    spec["stream_data"][1].update(train_per_class=40, test_per_class=10)
-    spec["pretrain"].update(updates=20, batch_size=32)
-    spec["training"].update(updates=6, batch={"new": 8, "old": 8}, **training)
-    spec["eval"] = {"every": 3, "dense_every": 1, "dense_until": 2, "batch_size": 256}
-    spec["joint"].update(updates=8, batch_size=16)
-    return spec
+    """tiny_cil's structure on a budget a unit test can afford (the one ``bench check-method`` uses)."""
+    return reduced_spec(name, **training)
 
 
 @pytest.fixture(scope="session")

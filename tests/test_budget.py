@@ -105,7 +105,10 @@ class Hoarder(Vanilla):
     name = "hoarder"
 
     def observe(self, batch):
-        self.ctx.memory.ids.extend(int(i) for i in batch.ids)  # stores past the cap behind the harness's back
+        # the lent view is read-only (its ids are a tuple); a method digging out the harness's own memory
+        # to store past the cap behind its back is still caught by the cap check
+        assert isinstance(self.ctx.memory.ids, tuple) and not hasattr(self.ctx.memory, "add")
+        self.ctx.memory._memory.ids.extend(int(i) for i in batch.ids)
         return super().observe(batch)
 
 

@@ -1,11 +1,11 @@
-"""Contract tests, parametrized over the whole method registry (built-ins and installed plugins).
+"""Contract tests, parametrized over the built-in methods (the specs are ``bench check-method``'s).
 
-Every method in ``bench.methods`` (except the reference method ``joint``), alone and with ``+sgm``,
-must: complete its updates on a tiny stream, make exactly one optimizer step per ``observe`` (the
+Every built-in method (except the reference method ``joint``), alone and with ``+sgm``, must: complete its updates on a tiny stream, make exactly one optimizer step per ``observe`` (the
 runner enforces it; we check the totals), keep the memory within the protocol's storage cap, and give
 the same numbers twice under one seed. A combination a method cannot support must be a clear
-``BenchError`` naming it, never a silent no-op. Kept cheap: a reduced protocol (tests/conftest.py),
-one deployed model per module, a few updates per session.
+``BenchError`` naming it, never a silent no-op. Installed third-party plugins are not collected here
+(``bench check-method`` checks them), so none can turn this suite red. Kept cheap: a reduced protocol
+(harness/check_method.py), one deployed model per module, a few updates per session.
 """
 
 from __future__ import annotations
@@ -17,14 +17,12 @@ import numpy as np
 import pytest
 import torch
 
+from bench_stability_gap.harness.check_method import CAP, capped_spec, online_spec
 from bench_stability_gap.harness.errors import BenchError
 from bench_stability_gap.harness.protocol import Protocol
 from bench_stability_gap.harness.registry import METHOD_GROUP, build_method, entries
 from bench_stability_gap.harness.continual import run_cl
 from bench_stability_gap.harness.workbench import RunOptions, prepare
-from tests.conftest import reduced_tiny
-
-CAP = 40  # samples; tight for the reduced streams (600 pre-training images, 10 classes to come)
 
 try:
     importlib.import_module("bench_stability_gap.methods.sgm.combined")
@@ -37,7 +35,9 @@ UNSUPPORTED = {"output_only+sgm": "trains only the head"}
 
 
 def _base_names() -> list[str]:
-    return sorted(n for n in entries(METHOD_GROUP) if n != "joint")
+    """The built-ins only: an installed third-party plugin is checked by ``bench check-method``, and can
+    never turn this suite red (the example plugins have their own tests)."""
+    return sorted(n for n, e in entries(METHOD_GROUP).items() if n != "joint" and e.distribution == "bench-stability-gap")
 
 
 def _cases() -> list:
@@ -47,35 +47,6 @@ def _cases() -> list:
         marks = [pytest.mark.skip(reason=SGM_MISSING)] if SGM_MISSING else []
         out.append(pytest.param(f"{name}+sgm", id=f"{name}+sgm", marks=marks))
     return out
-
-
-def _smaller(spec: dict, name: str) -> dict:
-    """Two sessions (the head grows twice), 4 test images per class, a barely trained deployed model."""
-    spec["name"] = name
-    spec["sessions"] = 2
-    spec["pretrain"].update(updates=4)
-    for src in (spec["pretrain_data"], *spec["stream_data"]):
-        src["test_per_class"] = 4
-    spec["memory"] = {"policy": "reservoir", "capacity": CAP, "include_pretrain": True}
-    return spec
-
-
-def capped_spec() -> dict:
-    """Offline: 3 updates of 8 new + 8 old per session, eval at 0 and 3, storage capped."""
-    spec = _smaller(reduced_tiny(), "contract_capped")
-    spec["training"].update(updates=3)
-    spec["eval"] = {"every": 3, "batch_size": 256}
-    return spec
-
-
-def online_spec() -> dict:
-    """Sample by sample: one update (1 new + 8 old) per arriving sample, 1 sample per class."""
-    spec = _smaller(reduced_tiny("tiny_online_500"), "contract_online")
-    spec["stream_data"][0].update(train_per_class=1)
-    spec["stream_data"][1].update(train_per_class=1)
-    spec["training"].update(updates="per_sample", batch={"new": 1, "old": 8})
-    spec["eval"] = {"every": 5, "batch_size": 256}
-    return spec
 
 
 @pytest.fixture(scope="module")

@@ -75,4 +75,5 @@ def test_the_text_table_header_reads_the_catalog() -> None:
                   best_new_from={}, best_new_methods=("vanilla",), unranked=[], entries=[])
     header = next(line for line in format_table([board]).splitlines() if line.startswith("| method"))
     cells = [c.strip() for c in header.strip("|").split("|")][2:]
-    assert cells == [f"{c.symbol}{f' ({c.unit})' if c.unit else ''} {c.arrow}" for c in COLUMNS]
+    assert cells == [f"{c.symbol}{f' ({c.unit})' if c.unit else ''}{' ' + c.arrow if c.ranked else ''}" for c in COLUMNS]
+    assert cells[-1] == "wall time (s)"  # shown, never ranked: no better-direction arrow

@@ -49,14 +49,18 @@ def site(tmp_path, monkeypatch):
     entries.cache_clear()
 
 
-@pytest.fixture()
-def example_installed(site, monkeypatch):
-    """The example package 'installed': its code importable, its dist-info from its pyproject."""
-    project = tomllib.loads((EXAMPLE / "pyproject.toml").read_text())["project"]
-    monkeypatch.syspath_prepend(str(EXAMPLE))
+def install_folder(site: Path, folder: Path, monkeypatch) -> dict:
+    """A plugin project folder 'installed': its code importable, its dist-info from its pyproject."""
+    project = tomllib.loads((folder / "pyproject.toml").read_text())["project"]
+    monkeypatch.syspath_prepend(str(folder))
     write_dist(site, project["name"], project["version"], project["entry-points"])
     entries.cache_clear()
     return project
+
+
+@pytest.fixture()
+def example_installed(site, monkeypatch):
+    return install_folder(site, EXAMPLE, monkeypatch)
 
 
 def invoke(*args: str):
@@ -156,3 +160,10 @@ def test_a_plugin_cannot_shadow_a_builtin(site):
     out = invoke("run", "--method", "vanilla", "--no-mlflow")
     assert out.exit_code == 2
     assert "bench-shadow" in out.output and "bench-stability-gap" in out.output and "'vanilla'" in out.output
+
+
+def test_check_method_passes_both_example_methods(example_installed, bench_cache):
+    for name in ("example_replay", "example_head_sgd"):
+        out = invoke("check-method", name)
+        assert out.exit_code == 0, out.output
+        assert out.output.count("PASS") == 5 and f"{name}: passes the contract." in out.output

@@ -17,6 +17,7 @@ from torch import nn
 
 from bench_stability_gap.harness.backbone import GrowingHead, SplitModel
 from bench_stability_gap.harness.errors import BenchError
+from bench_stability_gap.harness.protocol import load_protocol
 from bench_stability_gap.harness.registry import Entry, build_method, protocol_defaults
 from bench_stability_gap.harness.stream import Session
 from bench_stability_gap.methods.base import Method, MethodConfig, StandardMethod, TrainBatch, layerwise_groups
@@ -419,11 +420,21 @@ def test_modifier_settings_route_through_set():
         build_method("vanilla+lora", "tiny_cil", {"lora.rnk": 8})
 
 
-def test_defaults_resolve_default_then_globs_then_the_protocol_itself():
-    table = {"default": {"a": 1, "c": 0}, "tiny_*": {"a": 2, "b": 1}, "tiny_cil": {"b": 3}}
-    assert protocol_defaults(table, "tiny_cil") == {"a": 2, "c": 0, "b": 3}
-    assert protocol_defaults(table, "tiny_online_2k") == {"a": 2, "c": 0, "b": 1}
-    assert protocol_defaults(table, "cil_places_lt") == {"a": 1, "c": 0}
+def test_defaults_resolve_default_then_property_rules_then_the_protocol_itself():
+    table = {"default": {"a": 1, "c": 0},
+             "when": [{"match": {"backbone.model": "tf_efficientnet_lite0", "backbone.input_size": 32},
+                       "set": {"a": 2, "b": 1}}],
+             "tiny_cil": {"b": 3}}
+    assert protocol_defaults(table, load_protocol("tiny_cil")) == {"a": 2, "c": 0, "b": 3}
+    assert protocol_defaults(table, load_protocol("tiny_online_2k")) == {"a": 2, "c": 0, "b": 1}
+    assert protocol_defaults(table, load_protocol("cil_places_lt")) == {"a": 1, "c": 0}
+    # a copy of tiny_cil under another name is what it is, not what it is called
+    renamed = load_protocol("tiny_cil").model_copy(update={"name": "my_study"})
+    assert protocol_defaults(table, renamed) == {"a": 2, "c": 0, "b": 1}
+    _, method = build_method("vanilla+sgm", renamed)
+    assert method.modifiers[0].config.init.scale == "logit"
+    with pytest.raises(BenchError, match=r"when\[0\]\.match names 'backbone.modle'"):
+        protocol_defaults({"when": [{"match": {"backbone.modle": "x"}, "set": {}}]}, renamed)
     # the shipped file: the embedded family gets the logit-scaled init, the paper protocols the literal one
     _, method = build_method("derpp+sgm", "tiny_cil_storage_150")
     assert method.modifiers[0].config.init.scale == "logit" and "onecycle" not in method.modifiers[0].config.use

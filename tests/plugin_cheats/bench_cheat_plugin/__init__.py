@@ -1,0 +1,126 @@
+"""Cheats, each a small change to the standard step; see tests/test_fair_play.py for what catches them."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from bench_stability_gap.methods.base import StandardMethod, TrainBatch
+
+STASH: list[torch.Tensor] = []  # module state a predict() could leave test inputs in
+
+
+class KeepTestInputs(StandardMethod):
+    """Keeps the eval inputs predict() receives, labels them with its own argmax and replays them."""
+
+    name = "cheat_keep_test"
+
+    def __init__(self, config, modifiers=None) -> None:
+        super().__init__(config, modifiers)
+        self.kept: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def predict(self, x):
+        logits = super().predict(x)
+        self.kept.append((x.detach().clone(), logits.argmax(1)))
+        return logits
+
+    def observe(self, batch: TrainBatch):
+        if self.kept:
+            x, y = self.kept[-1]
+            batch = TrainBatch(torch.cat([batch.x, x[:4]]), torch.cat([batch.y, y[:4]]), batch.ids, batch.is_new)
+        return super().observe(batch)
+
+
+class GlobalTestStash(StandardMethod):
+    """Leaves the eval inputs in a module-level list, out of the method's own state."""
+
+    name = "cheat_global_test"
+
+    def predict(self, x):
+        STASH.append(x.detach().clone())
+        return super().predict(x)
+
+
+class StreamTestSplit(StandardMethod):
+    """Reads the test split through ctx.stream at setup."""
+
+    name = "cheat_stream_test"
+
+    def setup(self, model, ctx) -> None:
+        super().setup(model, ctx)
+        self.test_labels = ctx.stream.test.labels
+
+
+class AdaptInPredict(StandardMethod):
+    """Test-time adaptation: predict() in train mode, so batch-norm statistics follow the test data."""
+
+    name = "cheat_adapt_in_predict"
+
+    def predict(self, x):
+        self.model.train()
+        return self.model(x)
+
+
+class PrivateIds(StandardMethod):
+    """Keeps every sample id it sees in its own list and replays from it, beyond the memory's cap."""
+
+    name = "cheat_private_ids"
+
+    def __init__(self, config, modifiers=None) -> None:
+        super().__init__(config, modifiers)
+        self.every_id: list[int] = []
+
+    def observe(self, batch: TrainBatch):
+        self.every_id.extend(int(i) for i in batch.ids)
+        old = int((~batch.is_new).sum())
+        if old:
+            ids = np.asarray(self.every_id[:old], dtype=np.int64)  # the oldest ids, long evicted
+            x = torch.cat([batch.x[batch.is_new], self.ctx.inputs.get(ids)])
+            y = torch.cat([batch.y[batch.is_new], torch.as_tensor(self.ctx.stream.train.labels[ids], device=batch.y.device)])
+            batch = TrainBatch(x, y, batch.ids, batch.is_new)
+        return super().observe(batch)
+
+
+class PrivateData(StandardMethod):
+    """Keeps a copy of every input it trains on (its own replay buffer, uncounted by the memory)."""
+
+    name = "cheat_private_data"
+
+    def __init__(self, config, modifiers=None) -> None:
+        super().__init__(config, modifiers)
+        self.hoard: list[torch.Tensor] = []
+
+    def observe(self, batch: TrainBatch):
+        self.hoard.append(batch.x.detach().clone())
+        return super().observe(batch)
+
+
+class RewindRng(StandardMethod):
+    """Rewinds the generator it is lent before every update, hoping to replay one memory batch forever.
+    It records the batch ids the harness gave it, so a test can compare them with vanilla's."""
+
+    name = "cheat_rewind_rng"
+
+    def setup(self, model, ctx) -> None:
+        super().setup(model, ctx)
+        self.start = ctx.rng.bit_generator.state
+        self.seen_ids: list[list[int]] = []
+
+    def observe(self, batch: TrainBatch):
+        self.ctx.rng.bit_generator.state = self.start
+        self.ctx.rng.integers(0, 10, 3)
+        self.seen_ids.append([int(i) for i in batch.ids])
+        return super().observe(batch)
+
+
+class LossyState(StandardMethod):
+    """Counts its updates but forgets the count when loaded: a resumed run would differ."""
+
+    name = "cheat_lossy_state"
+
+    def observe(self, batch: TrainBatch):
+        self.updates = getattr(self, "updates", 0) + 1
+        return super().observe(batch)
+
+    def state_dict(self):
+        return {**super().state_dict(), "updates": getattr(self, "updates", 0)}
