@@ -8,8 +8,13 @@ Fields that legitimately differ between two executions of the same run, and only
   which differ for the same reason; they are compared after mapping each id to the run it names
   (method row and seed), so a run scored against another reference still fails.
 
-Everything else (curves, metrics, budget, config, overrides, reference accuracies, versions, options,
-git commit) must be equal, float for float.
+- in ``options.data_path``, what describes the machine rather than the run: where the cache lives, the
+  RAM and disk budgets read at the start, the bytes this run wrote to a cache (0 when another run had
+  written them) and the sentence explaining the choice; the modes, sample counts and feature shape and
+  dtype (what decides the numbers) are compared.
+
+Everything else (curves, metrics, budget, config, overrides, reference accuracies, versions, the other
+options, git commit) must be equal, float for float.
 """
 
 from __future__ import annotations
@@ -26,6 +31,13 @@ def _comparable(result: RunResult, name_of: dict[str, str]) -> dict[str, Any]:
     data = result.model_dump(mode="json")
     for key in VOLATILE:
         data.pop(key)
+    plan = data.get("options", {}).get("data_path")
+    if plan:
+        for key in ("cache_root", "ram_budget", "disk_budget", "resident_bytes"):
+            plan.pop(key, None)
+        for split in ("test", "train"):
+            for key in ("disk_bytes", "ram_bytes", "why"):
+                plan.get(split, {}).pop(key, None)
     refs = data.get("references")
     if refs is not None:
         refs["joint_run"] = name_of.get(refs["joint_run"], refs["joint_run"])
