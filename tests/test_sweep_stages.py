@@ -116,7 +116,8 @@ def test_shared_storage_probe_sees_the_same_folder_and_names_what_a_node_cannot_
 @pytest.mark.parametrize("args, message", [
     (["--address", "127.0.0.1:6379"], "--address only apply to --executor ray"),
     (["--executor", "ray", "--device", "cuda"], "needs --gpus-per-run"),
-    (["--executor", "ray", "--gpus-per-run", "0.5"], "--gpus-per-run 0.5 reserves GPUs, but --device is cpu"),
+    (["--executor", "ray", "--gpus-per-run", "0.5", "--device", "cpu"],
+     "--gpus-per-run 0.5 reserves GPUs, but --device is cpu"),
     (["--executor", "ray", "--cpus-per-run", "0"], "--cpus-per-run must be > 0"),
 ])
 def test_ray_settings_are_checked_before_anything_runs(args, message, tmp_path):
