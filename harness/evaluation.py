@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .inputs import InputStore
+from .inputs import InputStore, in_cpu_chunks
 from .stream import Session, Stream
 
 
@@ -57,7 +57,7 @@ def evaluate(predict: Callable[[Tensor], Tensor], inputs: InputStore, plan: Eval
     with torch.no_grad():
         for start in range(0, len(plan.ids), batch_size):
             part = plan.ids[start : start + batch_size]
-            pred = predict(inputs.get(part)).argmax(dim=1).cpu()
+            pred = in_cpu_chunks(predict, inputs.get(part)).argmax(dim=1).cpu()
             correct[start : start + len(part)] = (pred == plan.labels[start : start + len(part)]).numpy()
     tasks = [_mean(plan.task == k, correct) for k in range(plan.tasks)]
     return Accuracies(_mean(plan.old, correct), _mean(plan.new, correct), float(correct.mean()), tasks)

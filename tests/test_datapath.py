@@ -140,3 +140,27 @@ def test_protocols_sharing_sources_but_not_classes_keep_separate_shards(bench_ca
     for bench in (two, four):
         ids = np.flatnonzero(bench.stream.test.labels >= 0)
         assert bench.test_inputs.shards.rows == len(ids) and bench.test_inputs.get(ids[-3:]).shape[0] == 3
+
+
+def test_cpu_forwards_in_chunks_equal_the_whole_batch():
+    """The CPU eval/trunk forward runs 16 rows at a time for cache locality; a ConvNeXtV2 gives the
+    outputs of one forward of the whole batch to float rounding (oneDNN's kernels depend on the batch
+    size), and the same predictions."""
+    import timm
+
+    from bench_stability_gap.harness.inputs import CPU_FORWARD_CHUNK, in_cpu_chunks
+
+    torch.manual_seed(0)
+    net = timm.create_model("convnextv2_atto", pretrained=False, num_classes=10).eval()
+    x = torch.randn(2 * CPU_FORWARD_CHUNK + 5, 3, 32, 32)
+    calls: list[int] = []
+
+    def forward(batch):
+        calls.append(len(batch))
+        return net(batch)
+
+    with torch.no_grad():
+        chunked, whole = in_cpu_chunks(forward, x), net(x)
+    torch.testing.assert_close(chunked, whole, rtol=0, atol=1e-5)
+    assert torch.equal(chunked.argmax(1), whole.argmax(1))
+    assert calls == [CPU_FORWARD_CHUNK, CPU_FORWARD_CHUNK, 5]
