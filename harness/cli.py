@@ -47,8 +47,9 @@ def main() -> None:
 
 def print_summary(result, path: Path) -> None:
     m = result.metrics
+    stages = "".join(f", {k} {v:.0f} s" for k, v in sorted(result.stage_seconds.items()))
     click.echo(f"\n{result.protocol.name} | {result.method.spec} | seed {result.seed} | "
-               f"{result.wall_time_s:.1f} s | result: {path}")
+               f"{result.wall_time_s:.1f} s{stages} | result: {path}")
     if result.status != "complete":
         click.echo(f"  status {result.status}: the curves so far are stored; the run is never ranked nor used as a "
                    f"reference ({len(result.curves)} session(s) recorded)")
@@ -103,6 +104,9 @@ def _run_options(f):
                      help="MLflow tracking URI [default: sqlite in results dir]"),
         click.option("--no-mlflow", is_flag=True, help="write the JSON result only"),
         # resume settings reach RunOptions through the context (see _options), not every command's signature
+        click.option("--gpu-decode/--no-gpu-decode", default=True, show_default=True, expose_value=False,
+                     callback=_remember, help="on CUDA, decode JPEG files on the GPU (nvJPEG); the trunk cache "
+                                              "keeps the two decoders' features apart"),
         click.option("--restart", is_flag=True, expose_value=False, callback=_remember,
                      help="discard the stored checkpoint of this run instead of resuming from it"),
         click.option("--checkpoint-every", type=click.IntRange(min=0), expose_value=False, callback=_remember,
@@ -165,7 +169,8 @@ def _options(overrides: dict, results_dir: Path | None, device: str, trunk_cache
     meta = click.get_current_context().meta
     return RunOptions(results_dir=resolve_results(results_dir), device=str(chosen), trunk_cache=trunk_cache,
                       progress=progress, allow_download=allow_download, overrides=overrides,
-                      restart=bool(meta.get("bench.restart")), checkpoint_every=meta.get("bench.checkpoint_every"))
+                      restart=bool(meta.get("bench.restart")), checkpoint_every=meta.get("bench.checkpoint_every"),
+                      gpu_decode=meta.get("bench.gpu_decode", True))
 
 
 @main.command()

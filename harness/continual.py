@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +31,7 @@ from .memory import Memory
 from .protocol import Protocol
 from .results import Budget
 from .stream import Cycler, Session
-from .workbench import RunOptions, Workbench, autocast, report_progress, say, seed_everything
+from .workbench import RunOptions, Workbench, autocast, report_progress, say, seed_everything, timed
 from ..methods.base import Method
 
 
@@ -72,6 +73,7 @@ class Progress:
     steps: int = 0  # optimizer steps counted (the budget guard's counter)
     train_per_session: list[float] = field(default_factory=list)
     eval_per_session: list[float] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)  # wall time by stage ("train", "eval")
 
 
 def _snapshot(bench: Workbench, model: nn.Module, method: Method, memory: Memory, ctx, meter: FL.FlopMeter,
@@ -213,17 +215,30 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
             curve = {"updates": [], "old": [], "new": [], "all": [], "tasks": [[] for _ in range(plan.tasks)],
                      "train_flops": [], "loss": []}
             arrivals = Cycler(session.train_ids, rng, shuffle=not online)
-            u0 = 0
+
+            def draw() -> tuple[np.ndarray, np.ndarray]:
+                new_ids = arrivals.take(b_new)
+                return new_ids, memory.sample(b_old, p.training.class_balanced) if b_old else new_ids[:0]
+
+            u0, pending = 0, None
             if mid is not None and mid["next_session"] == pos:  # the session's start replayed: now its middle
                 progress = _restore(mid, bench, model, method, memory, ctx, meter, rngs)
                 steps[0] = progress.steps
                 u0, curve, (train0, eval0) = mid["update"], mid["curve"], mid["flops0"]
                 arrivals.order, arrivals.pos = mid["arrivals"]
+                pending = mid.get("pending")  # absent from checkpoints that drew batch by batch
                 mid = None
+            # Offline, the memory stays fixed until the session ends: the session's batches are drawn now (the
+            # same draws in the same order as one by one) and the input store can decode them ahead. Online,
+            # each update adds to the memory, so each batch is drawn when it is due.
+            planned = None if online else deque(pending if pending is not None else (draw() for _ in range(u0, U)))
+            if planned:
+                bench.train_inputs.plan([np.concatenate(b) for b in planned])
             for u in range(u0, U + 1):
                 if u in points and not (u == u0 and u0 > 0):  # a resumed point was evaluated before the checkpoint
                     model.eval()
-                    with meter.evaluating(), accel, lent.predict(method) as predict:  # a throwaway copy
+                    # predict comes from a throwaway copy of the method
+                    with timed(progress.seconds, "eval"), meter.evaluating(), accel, lent.predict(method) as predict:
                         acc = evaluate(predict, bench.test_inputs, plan, p.eval.batch_size)
                     _curve_point(curve, u, acc)
                     if options.on_eval is not None:
@@ -235,20 +250,22 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
                 if checkpoint is not None and checkpoint.due(u):
                     progress.steps = steps[0]
                     checkpoint.save(snapshot(kind="mid", next_session=pos, update=u, curve=curve,
-                                             flops0=(train0, eval0), arrivals=(arrivals.order, arrivals.pos)),
+                                             flops0=(train0, eval0), arrivals=(arrivals.order, arrivals.pos),
+                                             pending=None if planned is None else list(planned)),
                                     mid=True)
                 maybe_die("continual")
-                new_ids = arrivals.take(b_new)
-                old_ids = memory.sample(b_old, p.training.class_balanced) if b_old else new_ids[:0]
+                new_ids, old_ids = planned.popleft() if planned is not None else draw()
                 ids = np.concatenate([new_ids, old_ids])
                 check_no_stray_steps(method, steps[0], progress.observed, "begin_session or predict")
-                with accel:
+                with timed(progress.seconds, "train"), accel:
                     stats, trained = observe_within_budget(method, bench.batch(ids, len(new_ids)), steps, meter, limit)
                 curve["loss"].append(float(stats.loss))  # the paper's Fig. 2a
                 if not math.isfinite(curve["loss"][-1]) or not _finite(model):
                     what = f"loss {curve['loss'][-1]}" if not math.isfinite(curve["loss"][-1]) else "a non-finite weight"
                     partial = {**curve, "loss": []}  # the session's points so far (its losses are not all there)
                     progress.curves.append(SessionCurve(session=session.index, total_updates=U, **partial))
+                    if options.stage_seconds is not None:
+                        options.stage_seconds.update(progress.seconds)
                     raise Diverged(f"{method.name} diverged at update {u + 1} of session {session.index}: {what}",
                                    progress.curves, _budget(), progress.params)
                 progress.most_trained, progress.observed = max(progress.most_trained, trained), progress.observed + 1
@@ -258,6 +275,7 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
                     add_to_memory(method, memory, new_ids)
                 bar.update(1)
                 report_progress(options, f"session {session.index}", u + 1, U)
+            bench.train_inputs.end_plan()
             method.end_session(session)
             check_memory(method, memory)
             lent.check_storage(method)
@@ -272,4 +290,6 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
                 checkpoint.save(snapshot(kind="boundary", next_session=pos + 1))
         budget = _budget()
     bar.close()
+    if options.stage_seconds is not None:
+        options.stage_seconds.update(progress.seconds)
     return progress.curves, budget, progress.params

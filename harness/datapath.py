@@ -34,7 +34,7 @@ from torch import nn
 
 from .errors import BenchError
 from .features import FeatureShards, dtype_name
-from .inputs import TRUNK_CHUNK, image_cache_bytes, key_folder
+from .inputs import TRUNK_CHUNK, image_cache_bytes, key_folder, loader_workers
 from .protocol import Protocol
 from .stream import Stream
 
@@ -104,6 +104,7 @@ class DataPathPlan:
     disk_budget: int
     resident_bytes: int
     cache_root: str
+    gpu_decode: tuple[str, ...] = ()  # splits whose JPEG files are decoded on the GPU ("eval", "train")
 
     def describe(self) -> str:
         """The plan as the run prints it: one line per split, then the budgets."""
@@ -111,6 +112,8 @@ class DataPathPlan:
         for name, s in (("eval", self.test), ("train", self.train)):
             lines.append(f"  {name:<5} {s.samples:>9,} images: {s.mode} ({MODES[s.mode]}); "
                          f"disk {s.disk_bytes / GB:.2f} GB new, RAM {s.ram_bytes / GB:.2f} GB. {s.why}")
+        lines.append("  decode: " + (f"JPEG on the GPU (nvJPEG) for {', '.join(self.gpu_decode)}; " if self.gpu_decode
+                                     else "") + f"{loader_workers()} DataLoader worker(s)")
         lines.append(f"  budgets: RAM {self.ram_budget / GB:.1f} GB (resident estimate "
                      f"{self.resident_bytes / GB:.2f} GB), disk {self.disk_budget / GB:.1f} GB free for "
                      f"caches under {self.cache_root}")

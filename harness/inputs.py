@@ -20,7 +20,8 @@ import copy
 import hashlib
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from pathlib import Path
@@ -78,11 +79,17 @@ class Preprocess:
         self.mean = torch.tensor(spec.mean).view(1, 3, 1, 1)
         self.std = torch.tensor(spec.std).view(1, 3, 1, 1)
         self.augment = augment
-        resize = [T.RandomResizedCrop(self.size), T.RandomHorizontalFlip()] if augment else [
+        self.resize = T.Compose([T.RandomResizedCrop(self.size), T.RandomHorizontalFlip()] if augment else [
             T.Resize(int(round(self.size / 0.875))),
             T.CenterCrop(self.size),
-        ]
-        self.pil = T.Compose([T.PILToTensor(), *resize])
+        ])
+        self.pil = T.Compose([T.PILToTensor(), self.resize])
+
+    def decoded(self, images: Sequence[Tensor]) -> Tensor:
+        """Decoded uint8 C×H×W images (any device, e.g. from the GPU JPEG decoder) -> a normalised
+        batch on that device: the steps ``one`` takes after decoding, in the same order."""
+        x = torch.stack([self.resize(img) for img in images]).float().div_(255.0)
+        return (x - self.mean.to(x.device)) / self.std.to(x.device)
 
     def arrays(self, batch: np.ndarray) -> Tensor:
         """Fast path for in-memory uint8 arrays (N×H×W or N×H×W×3): resize the whole batch at once."""
@@ -144,6 +151,40 @@ class CatalogImages(torch.utils.data.Dataset):
         return self.preprocess.one(split, local)
 
 
+class EncodedImages(torch.utils.data.Dataset):
+    """Undecoded file bytes of a catalog by position in ``ids``: DataLoader workers read, the GPU decodes."""
+
+    def __init__(self, catalog: Catalog, ids: np.ndarray) -> None:
+        self.catalog, self.ids = catalog, np.asarray(ids, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i: int) -> Tensor:
+        split, local = self.catalog.locate(int(self.ids[i]))
+        return torch.from_numpy(split.encoded(local))
+
+
+def gpu_decodable(catalog: Catalog, preprocess: Preprocess, device: torch.device) -> bool:
+    """JPEG decoding on the GPU (nvJPEG through torchvision) applies on CUDA to image files that are all
+    JPEGs, without augmentation (whose random draws stay in the main process, in order)."""
+    return device.type == "cuda" and not preprocess.augment and all(
+        callable(getattr(s, "all_jpeg", None)) and s.all_jpeg() for s in catalog.splits)
+
+
+def decode_on(device: torch.device, preprocess: Preprocess, encoded: Sequence[Tensor]) -> Tensor:
+    """JPEG bytes -> a normalised batch, decoded on ``device`` (nvJPEG on CUDA, libjpeg on the CPU)."""
+    from torchvision.io import ImageReadMode, decode_jpeg
+
+    images = decode_jpeg(list(encoded), mode=ImageReadMode.RGB, device=device)
+    return preprocess.decoded(images)
+
+
+def _as_list(batch: list[Tensor]) -> list[Tensor]:
+    """DataLoader collate for undecoded files (lengths differ, so no stacking)."""
+    return batch
+
+
 class InputStore:
     """Inputs for the model by global id, held the way ``mode`` says (``harness.datapath`` decides):
 
@@ -157,13 +198,18 @@ class InputStore:
     ``cached`` says whether ``get`` returns trunk features. ``seen`` marks the ids fetched since
     ``reset_seen`` (FLOP accounting charges a stored trunk once per distinct image; a streaming
     one runs at every fetch).
+
+    When the harness knows its next training batches (``plan``), a store that decodes image files
+    at every fetch has DataLoader workers decode them ahead, while the model computes; ``get`` of
+    exactly the next planned ids takes the decoded batch, any other ``get`` decodes as before.
     """
 
     def __init__(self, catalog: Catalog, preprocess: Preprocess, trunk: nn.Module | None,
                  device: torch.device, cache_key: str | None = None, cache_root: Path | None = None,
                  chunk: int = TRUNK_CHUNK, desc: str = "trunk features", keep_images: bool = True,
-                 amp: bool = False, progress: bool = True, mode: str | None = None) -> None:
+                 amp: bool = False, progress: bool = True, mode: str | None = None, gpu_decode: bool = False) -> None:
         self.catalog, self.preprocess, self.device = catalog, preprocess, torch.device(device)
+        self.gpu_decode = gpu_decode  # JPEG files read by workers, decoded on the device (``gpu_decodable``)
         self.amp = amp and self.device.type == "cuda"  # bf16 autocast for the trunk pass on CUDA
         self.channels_last = self.device.type == "cuda"
         self.table: Tensor | None = None
@@ -173,6 +219,9 @@ class InputStore:
         self.seen = np.zeros(len(catalog), dtype=bool)
         self.fetched = 0
         self._pool: ThreadPoolExecutor | None = None
+        self._ahead: deque[np.ndarray] = deque()  # planned batches not taken yet, in order
+        self._ahead_images: Iterator[Tensor] | None = None
+        self.prefetched = 0  # batches taken from the workers (what tests and the progress line read)
         self.progress = progress
         if mode is None:  # no plan: trunk features in RAM when a trunk is given, else images if they fit
             fits = int((catalog.labels >= 0).sum()) * 4 * 3 * preprocess.size**2 <= image_cache_bytes()
@@ -201,10 +250,10 @@ class InputStore:
             self.table = self._preprocessed(chunk)
         elif mode != "decode":
             raise ValueError(f"unknown input mode {mode!r}")
-        self.on_device = False  # CUDA: a table small enough lives on the GPU (no copy per batch)
+        # CUDA: a table small enough lives on the GPU (no copy per batch)
         if self.table is not None and self.device.type == "cuda":
             if self.table.numel() * self.table.element_size() <= DEVICE_TABLE_BYTES:
-                self.table, self.on_device = self.table.to(self.device), True
+                self.table = self.table.to(self.device)
 
     def _labelled(self) -> np.ndarray:
         return np.flatnonzero(self.catalog.labels >= 0)
@@ -225,19 +274,27 @@ class InputStore:
             return
         workers = loader_workers()
         loader = torch.utils.data.DataLoader(
-            CatalogImages(self.catalog, self.preprocess, ids), batch_size=chunk, shuffle=False,
-            num_workers=workers, pin_memory=self.device.type == "cuda", persistent_workers=False,
-            prefetch_factor=4 if workers else None,
+            self._dataset(ids), batch_size=chunk, shuffle=False, num_workers=workers,
+            pin_memory=self.device.type == "cuda" and not self.gpu_decode, persistent_workers=False,
+            prefetch_factor=4 if workers else None, collate_fn=_as_list if self.gpu_decode else None,
         )
         for start, batch in zip(range(0, len(ids), chunk), loader):
-            yield ids[start : start + chunk], batch
+            yield ids[start : start + chunk], self._finish(batch)
+
+    def _dataset(self, ids: np.ndarray) -> torch.utils.data.Dataset:
+        """What DataLoader workers produce for ``ids``: file bytes for the GPU decoder, else images."""
+        return EncodedImages(self.catalog, ids) if self.gpu_decode else CatalogImages(self.catalog, self.preprocess, ids)
+
+    def _finish(self, batch: Tensor | list[Tensor]) -> Tensor:
+        """A worker's batch as preprocessed images (decoded on the device when it holds file bytes)."""
+        return decode_on(self.device, self.preprocess, batch) if self.gpu_decode else batch  # type: ignore[arg-type]
 
     def _preprocessed(self, chunk: int) -> Tensor:
         """Every labelled image, preprocessed once, one row each (``row_of`` maps ids to rows)."""
         ids = self._index_labelled()
         table = torch.empty(len(ids), 3, self.preprocess.size, self.preprocess.size)
         for part, images in self._batches(ids, chunk):
-            table[torch.from_numpy(self.row_of[part])] = images
+            table[torch.from_numpy(self.row_of[part])] = images.cpu()
         return table
 
     def _features(self, trunk: nn.Module, images: Tensor) -> Tensor:
@@ -270,6 +327,9 @@ class InputStore:
         return self.fetched if self.kind == "trunk-stream" else int(self.seen.sum())
 
     def _decode(self, ids: np.ndarray) -> Tensor:
+        if self.gpu_decode:  # every image the same way: file bytes, decoded on the device
+            encoded = [torch.from_numpy(split.encoded(local)) for split, local in map(self.catalog.locate, ids)]
+            return decode_on(self.device, self.preprocess, encoded)
         if self.preprocess.augment or self.preprocess.vectorised(self.catalog, ids) or len(ids) < 4:
             return self.preprocess.images(self.catalog, ids)  # in order: augmentation draws stay reproducible
         if self._pool is None:
@@ -277,12 +337,46 @@ class InputStore:
         located = [self.catalog.locate(int(g)) for g in ids]
         return torch.stack(list(self._pool.map(lambda sl: self.preprocess.one(*sl), located)))
 
+    def plan(self, batches: Sequence[np.ndarray]) -> None:
+        """The harness's next training batches, in the order it will ``get`` them: decoded ahead by
+        DataLoader workers when this store decodes image files (without augmentation, whose draws must
+        stay in order) at every fetch; otherwise nothing to do. A new plan replaces the old one."""
+        self.end_plan()
+        workers = loader_workers()
+        if self.kind not in ("trunk-stream", "decode") or self.preprocess.augment or not batches or not workers:
+            return
+        ids = np.concatenate(batches).astype(np.int64)
+        if self.preprocess.vectorised(self.catalog, ids):  # in-memory arrays: decoding is a vectorised copy
+            return
+        bounds = np.cumsum([0] + [len(b) for b in batches])
+        loader = torch.utils.data.DataLoader(
+            self._dataset(ids), batch_sampler=[range(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])],
+            num_workers=workers, pin_memory=self.device.type == "cuda" and not self.gpu_decode, prefetch_factor=2,
+            collate_fn=_as_list if self.gpu_decode else None,
+        )
+        self._ahead, self._ahead_images = deque(np.asarray(b, dtype=np.int64) for b in batches), iter(loader)
+
+    def end_plan(self) -> None:
+        """Drop what is left of the plan (its workers stop)."""
+        self._ahead, self._ahead_images = deque(), None
+
+    def _images(self, ids: np.ndarray) -> Tensor:
+        """Preprocessed images of ``ids``: the workers' batch when ``ids`` is the next planned one."""
+        if self._ahead and len(self._ahead[0]) == len(ids) and np.array_equal(self._ahead[0], ids):
+            self._ahead.popleft()
+            images = self._finish(next(self._ahead_images))  # type: ignore[arg-type]
+            self.prefetched += 1
+            if not self._ahead:
+                self.end_plan()
+            return images
+        return self._decode(ids)
+
     def get(self, ids: np.ndarray) -> Tensor:
         ids = np.asarray(ids, dtype=np.int64)
         self.seen[ids] = True
         self.fetched += len(ids)
         if self.trunk is not None:  # streaming trunk: features computed now, already on the device
-            rows = self._features(self.trunk, self._decode(ids)).float()
+            rows = self._features(self.trunk, self._images(ids)).float()
             return rows.contiguous(memory_format=torch.channels_last) if self.channels_last and rows.ndim == 4 else rows
         if self.table is not None:
             index = torch.from_numpy(ids if self.row_of is None else self.row_of[ids])
@@ -290,10 +384,10 @@ class InputStore:
         elif self.shards is not None:
             rows = self.shards.read(self.row_of[ids])
         else:
-            rows = self._decode(ids)
+            rows = self._images(ids)
         if self.device.type != "cuda":
             return rows.to(self.device)
-        if not self.on_device:  # pinned host memory, asynchronous copy
+        if rows.device.type != "cuda":  # pinned host memory, asynchronous copy
             rows = rows.pin_memory().to(self.device, non_blocking=True)
         return rows.contiguous(memory_format=torch.channels_last) if rows.ndim == 4 else rows
 

@@ -8,7 +8,9 @@ image at the protocol's batch size, and trunk-feature write and read speed throu
 (read right after writing: from the OS page cache when it holds them). The projection multiplies
 those per-image costs by the image counts of the protocol's stream and the data path
 ``harness.datapath`` plans for it; it ignores overlap between decoding workers and compute on the
-CPU (they share the cores) and takes the slower of the two on CUDA (workers feed the GPU).
+CPU (they share the cores) and takes the slower of the two on CUDA (workers feed the GPU), where JPEG
+files are decoded on the GPU (nvJPEG, measured on a batch) after workers read them. The forwards are
+timed as the harness makes them: 16-row chunks on the CPU, bf16 autocast and channels_last on CUDA.
 
 A projection for another device (``--project-tflops``) scales the measured compute by the ratio of
 FLOP rates: that device's sustained rate is an assumption the user states, printed beside the result.
@@ -39,6 +41,7 @@ class Costs:
     read_gbs: float
     flops_trunk: float     # per image, forward (2 x fvcore MACs)
     flops_body: float
+    decode_device: float | None = None  # on CUDA: a batch's JPEG bytes decoded by nvJPEG and preprocessed there
 
 
 def _per_image(fn, n: int, repeats: int) -> float:
@@ -60,7 +63,8 @@ def measure(protocol, model, device, batch: int, images: int, repeats: int) -> C
     from . import flops as FL
     from .data.sources import FileSplit
     from .features import write_shards
-    from .inputs import Preprocess
+    from .inputs import Preprocess, decode_on, in_cpu_chunks
+    from .workbench import autocast
 
     b = protocol.backbone
     size = next((s.synthetic.image_size for s in (protocol.pretrain_data, *protocol.stream_data)
@@ -78,19 +82,26 @@ def measure(protocol, model, device, batch: int, images: int, repeats: int) -> C
         split = FileSplit(tmp, names, np.zeros(images, dtype=np.int64), ["c"], "jpeg")
         pre = Preprocess(b)
         decode = _per_image(lambda: [pre.one(split, i) for i in range(images)], images, repeats)
+        encoded = [torch.from_numpy(split.encoded(i)) for i in range(images)]
+        decode_device = _per_image(lambda: (decode_on(device, pre, encoded), sync()), images, repeats) \
+            if device.type == "cuda" else None
         x = torch.stack([pre.one(split, i % images) for i in range(batch)]).to(device)
         model = model.to(device).eval()
-        with torch.no_grad():
-            trunk = _per_image(lambda: (model.trunk(x), sync()), batch, repeats)
+        if device.type == "cuda":  # as the harness runs it there: bf16 autocast, channels_last
+            model, x = model.to(memory_format=torch.channels_last), x.contiguous(memory_format=torch.channels_last)
+        with torch.no_grad(), autocast(device):  # the forwards as the harness makes them (CPU: 16-row chunks)
+            trunk = _per_image(lambda: (in_cpu_chunks(model.trunk, x), sync()), batch, repeats)
             feats = model.trunk(x)
-            body_eval = _per_image(lambda: (model.head(model.body(feats)), sync()), batch, repeats)
+            body_eval = _per_image(lambda: (in_cpu_chunks(lambda f: model.head(model.body(f)), feats), sync()),
+                                   batch, repeats)
         model.train()
         params = [p for p in list(model.body.parameters()) + list(model.head.parameters())]
         opt = torch.optim.AdamW(params, lr=1e-4)
         y = torch.zeros(batch, dtype=torch.long, device=device)
 
         def step() -> None:
-            loss = F.cross_entropy(model.head(model.body(feats)), y)
+            with autocast(device):
+                loss = F.cross_entropy(model.head(model.body(feats)), y)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -108,7 +119,7 @@ def measure(protocol, model, device, batch: int, images: int, repeats: int) -> C
         store.close()
     macs = FL.split_macs(model.cpu(), (b.in_chans, b.input_size, b.input_size))
     return Costs(decode, trunk, body_eval, train_step, store.nbytes / write_s / 2**30, store.nbytes / read_s / 2**30,
-                 2 * macs["trunk"], 2 * (macs["body"] + macs["head"]))
+                 2 * macs["trunk"], 2 * (macs["body"] + macs["head"]), decode_device)
 
 
 def stage_images(protocol, stream) -> dict[str, dict[str, int]]:
@@ -133,6 +144,8 @@ def project(costs: Costs, stages: dict, train_streamed: bool, eval_streamed: boo
             cuda: bool, compute_scale: float = 1.0) -> dict[str, float]:
     """Seconds per stage: per-image costs x images (compute divided by ``compute_scale``)."""
     def feed(decode_s: float, compute_s: float) -> float:
+        if cuda and costs.decode_device is not None:  # workers only read files; the GPU decodes, in series
+            return compute_s + costs.decode_device / compute_scale if decode_s else compute_s
         return max(decode_s / workers, compute_s) if cuda else decode_s / workers + compute_s
 
     out = {}
@@ -198,6 +211,9 @@ def paper_report(protocol_name: str, device_name: str, batch: int | None, images
     click.echo(plan.describe())
     click.echo(f"per image (median of {repeats}, batch {batch}):")
     click.echo(f"  JPEG decode + preprocess  {1e3 * costs.decode:8.2f} ms  ({1 / costs.decode:7.1f} images/s per worker)")
+    if costs.decode_device is not None:
+        click.echo(f"  JPEG decode on {device} (nvJPEG) {1e3 * costs.decode_device:6.2f} ms  "
+                   f"({1 / costs.decode_device:7.1f} images/s, batch of {images})")
     for name, sec, fl in (("trunk forward", costs.trunk, costs.flops_trunk),
                           ("body+head forward", costs.body_eval, costs.flops_body),
                           ("train step (fwd+bwd+AdamW)", costs.train_step, 3 * costs.flops_body)):

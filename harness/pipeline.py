@@ -103,10 +103,11 @@ def joint_reference(protocol: Protocol, seed: int, options: RunOptions, bench: W
                  f"({models} model(s) x {protocol.joint.updates} updates); later runs reuse it.")
     started, t0 = now_iso(), time.perf_counter()
     saver = _checkpointer(options, "joint", protocol=protocol.spec_hash, seed=seed, config=joint_settings(protocol))
-    refs, budget, params = train_joint(bench, seed, options, saver)
+    seconds: dict[str, float] = {}
+    refs, budget, params = train_joint(bench, seed, dataclasses.replace(options, stage_seconds=seconds), saver)
     result = RunResult(**_common(protocol, bench, seed, options, started), method=_joint_stamp(),
                        config=joint_settings(protocol), trainable_params=params, reference=refs, budget=budget,
-                       wall_time_s=time.perf_counter() - t0)
+                       wall_time_s=time.perf_counter() - t0, stage_seconds=seconds)
     path = save_result(options.results_dir, result)
     saver.discard()
     return result, path
@@ -119,16 +120,17 @@ def _continual_result(protocol: Protocol, bench: Workbench, spec: MethodSpec, me
     started, t0 = now_iso(), time.perf_counter()
     config = method_settings(method)
     saver = _run_checkpointer(options, protocol.spec_hash, spec.text, config, overrides, seed)
-    status = "complete"
+    status, seconds = "complete", {}
     try:
-        curves, budget, params = run_cl(bench, method, seed, options, saver)
+        curves, budget, params = run_cl(bench, method, seed, dataclasses.replace(options, stage_seconds=seconds), saver)
     except Diverged as stop:  # a result all the same: the curves it made, marked so that nothing ranks it
         say(options, f"{stop} — stored with status 'diverged'.")
         curves, budget, params, status = stop.curves, stop.budget, stop.params, "diverged"
     common = {**_common(protocol, bench, seed, options, started, run_id), "status": status}
     return RunResult(**common, method=_stamp(spec),
                      config=config, overrides=overrides, trainable_params=params, curves=curves,
-                     budget=FL.efficiency_vs_joint(budget, joint.budget), wall_time_s=time.perf_counter() - t0)
+                     budget=FL.efficiency_vs_joint(budget, joint.budget), wall_time_s=time.perf_counter() - t0,
+                     stage_seconds=seconds)
 
 
 def _checkpointer(options: RunOptions, phase: str, **identity: Any) -> Checkpointer:

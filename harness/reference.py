@@ -24,7 +24,8 @@ from .curves import ReferenceSession
 from .evaluation import eval_plan, evaluate
 from .protocol import Protocol
 from .results import Budget
-from .workbench import OfflineCheckpoint, RunOptions, Workbench, autocast, say, seed_everything, train_offline
+from .workbench import (OfflineCheckpoint, RunOptions, Workbench, autocast, say, seed_everything, timed,
+                        train_offline)
 from ..methods.base import MethodConfig
 
 
@@ -61,6 +62,7 @@ class JointProgress:
     eval_per_session: list[float] = field(default_factory=list)
     samples_by_part: dict[str, int] = field(default_factory=dict)
     macs: dict[str, float] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)  # wall time by stage ("train", "eval")
 
     def add_samples(self, meter: FL.FlopMeter) -> None:
         for key, value in FL.forward_samples_summary(meter).items():
@@ -106,7 +108,7 @@ def train_joint(bench: Workbench, seed: int, options: RunOptions,
             resume = state if state is not None and state["kind"] == "mid" and state["next_session"] == pos else None
             saving = None if checkpoint is None else OfflineCheckpoint(checkpoint, "joint", lambda: outer(pos), meter,
                                                                        resume)
-            with meter.attached():
+            with meter.attached(), timed(acc.seconds, "train"):
                 train_offline(bench, model, joint_config(p), stream.session_ids(upto), p.joint.updates,
                               p.joint.batch_size, rng, generator, f"joint S1..S{upto}", options, saving)
             acc.samples += p.joint.updates * p.joint.batch_size
@@ -121,7 +123,7 @@ def train_joint(bench: Workbench, seed: int, options: RunOptions,
         plan = eval_plan(stream, session)
         n = session.seen_classes
         meter = FL.FlopMeter(model, bench.input_shape, cached)
-        with meter.attached(), meter.evaluating(), autocast(bench.device, options.amp):
+        with timed(acc.seconds, "eval"), meter.attached(), meter.evaluating(), autocast(bench.device, options.amp):
             result = evaluate(lambda x: model(x)[:, :n], bench.test_inputs, plan, p.eval.batch_size)
         acc.eval_per_session.append(FL.flops(meter.eval_macs()))
         acc.eval_total += meter.eval_macs()
@@ -132,6 +134,8 @@ def train_joint(bench: Workbench, seed: int, options: RunOptions,
         if checkpoint is not None:
             checkpoint.save({"kind": "boundary", **outer(pos + 1)})
     refs, params, samples, macs = [ReferenceSession(**r) for r in acc.refs], acc.params, acc.samples, acc.macs
+    if options.stage_seconds is not None:
+        options.stage_seconds.update(acc.seconds)
     train_total, eval_total, train_trunk_samples = acc.train_total, acc.eval_total, acc.train_trunk_samples
     train_per_model, eval_per_session, samples_by_part = acc.train_per_model, acc.eval_per_session, acc.samples_by_part
     n_trainings = len(stream.sessions) if p.joint.mode == "per_session" else 1

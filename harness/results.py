@@ -116,7 +116,9 @@ class RunResult(Strict):
     versions: dict[str, str]
     git_commit: str | None
     started_at: str
-    wall_time_s: float
+    wall_time_s: float  # this process's share (a resumed run counts from its restart)
+    stage_seconds: dict[str, float] = Field(
+        default_factory=dict, description="wall seconds spent training and evaluating, summed over resumes")
     options: dict[str, Any] = Field(default_factory=dict, description="run options (device, caching)")
 
     @property

@@ -9,12 +9,14 @@ training (pre-training and the joint reference are the same loop).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import random
 import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +31,7 @@ from .datapath import DataPathPlan, plan_data_path
 from .checkpoint import Checkpointer, maybe_die, rng_state, run_key, set_rng_state
 from .errors import BenchError
 from .flops import FlopMeter
-from .inputs import InputStore, Preprocess, feature_cache_key
+from .inputs import InputStore, Preprocess, feature_cache_key, gpu_decodable
 from .isolation import LentInputs, MemoryView, train_view
 from .memory import Memory
 from .paths import cache_dir
@@ -51,6 +53,7 @@ class RunOptions:
     # opt-in ($BENCH_CPU_CHANNELS_LAST=1): the body in channels_last on a CPU with oneDNN; faster
     # backward, but float-level differences grow over training, so the curves are not the default's
     cpu_channels_last: bool = field(default_factory=lambda: os.environ.get("BENCH_CPU_CHANNELS_LAST") == "1")
+    gpu_decode: bool = True  # on CUDA: JPEG files decoded on the GPU (nvJPEG); no effect elsewhere
     checkpoint_every: int | None = None  # updates between checkpoints; None: every checkpoint_seconds
     checkpoint_seconds: float = 120.0
     restart: bool = False  # discard a stored checkpoint instead of resuming from it
@@ -58,12 +61,25 @@ class RunOptions:
     # called after every training update with (phase, update, updates in phase), e.g. ("session 3", 120, 600):
     # an executor running the run elsewhere (a Ray task) reports from it where the run is
     on_progress: Callable[[str, int, int], None] | None = None
+    # filled by the stage that runs with these options: wall seconds by stage ("train", "eval"), resumes included
+    stage_seconds: dict[str, float] | None = None
 
     @property
     def device_key(self) -> str:
         """The options that change numbers (device, precision, layout), for checkpoint keys."""
+        off = {} if self.gpu_decode else {"gpu_decode": False}  # named only when off: earlier keys stay valid
         return run_key(device=self.device, amp=self.amp, cpu_channels_last=self.cpu_channels_last,
-                       trunk_cache=self.trunk_cache)[:8]
+                       trunk_cache=self.trunk_cache, **off)[:8]
+
+
+@contextmanager
+def timed(seconds: dict[str, float], stage: str) -> Iterator[None]:
+    """Add the wall time of the block to ``seconds[stage]`` (kept in checkpoints, so resumes add up)."""
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        seconds[stage] = seconds.get(stage, 0.0) + time.perf_counter() - t0
 
 
 def report_progress(options: RunOptions, phase: str, update: int, total: int) -> None:
@@ -162,19 +178,22 @@ def prepare(protocol: Protocol, seed: int, options: RunOptions) -> Workbench:
     root = cache_dir() / "trunk"
     root.mkdir(parents=True, exist_ok=True)
     trunk = model.trunk if options.trunk_cache else None
-    train_pre = Preprocess(protocol.backbone, augment=protocol.training.augment)
+    pre = {"test": Preprocess(protocol.backbone), "train": Preprocess(protocol.backbone, augment=protocol.training.augment)}
     amp = options.amp and device.type == "cuda"
-    variant = "cuda-bf16" if amp else ""
+    gpu = {split: options.gpu_decode and gpu_decodable(getattr(stream, split), pre[split], device) for split in pre}
     weights = weights_digest(protocol.backbone)
-    keys = {split: feature_cache_key(protocol.backbone, sources, split, variant, weights) for split in ("test", "train")}
+    keys = {split: feature_cache_key(protocol.backbone, sources, split,  # what the trunk saw differs by decoder
+                                     "-".join(v for v in ("cuda-bf16" if amp else "", "nvjpeg" if gpu[split] else "") if v),
+                                     weights) for split in pre}
     plan = plan_data_path(protocol, stream, trunk, device, amp, root, keys)  # before any trunk pass
+    plan = dataclasses.replace(plan, gpu_decode=tuple(n for n, split in (("eval", "test"), ("train", "train")) if gpu[split]))
     say(options, plan.describe())
     t0 = time.perf_counter()
-    test_inputs = InputStore(stream.test, Preprocess(protocol.backbone), trunk, device, keys["test"], root,
-                             desc="trunk (eval)", amp=amp, progress=options.progress, mode=plan.test.mode)
+    test_inputs = InputStore(stream.test, pre["test"], trunk, device, keys["test"], root, desc="trunk (eval)",
+                             amp=amp, progress=options.progress, mode=plan.test.mode, gpu_decode=gpu["test"])
     t1 = time.perf_counter()
-    train_inputs = InputStore(stream.train, train_pre, trunk, device, keys["train"], root,
-                              desc="trunk (train)", amp=amp, progress=options.progress, mode=plan.train.mode)
+    train_inputs = InputStore(stream.train, pre["train"], trunk, device, keys["train"], root, desc="trunk (train)",
+                              amp=amp, progress=options.progress, mode=plan.train.mode, gpu_decode=gpu["train"])
     say(options, f"inputs ready: eval {t1 - t0:.1f} s, train {time.perf_counter() - t1:.1f} s")
     model.trunk_cached = options.trunk_cache
     bench = Workbench(protocol, stream, device, train_inputs, test_inputs, model, plan, weights)
@@ -254,7 +273,7 @@ def train_offline(bench: Workbench, model: SplitModel, config: MethodConfig, ids
     learner.setup(model, bench.context(memory, rng, generator))
     learner.optimizer, learner.scheduler = learner.build_optimizer(updates)
     cycler = Cycler(ids, rng)
-    start = 0
+    start, pending = 0, None
     if checkpoint is not None and checkpoint.resume is not None:
         state = checkpoint.resume
         model.load_state_dict(state["model"])
@@ -263,7 +282,10 @@ def train_offline(bench: Workbench, model: SplitModel, config: MethodConfig, ids
         set_rng_state(state["rng"], rng, generator)
         if checkpoint.meter is not None:
             checkpoint.meter.tally = copy.deepcopy(state["tally"])
-        start = state["update"]
+        start, pending = state["update"], state.get("pending")
+    # all batches drawn now (the same draws as one by one), so the input store can decode them ahead
+    planned = deque(pending if pending is not None else (cycler.take(batch_size) for _ in range(start, updates)))
+    bench.train_inputs.plan(list(planned))
     with autocast(bench.device, options.amp):
         for u in tqdm(range(start, updates), desc=desc, unit="upd", leave=False, disable=not options.progress,
                       initial=start, total=updates):
@@ -271,9 +293,10 @@ def train_offline(bench: Workbench, model: SplitModel, config: MethodConfig, ids
                 if checkpoint.checkpointer.due(u):
                     checkpoint.checkpointer.save({
                         **checkpoint.outer(), "kind": "mid", "update": u, "model": model.state_dict(),
-                        "learner": learner.state_dict(), "cycler": (cycler.order, cycler.pos),
+                        "learner": learner.state_dict(), "cycler": (cycler.order, cycler.pos), "pending": list(planned),
                         "rng": rng_state(rng, generator),
                         "tally": checkpoint.meter.tally if checkpoint.meter is not None else None})
                 maybe_die(checkpoint.phase)
-            learner.observe(bench.batch(cycler.take(batch_size), batch_size))
+            learner.observe(bench.batch(planned.popleft(), batch_size))
             report_progress(options, desc, u + 1, updates)
+    bench.train_inputs.end_plan()

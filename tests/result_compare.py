@@ -3,7 +3,7 @@
 Fields that legitimately differ between two executions of the same run, and only those, are left out:
 
 - ``run_id``: a fresh random id per execution;
-- ``started_at``, ``wall_time_s``: when the run started and how long it took;
+- ``started_at``, ``wall_time_s``, ``stage_seconds``: when the run started and how long it took;
 - ``git_commit``: read with ``git`` from the process's environment, which a Ray worker may not share
   (the code itself is the same package: ``versions`` and the method's ``code_hash`` are compared);
 - the run ids inside ``references`` (``joint_run``, ``best_new_runs``): the ids of the reference runs,
@@ -26,7 +26,7 @@ from typing import Any
 
 from bench_stability_gap.harness.results import RunResult, iter_results
 
-VOLATILE = ("run_id", "started_at", "wall_time_s", "git_commit")
+VOLATILE = ("run_id", "started_at", "wall_time_s", "stage_seconds", "git_commit")
 
 
 def _comparable(result: RunResult, name_of: dict[str, str]) -> dict[str, Any]:

@@ -164,3 +164,35 @@ def test_cpu_forwards_in_chunks_equal_the_whole_batch():
     torch.testing.assert_close(chunked, whole, rtol=0, atol=1e-5)
     assert torch.equal(chunked.argmax(1), whole.argmax(1))
     assert calls == [CPU_FORWARD_CHUNK, CPU_FORWARD_CHUNK, 5]
+
+
+def _synthetic_small(bench_cache) -> Protocol:
+    """The reduced tiny protocol on generated images (decoded per fetch, like image files)."""
+    spec = reduced_tiny()
+    spec.update(name="datapath_synthetic", sessions=2)
+    spec["pretrain_data"] = {"source": "synthetic", "synthetic": {
+        "classes": 5, "train_per_class": 24, "test_per_class": 4, "image_size": 40}}
+    spec["stream_data"] = [{"source": "synthetic", "synthetic": {
+        "classes": 10, "train_per_class": 12, "test_per_class": 4, "image_size": 40}}]
+    return Protocol.model_validate(spec)
+
+
+def test_planned_batches_decoded_ahead_by_workers_give_the_same_run(bench_cache, tmp_path, monkeypatch):
+    """DataLoader workers decode a session's planned batches ahead; the run is the one decoded in step."""
+    from bench_stability_gap.harness.continual import run_cl
+    from bench_stability_gap.harness.registry import build_method
+
+    protocol = _synthetic_small(bench_cache)
+    opts = RunOptions(results_dir=tmp_path, progress=False, log=False)
+    monkeypatch.setenv("BENCH_TRUNK_CACHE", "stream")
+    runs = []
+    for workers in ("0", "1"):
+        monkeypatch.setenv("BENCH_LOADER_WORKERS", workers)
+        bench = prepare(protocol, 0, opts)
+        assert bench.train_inputs.kind == "trunk-stream"
+        _, method = build_method("vanilla", protocol.name)
+        curves, budget, _ = run_cl(bench, method, 0, opts)
+        runs.append(([c.model_dump() for c in curves], budget.samples_trained, bench.train_inputs.prefetched))
+    (in_step, samples, none), (ahead, samples_ahead, prefetched) = runs
+    assert in_step == ahead and samples == samples_ahead
+    assert none == 0 and prefetched == sum(c["total_updates"] for c in ahead) > 0  # every batch, from the workers

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import yaml
@@ -42,6 +43,10 @@ def test_vanilla_run_writes_result_and_mlflow_and_is_reproducible(tiny_protocol_
     assert [c.updates for c in a.curves] == [[0, 1, 2, 3, 6]] * 4
     assert a.protocol.name == "tiny_cil_reduced" and a.method.distribution == "bench-stability-gap"
     assert 0.0 <= a.metrics.alpha <= 1.0
+    for run in (a, joint[0]):  # where the time went, by stage, within the run's wall time
+        assert set(run.stage_seconds) == {"train", "eval"} and min(run.stage_seconds.values()) > 0
+        assert sum(run.stage_seconds.values()) <= run.wall_time_s
+    assert re.search(r"\| [\d.]+ s, eval \d+ s, train \d+ s \| result:", first.output)  # and the summary says so
 
     from mlflow.tracking import MlflowClient
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from click.testing import CliRunner
 
@@ -60,6 +62,10 @@ def test_paper_projection_multiplies_per_image_costs_by_stage_images():
     assert gpu == pytest.approx({"trunk pass": 100 * 0.005, "joint": 10 * 0.005 + 50 * 0.0005})
     streamed = project(costs, stages, train_streamed=False, eval_streamed=True, workers=2, cuda=False)
     assert streamed == pytest.approx({"trunk pass": 0.0, "joint": 10 * 0.004 + 50 * (0.005 + 0.003)})
+    nvjpeg = dataclasses.replace(costs, decode_device=0.0006)  # workers read bytes; the GPU decodes in series
+    gpu_decoded = project(nvjpeg, stages, train_streamed=True, eval_streamed=False, workers=2, cuda=True, compute_scale=2)
+    assert gpu_decoded == pytest.approx({"trunk pass": 100 * (0.001 + 0.0003),
+                                         "joint": 10 * (0.003 + 0.0003) + 50 * 0.0005})
 
 
 def test_paper_stage_images_count_a_full_run(tiny_protocol):

@@ -200,6 +200,19 @@ class FileSplit(Split):
     def sample_bytes(self, index: int) -> int:
         return os.path.getsize(self.path(index))
 
+    def encoded(self, index: int) -> np.ndarray:
+        """The file's bytes, undecoded (uint8): what a GPU JPEG decoder takes."""
+        path = self.path(index)
+        try:
+            return np.fromfile(path, dtype=np.uint8)
+        except OSError as exc:
+            raise BenchError(f"Cannot read image {path} (sample {index} of data source {self.source!r}): {exc}.") from None
+
+    def all_jpeg(self) -> bool:
+        """Whether every file is named as a JPEG (.jpg / .jpeg, any case): the GPU decoder's input."""
+        lower = np.char.lower(self.paths)
+        return bool(np.all(np.char.endswith(lower, b".jpg") | np.char.endswith(lower, b".jpeg")))
+
     def subset(self, indices: np.ndarray | Sequence[int]) -> FileSplit:
         idx = _as_indices(indices, len(self))
         return FileSplit(self.root, self.paths[idx], self.labels[idx], self.class_names, self.source)
