@@ -196,5 +196,8 @@ def open_verified(folder: Path, rows: int, batches: Callable[[], Iterable[Tensor
             aside = move_aside(folder)
             warn(f"Trunk feature cache {folder} failed verification ({why}); moved to {aside} and rebuilt.")
         if not FeatureShards.complete(folder):
+            for stale in folder.parent.glob(folder.name + ".tmp*"):  # a killed writer's; none is live under the lock
+                warn(f"Removing {stale}, left by an interrupted trunk pass.")
+                shutil.rmtree(stale, ignore_errors=True)
             write_shards(folder, rows, batches())
     return FeatureShards(folder)

@@ -43,6 +43,15 @@ def test_an_interrupted_pass_leaves_no_cache(tmp_path):
     assert not FS.FeatureShards.complete(tmp_path / "f") and list(tmp_path.iterdir()) == []
 
 
+def test_a_killed_writers_temporary_folder_is_removed_by_the_next_pass(tmp_path):
+    stale = tmp_path / "f.tmp999999"  # what SIGKILL leaves: no finally ran
+    (stale / "x").mkdir(parents=True)
+    said: list[str] = []
+    store = FS.open_verified(tmp_path / "f", 4, lambda: iter([torch.ones(4, 2)]), said.append)
+    assert torch.equal(store.load_all(), torch.ones(4, 2))
+    assert not stale.exists() and said == [f"Removing {stale}, left by an interrupted trunk pass."]
+
+
 @pytest.fixture(scope="module")
 def paper():
     """cil_places_lt's counts (synthetic): 1.34 M training, 57,300 eval images; no image is generated."""
