@@ -8,6 +8,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 from torch import Tensor
+from tqdm.auto import tqdm
 
 from .inputs import InputStore, in_cpu_chunks
 from .stream import Session, Stream
@@ -51,11 +52,14 @@ def _mean(mask: np.ndarray, correct: np.ndarray) -> float:
     return float(correct[mask].mean()) if mask.any() else float("nan")
 
 
-def evaluate(predict: Callable[[Tensor], Tensor], inputs: InputStore, plan: EvalPlan, batch_size: int) -> Accuracies:
-    """Top-1 over the output units of every class seen so far (no task id)."""
+def evaluate(predict: Callable[[Tensor], Tensor], inputs: InputStore, plan: EvalPlan, batch_size: int,
+             desc: str | None = None) -> Accuracies:
+    """Top-1 over the output units of every class seen so far (no task id). With ``desc``, a progress
+    bar for evaluations that last (57,300 images at paper scale take minutes on a CPU)."""
     correct = np.empty(len(plan.ids), dtype=bool)
+    starts = range(0, len(plan.ids), batch_size)
     with torch.no_grad():
-        for start in range(0, len(plan.ids), batch_size):
+        for start in tqdm(starts, desc=desc, unit="batch", leave=False, delay=2.0, disable=desc is None):
             part = plan.ids[start : start + batch_size]
             pred = in_cpu_chunks(predict, inputs.get(part)).argmax(dim=1).cpu()
             correct[start : start + len(part)] = (pred == plan.labels[start : start + len(part)]).numpy()

@@ -124,7 +124,8 @@ def train_joint(bench: Workbench, seed: int, options: RunOptions,
         n = session.seen_classes
         meter = FL.FlopMeter(model, bench.input_shape, cached)
         with timed(acc.seconds, "eval"), meter.attached(), meter.evaluating(), autocast(bench.device, options.amp):
-            result = evaluate(lambda x: model(x)[:, :n], bench.test_inputs, plan, p.eval.batch_size)
+            result = evaluate(lambda x: model(x)[:, :n], bench.test_inputs, plan, p.eval.batch_size,
+                              f"eval joint S1..S{session.index}" if options.progress else None)
         acc.eval_per_session.append(FL.flops(meter.eval_macs()))
         acc.eval_total += meter.eval_macs()
         acc.add_samples(meter)
