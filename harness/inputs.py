@@ -168,8 +168,7 @@ class EncodedImages(torch.utils.data.Dataset):
 def gpu_decodable(catalog: Catalog, preprocess: Preprocess, device: torch.device) -> bool:
     """JPEG decoding on the GPU (nvJPEG through torchvision) applies on CUDA to image files that are all
     JPEGs, without augmentation (whose random draws stay in the main process, in order)."""
-    return device.type == "cuda" and not preprocess.augment and all(
-        callable(getattr(s, "all_jpeg", None)) and s.all_jpeg() for s in catalog.splits)
+    return device.type == "cuda" and not preprocess.augment and all(s.all_jpeg() for s in catalog.splits)
 
 
 def decode_on(device: torch.device, preprocess: Preprocess, encoded: Sequence[Tensor]) -> Tensor:

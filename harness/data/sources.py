@@ -88,6 +88,10 @@ class Split(abc.ABC):
     def subset(self, indices: np.ndarray | Sequence[int]) -> Split:
         """A view on some samples, in the order given; class ids and names are kept."""
 
+    def all_jpeg(self) -> bool:
+        """Whether every sample is a JPEG file (what a GPU JPEG decoder takes); files only."""
+        return False
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(source={self.source!r}, n={len(self)}, classes={self.num_classes})"
 
