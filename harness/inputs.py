@@ -45,8 +45,9 @@ TRUNK_CHUNK = 128
 # Images per forward on the CPU, where ConvNeXt's elementwise ops (GRN, GELU, residual adds) are bound by
 # memory bandwidth: 16 images keep a block's activations in cache. ``ci/cpu_chunk_speed.py`` measures it: on
 # the quiet 2-core dev machine the trunk was 1.75x and the body 1.49x faster per image than at 128 (a
-# machine busy with other jobs gives noisy ratios: 0.54x-1.2x in one such run). No layer mixes samples in eval mode, so the
-# outputs equal a whole-batch forward's up to float rounding (oneDNN picks kernels by batch size).
+# machine busy with other jobs gives noisy ratios: 0.54x-1.2x in one such run). No layer mixes samples in
+# eval mode, so the outputs equal a whole-batch forward's up to float rounding (oneDNN picks kernels by
+# batch size).
 CPU_FORWARD_CHUNK = 16
 
 
