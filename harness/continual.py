@@ -157,8 +157,11 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
     def train_macs() -> float:
         return FL.adjusted_train_macs(meter, ctx.counters)
 
-    def _budget() -> Budget:
-        """The budget as counted so far (a diverged run reports what it spent)."""
+    def closing_budget() -> Budget:
+        """The budget as counted so far (a diverged run reports what it spent), with the stage times
+        handed to the caller: at the end, or when the run diverges."""
+        if options.stage_seconds is not None:
+            options.stage_seconds.update(progress.seconds)
         train_total, eval_total = train_macs(), meter.eval_macs()
         budget = Budget(
             updates_per_session=[c.total_updates for c in progress.curves], batch_new=b_new, batch_old=b_old,
@@ -265,10 +268,8 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
                     what = f"loss {curve['loss'][-1]}" if not math.isfinite(curve["loss"][-1]) else "a non-finite weight"
                     partial = {**curve, "loss": []}  # the session's points so far (its losses are not all there)
                     progress.curves.append(SessionCurve(session=session.index, total_updates=U, **partial))
-                    if options.stage_seconds is not None:
-                        options.stage_seconds.update(progress.seconds)
                     raise Diverged(f"{method.name} diverged at update {u + 1} of session {session.index}: {what}",
-                                   progress.curves, _budget(), progress.params)
+                                   progress.curves, closing_budget(), progress.params)
                 progress.most_trained, progress.observed = max(progress.most_trained, trained), progress.observed + 1
                 check_memory(method, memory)
                 progress.samples += len(ids)
@@ -289,8 +290,6 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
             progress.steps = steps[0]
             if checkpoint is not None:
                 checkpoint.save(snapshot(kind="boundary", next_session=pos + 1))
-        budget = _budget()
+        budget = closing_budget()
     bar.close()
-    if options.stage_seconds is not None:
-        options.stage_seconds.update(progress.seconds)
     return progress.curves, budget, progress.params

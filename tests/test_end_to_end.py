@@ -155,6 +155,7 @@ def test_a_diverged_run_is_stored_as_such_never_as_a_score(tiny_protocol_file, t
     (run,) = [r for _, r in iter_results(results) if r.method.spec == "finetune"]
     assert run.status == "diverged" and run.metrics is None
     assert [c.session for c in run.curves] == [2, 3] and run.curves[-1].updates == [0, 1, 2]
+    assert set(run.stage_seconds) == {"train", "eval"}  # where its time went, up to the divergence
     from bench_stability_gap.leaderboard.aggregate import summarize
     from bench_stability_gap.leaderboard.sources import load_folder
 
