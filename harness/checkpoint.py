@@ -30,7 +30,7 @@ import torch
 from .atomic import atomic_write
 from .errors import BenchError
 
-FORMAT = 1
+FORMAT = 2  # 2: DER++'s stored logits as blocks (a format-1 checkpoint is set aside, the phase starts over)
 
 
 def run_key(**parts: Any) -> str:

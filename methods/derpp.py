@@ -25,13 +25,14 @@ samples) or the MSE is taken over the stored columns only (``pad_logits: none``)
 Storage: a stored sample costs the raw sample plus its logits (float32) once they are stored, which
 ``sample_bytes`` reports (a pre-training sample not yet replayed costs the raw sample: its logits
 are a function of the deployed model, which is kept once); the cap itself is counted in samples, as
-in the paper. Logits live in a ``LogitStore`` (one float32 tensor, rows reused), not one array per
+in the paper. Logits live in a ``LogitStore`` (float32 blocks, rows reused), not one array per
 sample; those of samples that left the memory are dropped.
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 from typing import Any, Literal
 
 import numpy as np
@@ -47,13 +48,16 @@ LOGIT_BYTES = 4  # float32
 
 
 class LogitStore:
-    """Stored logits by global sample id: one float32 tensor of rows (grown by doubling, freed rows
-    reused) and an id -> row map, instead of millions of small arrays. A row remembers how many
-    columns were stored (the head grows)."""
+    """Stored logits by global sample id: float32 rows in fixed-size blocks and an id -> row map,
+    instead of millions of small arrays. It grows one block at a time, so what is stored is never
+    copied and at most one block stands empty (doubling one tensor left up to half of it empty and
+    held old and new at once: 1.1 GB for cil_places_lt's 75k rows of 1365). Freed rows are reused;
+    a row remembers how many columns were stored (the head grows)."""
 
-    def __init__(self, n_ids: int, width: int) -> None:
+    def __init__(self, n_ids: int, width: int, block_rows: int = 4096) -> None:
         self.row_of = np.full(n_ids, -1, dtype=np.int64)
-        self.values = torch.zeros(0, width)
+        self.width, self.block_rows = width, block_rows
+        self.blocks: list[Tensor] = []
         self.lengths = np.zeros(0, dtype=np.int64)
         self.free: list[int] = []
 
@@ -65,7 +69,7 @@ class LogitStore:
 
     @property
     def nbytes(self) -> int:
-        return self.values.numel() * self.values.element_size()
+        return sum(b.numel() * b.element_size() for b in self.blocks)
 
     def missing(self, ids: np.ndarray) -> np.ndarray:
         """The ids (first occurrence, in order) that have no stored logits."""
@@ -75,16 +79,20 @@ class LogitStore:
         return ids[self.row_of[ids] < 0]
 
     def _rows(self, n: int) -> np.ndarray:
-        """``n`` free rows (lowest first), growing the tensor by doubling when too few are free."""
-        if len(self.free) < n:
-            cap = self.values.shape[0]
-            new_cap = max(1024, 2 * cap, cap + n - len(self.free))
-            grown = torch.zeros(new_cap, self.values.shape[1])
-            grown[:cap] = self.values
-            self.values = grown
-            self.lengths = np.concatenate([self.lengths, np.zeros(new_cap - cap, dtype=np.int64)])
-            self.free = list(range(new_cap - 1, cap - 1, -1)) + self.free
+        """``n`` free rows (freed ones first), adding blocks when too few are free."""
+        while len(self.free) < n:
+            cap = len(self.lengths)
+            self.blocks.append(torch.zeros(self.block_rows, self.width))
+            self.lengths = np.concatenate([self.lengths, np.zeros(self.block_rows, dtype=np.int64)])
+            self.free = list(range(cap + self.block_rows - 1, cap - 1, -1)) + self.free
         return np.asarray([self.free.pop() for _ in range(n)], dtype=np.int64)
+
+    def _by_block(self, rows: np.ndarray) -> Iterator[tuple[Tensor, np.ndarray, np.ndarray]]:
+        """(block, positions in ``rows``, offsets in the block) for each block ``rows`` touch."""
+        block = rows // self.block_rows
+        for b in np.unique(block):
+            at = np.flatnonzero(block == b)
+            yield self.blocks[int(b)], at, rows[at] % self.block_rows
 
     def put(self, ids: np.ndarray, logits: Tensor) -> None:
         """Store ``logits`` (n x k, k <= width) for ids that have none."""
@@ -92,14 +100,17 @@ class LogitStore:
         rows = self._rows(len(ids))
         self.row_of[ids] = rows
         z = logits.detach().float().cpu()
-        index = torch.from_numpy(rows)
-        self.values[index] = 0.0
-        self.values[index, : z.shape[1]] = z
+        for block, at, offset in self._by_block(rows):
+            index = torch.from_numpy(offset)
+            block[index] = 0.0
+            block[index, : z.shape[1]] = z[torch.from_numpy(at)]
         self.lengths[rows] = z.shape[1]
 
     def row(self, gid: int) -> np.ndarray | None:
         r = int(self.row_of[int(gid)])
-        return None if r < 0 else self.values[r, : self.lengths[r]].numpy()
+        if r < 0:
+            return None
+        return self.blocks[r // self.block_rows][r % self.block_rows, : self.lengths[r]].numpy()
 
     def length(self, gid: int) -> int:
         r = int(self.row_of[int(gid)])
@@ -108,12 +119,13 @@ class LogitStore:
     def get(self, ids: np.ndarray, width: int) -> tuple[Tensor, Tensor]:
         """(n x width) stored values, zero past each row's stored columns, and the stored-column mask."""
         rows = self.row_of[np.asarray(ids, dtype=np.int64)]
-        have = rows >= 0
+        have = np.flatnonzero(rows >= 0)
         out = torch.zeros(len(rows), width)
-        lengths = np.where(have, self.lengths[np.maximum(rows, 0)], 0)
-        if have.any():
-            k = min(width, self.values.shape[1])
-            out[torch.from_numpy(np.flatnonzero(have)), :k] = self.values[torch.from_numpy(rows[have]), :k]
+        lengths = np.zeros(len(rows), dtype=np.int64)
+        lengths[have] = self.lengths[rows[have]]
+        k = min(width, self.width)
+        for block, at, offset in self._by_block(rows[have]):
+            out[torch.from_numpy(have[at]), :k] = block[torch.from_numpy(offset), :k]
         mask = torch.arange(width).unsqueeze(0) < torch.from_numpy(np.minimum(lengths, width)).unsqueeze(1)
         return out * mask, mask
 
@@ -126,14 +138,23 @@ class LogitStore:
         self.row_of[drop] = -1
 
     def state_dict(self) -> dict[str, Any]:
+        """The store as it is, blocks by reference (as ``nn.Module.state_dict``: serialised at once,
+        a checkpoint copies nothing more)."""
         ids = np.flatnonzero(self.row_of >= 0)
-        return {"ids": ids, "rows": [self.row(g).copy() for g in ids]}
+        return {"ids": ids, "row": self.row_of[ids], "lengths": self.lengths, "blocks": self.blocks,
+                "free": np.asarray(self.free, dtype=np.int64), "block_rows": self.block_rows}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Copies of a stored state (as ``nn.Module.load_state_dict``: the two never share rows)."""
         self.row_of[:] = -1
-        self.values, self.lengths, self.free = torch.zeros(0, self.values.shape[1]), np.zeros(0, np.int64), []
-        for gid, row in zip(state.get("ids", []), state.get("rows", [])):
-            self.put(np.asarray([gid]), torch.as_tensor(np.asarray(row)).view(1, -1))
+        if not state:
+            self.blocks, self.lengths, self.free = [], np.zeros(0, np.int64), []
+            return
+        self.block_rows = int(state["block_rows"])
+        self.row_of[state["ids"]] = state["row"]
+        self.lengths = np.array(state["lengths"], dtype=np.int64)
+        self.blocks = [b.clone() for b in state["blocks"]]
+        self.free = [int(r) for r in state["free"]]
 
 
 def recount_memory_bytes(memory) -> None:
@@ -209,6 +230,11 @@ class DERpp(StandardMethod):
         if self.config.pad_logits == "zero":
             mask = mask.any(1, keepdim=True).expand_as(mask).clone()
         return out.to(device), mask.to(device)
+
+    def shared_in_eval_copy(self) -> list[Any]:
+        """predict reads neither the stored logits nor the deployed copy: the eval copy shares them
+        instead of copying (and fingerprinting) 0.4 GB of logits at every eval point at paper scale."""
+        return [self.logits, self.deployed] if self.deployed is not None else [self.logits]
 
     def sample_bytes(self, gid: int) -> int | None:
         ctx = getattr(self, "ctx", None)

@@ -268,12 +268,32 @@ def test_logit_store_reuses_rows_and_pads_short_rows() -> None:
     assert store.missing(np.array([1, 3, 1, 9])).tolist() == [1, 9]
     store.keep_only(np.array([5]))
     assert len(store) == 1 and 3 not in store and store.row(5).tolist() == [5.0, 6.0, 7.0]
-    rows_before = store.values.shape[0]
-    store.put(np.array([2]), torch.tensor([[9.0]]))  # a freed row is reused: the tensor does not grow
-    assert store.values.shape[0] == rows_before and store.row(2).tolist() == [9.0]
+    bytes_before = store.nbytes
+    store.put(np.array([2]), torch.tensor([[9.0]]))  # a freed row is reused: the store does not grow
+    assert store.nbytes == bytes_before and store.row(2).tolist() == [9.0]
     again = LogitStore(10, 4)
     again.load_state_dict(store.state_dict())
     assert again.row(5).tolist() == [5.0, 6.0, 7.0] and again.row(2).tolist() == [9.0] and 3 not in again
+
+
+def test_logit_store_grows_by_blocks_and_round_trips_without_sharing() -> None:
+    from bench_stability_gap.methods.derpp import LogitStore
+
+    store = LogitStore(20, 3, block_rows=4)
+    values = torch.arange(30, dtype=torch.float32).view(10, 3)
+    store.put(np.arange(10), values)  # 10 rows: three blocks of 4, none copied or doubled
+    assert len(store.blocks) == 3 and store.nbytes == 3 * 4 * 3 * 4
+    out, mask = store.get(np.array([9, 0, 5, 15]), 3)
+    assert torch.equal(out[:3], values[[9, 0, 5]]) and out[3].tolist() == [0.0] * 3 and not mask[3].any()
+    store.keep_only(np.arange(2, 10))
+    store.put(np.array([12, 13]), torch.ones(2, 2))  # the two freed rows, before any new block
+    assert sorted(int(store.row_of[g]) for g in (12, 13)) == [0, 1] and len(store.blocks) == 3
+    again = LogitStore(20, 3)
+    again.load_state_dict(store.state_dict())
+    assert all(np.array_equal(again.row(g), store.row(g)) for g in (2, 9, 12, 13)) and 0 not in again
+    again.put(np.array([14]), torch.full((1, 3), 7.0))  # the copy takes a free row of its own...
+    assert 14 not in store and again.row(14).tolist() == [7.0] * 3
+    assert store.blocks[0].data_ptr() != again.blocks[0].data_ptr()  # ...in blocks it does not share
 
 
 def test_gdumb_memory_is_class_balanced(capped, options):
