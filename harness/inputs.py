@@ -17,6 +17,8 @@ process (reproducible augmentation).
 from __future__ import annotations
 
 import copy
+import ctypes
+import gc
 import hashlib
 import json
 import os
@@ -58,6 +60,30 @@ def in_cpu_chunks(forward: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:
     if x.device.type != "cpu" or len(x) <= CPU_FORWARD_CHUNK:
         return forward(x)
     return torch.cat([forward(part) for part in x.split(CPU_FORWARD_CHUNK)])
+
+
+try:
+    _LIBC = ctypes.CDLL(None)
+except OSError:  # no C library to load symbols from: nothing to trim
+    _LIBC = None
+
+
+def workers_from(loader: torch.utils.data.DataLoader) -> Iterator:
+    """``iter(loader)``, which forks its workers, set up so that they copy little of this process: the
+    allocator's free heap pages are handed back to the OS first (glibc ``malloc_trim``), and the
+    objects alive now are out of the garbage collector's reach while forking (``gc.freeze``; a child's
+    collection would otherwise write to every one of them, copying their pages). At paper scale a
+    worker had otherwise copied ~1.2 GB of this process's heap."""
+    trim = getattr(_LIBC, "malloc_trim", None)
+    if not loader.num_workers:
+        return iter(loader)
+    if trim is not None:
+        trim(0)
+    gc.freeze()
+    try:
+        return iter(loader)
+    finally:
+        gc.unfreeze()  # this process collects as before; the workers keep their frozen copies
 
 
 def image_cache_bytes() -> int:
@@ -279,7 +305,7 @@ class InputStore:
             pin_memory=self.device.type == "cuda" and not self.gpu_decode, persistent_workers=False,
             prefetch_factor=4 if workers else None, collate_fn=_as_list if self.gpu_decode else None,
         )
-        for start, batch in zip(range(0, len(ids), chunk), loader):
+        for start, batch in zip(range(0, len(ids), chunk), workers_from(loader)):
             yield ids[start : start + chunk], self._finish(batch)
 
     def _dataset(self, ids: np.ndarray) -> torch.utils.data.Dataset:
@@ -355,7 +381,7 @@ class InputStore:
             num_workers=workers, pin_memory=self.device.type == "cuda" and not self.gpu_decode, prefetch_factor=2,
             collate_fn=_as_list if self.gpu_decode else None,
         )
-        self._ahead, self._ahead_images = deque(np.asarray(b, dtype=np.int64) for b in batches), iter(loader)
+        self._ahead, self._ahead_images = deque(np.asarray(b, dtype=np.int64) for b in batches), workers_from(loader)
 
     def end_plan(self) -> None:
         """Drop what is left of the plan (its workers stop)."""

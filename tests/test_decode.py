@@ -6,11 +6,14 @@ everything but nvJPEG itself; the choice of decoder is tested for a CUDA device 
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 
+from bench_stability_gap.harness import inputs
 from bench_stability_gap.harness.data.sources import FileSplit
 from bench_stability_gap.harness.inputs import InputStore, Preprocess, decode_on, gpu_decodable
 from bench_stability_gap.harness.protocol import Backbone
@@ -59,8 +62,11 @@ def test_the_gpu_decoder_is_chosen_for_jpeg_files_on_cuda_only(tmp_path):
 @pytest.mark.parametrize("workers", ["0", "1"])
 def test_a_store_decoding_bytes_serves_planned_and_unplanned_batches(tmp_path, monkeypatch, workers):
     """The decode-mode store with ``gpu_decode`` (here on the CPU decoder): planned batches come from the
-    workers as bytes, other fetches are read in step; both equal the PIL path's images."""
+    workers as bytes, other fetches are read in step; both equal the PIL path's images. The free heap
+    is handed back before the worker forks (so it does not copy it), and only then."""
     monkeypatch.setenv("BENCH_LOADER_WORKERS", workers)
+    trims: list[int] = []
+    monkeypatch.setattr(inputs, "_LIBC", SimpleNamespace(malloc_trim=trims.append))
     split, pre = _jpegs(tmp_path), Preprocess(_backbone())
     catalog = Catalog((split,), split.labels.copy())
     store = InputStore(catalog, pre, None, torch.device("cpu"), mode="decode", gpu_decode=True)
@@ -69,4 +75,4 @@ def test_a_store_decoding_bytes_serves_planned_and_unplanned_batches(tmp_path, m
     store.plan(batches)
     for ids in [batches[0], np.array([7, 8]), batches[1], batches[2]]:  # a method's own fetch in between
         assert torch.equal(store.get(ids), plain.get(ids))
-    assert store.prefetched == (3 if workers == "1" else 0)
+    assert store.prefetched == (3 if workers == "1" else 0) and trims == ([0] if workers == "1" else [])
