@@ -74,9 +74,9 @@ def workers_from(loader: torch.utils.data.DataLoader) -> Iterator:
     objects alive now are out of the garbage collector's reach while forking (``gc.freeze``; a child's
     collection would otherwise write to every one of them, copying their pages). At paper scale a
     worker had otherwise copied ~1.2 GB of this process's heap."""
-    trim = getattr(_LIBC, "malloc_trim", None)
     if not loader.num_workers:
         return iter(loader)
+    trim = getattr(_LIBC, "malloc_trim", None)
     if trim is not None:
         trim(0)
     gc.freeze()
