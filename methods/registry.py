@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from .errors import BenchError, did_you_mean
-from .specfile import format_validation_error, safe_yaml
+from ..harness.errors import BenchError, did_you_mean
+from ..harness.spec.specfile import format_validation_error, safe_yaml
 
 if TYPE_CHECKING:
-    from .protocol import Protocol
+    from ..harness.spec.protocol import Protocol
 
 METHOD_GROUP = "bench.methods"
 MODIFIER_GROUP = "bench.modifiers"
@@ -228,7 +228,7 @@ def resolve_config(config_cls: type[BaseModel], entry: Entry, protocol: Protocol
 def config_class(entry: Entry) -> type[BaseModel]:
     """An entry's settings model without importing its code when bench ships it (methods.configs is
     torch-free, so a bad ``--set`` is answered in well under a second); a plugin's class is loaded."""
-    from ..methods.configs import CONFIGS
+    from .configs import CONFIGS
 
     known = CONFIGS.get(entry.target)
     return known if known is not None else entry.load().Config
@@ -284,7 +284,7 @@ def build_method(text: str, protocol: Protocol | str, overrides: dict[str, Any] 
 
 
 def _builtin_or_name(name: str) -> Protocol | str:
-    from .protocol import builtin_protocol_names, load_protocol
+    from ..harness.spec.protocol import builtin_protocol_names, load_protocol
 
     return load_protocol(name) if name in builtin_protocol_names() else name
 

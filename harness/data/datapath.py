@@ -32,10 +32,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from .errors import BenchError
+from ..errors import BenchError
 from .features import FeatureShards, dtype_name
 from .inputs import TRUNK_CHUNK, image_cache_bytes, key_folder, loader_workers
-from .protocol import Protocol
+from ..spec.protocol import Protocol
 from .stream import Stream
 
 GB = 2**30

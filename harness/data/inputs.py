@@ -36,7 +36,7 @@ from torchvision.transforms import v2 as T
 from tqdm.auto import tqdm
 
 from .features import FeatureShards, open_verified
-from .protocol import Backbone
+from ..spec.protocol import Backbone
 from .stream import Catalog
 
 PREPROCESS_VERSION = 1

@@ -11,9 +11,9 @@ from functools import cached_property
 
 import numpy as np
 
-from .data.sources import Split, open_source
-from .errors import BenchError
-from .protocol import Protocol
+from .sources import Split, open_source
+from ..errors import BenchError
+from ..spec.protocol import Protocol
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,9 @@ import timm
 import torch
 from torch import Tensor, nn
 
-from .errors import BenchError
+from ..errors import BenchError
 from .fastconv import crop_depthwise_convs
-from .protocol import Backbone
+from ..spec.protocol import Backbone
 
 
 class GrowingHead(nn.Module):

@@ -75,7 +75,7 @@ import torch
 from torch import Tensor, nn
 
 if TYPE_CHECKING:
-    from .results import Budget
+    from ..results.schema import Budget
 
 PARTS = ("trunk", "body", "head")
 PHASES = ("train", "eval")

@@ -18,11 +18,11 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .atomic import write_or_rescue
+from ..atomic import write_or_rescue
 from .curves import ReferenceSession, SessionCurve
-from .errors import BenchError
+from ..errors import BenchError
 from .metrics import Metrics, best_new_accuracy
-from .registry import format_setting
+from ...methods.registry import format_setting
 
 SCHEMA_VERSION = 2  # 2: overrides and the references a run was scored with are stored
 

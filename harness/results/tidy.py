@@ -18,9 +18,9 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .metric_catalog import ACCURACY_KEYS, TABLE_KEYS
+from .catalog import ACCURACY_KEYS, TABLE_KEYS
 from .metrics import Metrics
-from .results import RunResult
+from .schema import RunResult
 
 RUN_KEYS: tuple[str, ...] = ("run_id", "protocol", "protocol_hash", "method", "method_spec", "seed")
 CURVE_KEYS: tuple[str, ...] = ("old", "new", "all")

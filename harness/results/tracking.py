@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import BenchError
-from .results import RunResult, iter_results
+from ..errors import BenchError
+from .schema import RunResult, iter_results
 
 HTTP_TIMEOUT_S = "5"   # per request; MLflow's default is 120 s
 HTTP_RETRIES = "1"     # MLflow's default (7 retries with backoff) hangs a finished run for minutes
@@ -74,7 +74,7 @@ def store_lock(uri: str) -> Iterator[None]:
         return
     from filelock import FileLock, Timeout
 
-    from .preflight import sqlite_path
+    from ..tools.preflight import sqlite_path
 
     db = sqlite_path(uri)
     db.parent.mkdir(parents=True, exist_ok=True)

@@ -13,12 +13,12 @@ from contextlib import contextmanager
 import numpy as np
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from . import flops as FL
-from .errors import BenchError
+from ..model import flops as FL
+from ..errors import BenchError
 from .memory import Memory
-from .protocol import Memory as MemorySpec
-from .protocol import Protocol
-from ..methods.base import Method, StepStats, TrainBatch
+from ..spec.protocol import Memory as MemorySpec
+from ..spec.protocol import Protocol
+from ...methods.base import Method, StepStats, TrainBatch
 
 
 @contextmanager

@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .atomic import atomic_write
-from .errors import BenchError
+from ..atomic import atomic_write
+from ..errors import BenchError
 
 FORMAT = 2  # 2: DER++'s stored logits as blocks (a format-1 checkpoint is set aside, the phase starts over)
 

@@ -20,19 +20,19 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from . import flops as FL
+from ..model import flops as FL
 from .checkpoint import Checkpointer, maybe_die, rng_state, set_rng_state
 from .budget_guards import (add_to_memory, check_memory, check_no_stray_steps, count_optimizer_steps,
                             memory_spec, observe_within_budget)
-from .curves import SessionCurve
+from ..results.curves import SessionCurve
 from .evaluation import eval_plan, evaluate
 from .isolation import lend, random_streams
 from .memory import Memory
-from .protocol import Protocol
-from .results import Budget
-from .stream import Cycler, Session
+from ..spec.protocol import Protocol
+from ..results.schema import Budget
+from ..data.stream import Cycler, Session
 from .workbench import RunOptions, Workbench, autocast, report_progress, say, seed_everything, timed
-from ..methods.base import Method
+from ...methods.base import Method
 
 
 def _curve_point(curve: dict, update: int, acc) -> None:

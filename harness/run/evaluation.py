@@ -10,8 +10,8 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from .inputs import InputStore, in_cpu_chunks
-from .stream import Session, Stream
+from ..data.inputs import InputStore, in_cpu_chunks
+from ..data.stream import Session, Stream
 
 
 @dataclass(frozen=True)

@@ -29,15 +29,15 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from .errors import BenchError
-from .inputs import InputStore
+from ..errors import BenchError
+from ..data.inputs import InputStore
 from .memory import Memory
-from .protocol import Protocol
-from .stream import Catalog, Session, Stream
+from ..spec.protocol import Protocol
+from ..data.stream import Catalog, Session, Stream
 
 if TYPE_CHECKING:
     from .workbench import Workbench
-    from ..methods.base import Context
+    from ...methods.base import Context
 
 METHOD_STREAM = 1  # SeedSequence spawn key of the method's own generators (the harness's is the run seed)
 

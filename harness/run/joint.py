@@ -16,17 +16,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import flops as FL
-from .backbone import SplitModel
+from ..model import flops as FL
+from ..model.backbone import SplitModel
 from .checkpoint import Checkpointer
 from .continual import seen_state, setseen_state, macs_per_sample
-from .curves import ReferenceSession
+from ..results.curves import ReferenceSession
 from .evaluation import eval_plan, evaluate
-from .protocol import Protocol
-from .results import Budget
+from ..spec.protocol import Protocol
+from ..results.schema import Budget
 from .workbench import (OfflineCheckpoint, RunOptions, Workbench, autocast, say, seed_everything, timed,
                         train_offline)
-from ..methods.base import MethodConfig
+from ...methods.base import MethodConfig
 
 
 def joint_config(protocol: Protocol) -> MethodConfig:

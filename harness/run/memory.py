@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from .protocol import Memory as MemorySpec
+from ..spec.protocol import Memory as MemorySpec
 
 
 PRETRAIN_SUBSET_SEED = 0  # the split policy's S1 subset: fixed across runs and seeds

@@ -21,18 +21,18 @@ import torch
 from pathlib import Path
 from typing import Any
 
-from . import flops as FL
-from . import metrics as M
+from ..model import flops as FL
+from ..results import metrics as M
 from .continual import Diverged, run_cl
 from .checkpoint import Checkpointer, checkpointer, run_key
-from .errors import BenchError
-from .protocol import Protocol
-from .reference import joint_settings, train_joint
-from .registry import MethodSpec, build_method, code_hash, method_settings
-from .results import (JOINT, MethodStamp, ProtocolStamp, References, RunResult, Selection, git_commit,
+from ..errors import BenchError
+from ..spec.protocol import Protocol
+from .joint import joint_settings, train_joint
+from ...methods.registry import MethodSpec, build_method, code_hash, method_settings
+from ..results.schema import (JOINT, MethodStamp, ProtocolStamp, References, RunResult, Selection, git_commit,
                       library_versions, now_iso, save_result, stored_selection)
 from .workbench import RunOptions, Workbench, prepare, say
-from ..methods.base import Method
+from ...methods.base import Method
 
 Stored = tuple[Path, Any]
 

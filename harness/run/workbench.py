@@ -25,19 +25,19 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .atomic import atomic_write, atomic_write_text
-from .backbone import SplitModel, create_network, split_network, weights_digest
-from .datapath import DataPathPlan, plan_data_path
+from ..atomic import atomic_write, atomic_write_text
+from ..model.backbone import SplitModel, create_network, split_network, weights_digest
+from ..data.datapath import DataPathPlan, plan_data_path
 from .checkpoint import Checkpointer, maybe_die, rng_state, run_key, set_rng_state
-from .errors import BenchError
-from .flops import FlopMeter
-from .inputs import InputStore, Preprocess, feature_cache_key, gpu_decodable
+from ..errors import BenchError
+from ..model.flops import FlopMeter
+from ..data.inputs import InputStore, Preprocess, feature_cache_key, gpu_decodable
 from .isolation import LentInputs, MemoryView, train_view
 from .memory import Memory
-from .paths import cache_dir
-from .protocol import Protocol
-from .stream import Cycler, Stream, build_stream
-from ..methods.base import Context, MethodConfig, StandardMethod, TrainBatch
+from ..paths import cache_dir
+from ..spec.protocol import Protocol
+from ..data.stream import Cycler, Stream, build_stream
+from ...methods.base import Context, MethodConfig, StandardMethod, TrainBatch
 
 
 @dataclass
@@ -212,8 +212,8 @@ def _deploy(bench: Workbench, options: RunOptions) -> None:
     """
     from filelock import FileLock
 
-    from .backbone import file_sha256
-    from .features import move_aside
+    from ..model.backbone import file_sha256
+    from ..data.features import move_aside
 
     p = bench.protocol
     path = cache_dir() / "deployed" / f"{p.name}-{p.spec_hash}-{bench.weights.rpartition(':')[2][:16]}.pt"

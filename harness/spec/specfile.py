@@ -14,7 +14,7 @@ from typing import TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from .errors import BenchError, did_you_mean
+from ..errors import BenchError, did_you_mean
 
 Spec = TypeVar("Spec", bound=BaseModel)
 

@@ -12,10 +12,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .protocol import Protocol, load_protocol
-from .registry import build_method, format_setting, method_settings
-from .results import Selection, row_label
-from .specfile import load_spec
+from ..spec.protocol import Protocol, load_protocol
+from ...methods.registry import build_method, format_setting, method_settings
+from ..results.schema import Selection, row_label
+from ..spec.specfile import load_spec
 
 
 class SweepGroup(BaseModel):
@@ -74,8 +74,8 @@ def plan(sweep: Sweep, results_dir: Path, seeds: list[int] | None = None) -> lis
     """Every run of the sweep in order (seed-major, so a partial sweep has whole seeds), each marked with
     the result that already covers it (``finished``). Every protocol, method string and setting is
     validated up front, so a typo fails before hours of compute rather than in the middle."""
-    from .pipeline import check_joint_request, selection
-    from .workbench import RunOptions
+    from ..run.pipeline import check_joint_request, selection
+    from ..run.workbench import RunOptions
 
     protocols = {g.protocol: load_protocol(g.protocol) for g in sweep.runs}
     counted = {name: selection(spec, RunOptions(results_dir=results_dir)) for name, spec in protocols.items()}

@@ -28,18 +28,18 @@ try:
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 except ImportError:  # pragma: no cover - the message is the point
-    from .errors import BenchError
+    from ..errors import BenchError
 
     raise BenchError("--executor ray needs Ray, an optional extra: pip install 'bench-stability-gap[ray]' "
                      "(or --executor local, the default, which runs the sweep in this process).") from None
 
-from .errors import BenchError
-from .paths import cache_dir
-from .results import load_result
+from ..errors import BenchError
+from ..paths import cache_dir
+from ..results.schema import load_result
 from .shared_storage import probe_problems, remove_probes, shared_storage_error, write_probes
-from .sweep_progress import ProgressBoard, TaskState, overall_line, running_lines
-from .sweep_stages import Stage, run_stage
-from .workbench import RunOptions
+from .progress import ProgressBoard, TaskState, overall_line, running_lines
+from .stages import Stage, run_stage
+from ..run.workbench import RunOptions
 
 # what a worker must see of the driver's environment: bench's own settings (the cache folder, data
 # roots such as $BENCH_DATA), MLflow's, and the OpenMP wait policy the CLI sets before torch loads
@@ -104,7 +104,7 @@ def _stage_task(stage: Stage, options: RunOptions, threads: int, board, log_uri:
     for result, path in run_stage(stage, opts):
         rid = None
         if log_uri is not None:  # a failure keeps the JSON and says how to mirror it later (bench sync)
-            from .tracking import log_run_or_explain
+            from ..results.tracking import log_run_or_explain
 
             rid, _ = log_run_or_explain(result, path, opts.results_dir, log_uri)
         out.append((str(path), rid))
@@ -249,7 +249,7 @@ def _submit_and_watch(graph: list[Stage], options: RunOptions, plan: RayPlan, tr
                 board.finished.remote(stage.key, status, note)
                 continue
             if mlflow and not worker_logs:  # a local store (sqlite): one writer, the driver
-                from .tracking import log_run_or_explain
+                from ..results.tracking import log_run_or_explain
 
                 for path, _ in stored:
                     log_run_or_explain(load_result(Path(path)), Path(path), options.results_dir, tracking_uri)

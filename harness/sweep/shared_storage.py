@@ -13,7 +13,7 @@ import os
 import secrets
 from pathlib import Path
 
-from .errors import BenchError
+from ..errors import BenchError
 
 PROBE = ".bench-shared-probe-{token}"
 

@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from .protocol import Protocol
-from .registry import format_setting
-from .results import RunResult, Selection, row_label
-from .sweep import PlannedRun
-from .workbench import RunOptions, Workbench
+from ..spec.protocol import Protocol
+from ...methods.registry import format_setting
+from ..results.schema import RunResult, Selection, row_label
+from .plan import PlannedRun
+from ..run.workbench import RunOptions, Workbench
 
 Kind = Literal["deployed", "joint", "references", "run"]
 Stored = tuple[RunResult, Path]
@@ -70,8 +70,8 @@ def stage_graph(runs: list[PlannedRun], results_dir: Path) -> list[Stage]:
     """The stages still to do for ``runs``, in an order that runs every stage after those it needs (the
     runs' own order otherwise, so a local sweep goes seed by seed as before). A joint or references stage
     whose results are already stored is left out; the deployed-model stage stays (when cached, it loads)."""
-    from .pipeline import selection
-    from .workbench import RunOptions
+    from ..run.pipeline import selection
+    from ..run.workbench import RunOptions
 
     graph: dict[str, Stage] = {}
     chosen = {}  # protocol key -> the stored runs that count (the one rule, results.select_runs)
@@ -101,8 +101,8 @@ def stage_graph(runs: list[PlannedRun], results_dir: Path) -> list[Stage]:
 def run_stage(stage: Stage, options: RunOptions, bench: Workbench | None = None) -> list[Stored]:
     """Compute one stage and return the results it stored (none for the deployed model, which is cached).
     ``bench``: a workbench already prepared for this protocol and seed, reused when given."""
-    from .pipeline import ensure_references, execute, selection
-    from .workbench import prepare
+    from ..run.pipeline import ensure_references, execute, selection
+    from ..run.workbench import prepare
 
     p = stage.protocol
     if stage.kind == "deployed":
@@ -124,7 +124,7 @@ def run_local(graph: list[Stage], options: RunOptions, on_start: Callable[[Stage
     seed share one workbench (built once, as one ``execute`` shares it with its references) and hand
     what they stored to ``on_stored``; a method run is ``method_run``'s (the CLI's, with live tracking),
     which finds those references stored and runs the method alone."""
-    from .workbench import prepare
+    from ..run.workbench import prepare
 
     current: tuple[str, str, int] | None = None
     bench: Workbench | None = None

@@ -1,6 +1,6 @@
 """``bench check-method NAME``: the method contract, run on any installed method in about a minute.
 
-The same guards as a real run (harness/budget_guards.py, harness/isolation.py) on two tiny embedded
+The same guards as a real run (harness/run/budget_guards.py, harness/run/isolation.py) on two tiny embedded
 protocols derived from tiny_cil (offline with a storage cap, and online sample by sample), plus what a
 single run cannot show: the same seed giving the same numbers, ``state_dict`` surviving a save and a
 load into a fresh instance, and a run stopped mid-session resuming to the uninterrupted numbers. The project's own tests use the same specs (tests/test_contract.py), so
@@ -20,15 +20,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from .continual import run_cl
-from .errors import BenchError
-from .isolation import random_streams
-from .memory import Memory
-from .budget_guards import memory_spec
-from .checkpoint import Checkpointer
-from .protocol import Protocol, load_protocol
-from .registry import build_method
-from .workbench import RunOptions, Workbench, prepare
+from ..run.continual import run_cl
+from ..errors import BenchError
+from ..run.isolation import random_streams
+from ..run.memory import Memory
+from ..run.budget_guards import memory_spec
+from ..run.checkpoint import Checkpointer
+from ..spec.protocol import Protocol, load_protocol
+from ...methods.registry import build_method
+from ..run.workbench import RunOptions, Workbench, prepare
 
 CAP = 40  # samples: tight for the reduced streams (600 pre-training images, 10 classes to come)
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .errors import BenchError
+from ..errors import BenchError
 
 if TYPE_CHECKING:  # torch and numpy load when the command runs, not when the CLI starts
     import torch
@@ -52,7 +52,7 @@ def _timed(fn: Callable[[], None], device: torch.device) -> float:
 
 def _network(spec, allow_download: bool):
     """The protocol's network; random init (and a note saying so) where its weights cannot be had."""
-    from .backbone import create_network
+    from ..model.backbone import create_network
 
     kind = spec.backbone.weights.partition(":")[0]
     if kind == "timm" and not allow_download:
@@ -70,8 +70,8 @@ def _network(spec, allow_download: bool):
 def _synthetic_catalog(n: int, size: int, classes: int, seed: int):
     import numpy as np
 
-    from .data.sources import ArraySplit
-    from .stream import Catalog
+    from ..data.sources import ArraySplit
+    from ..data.stream import Catalog
 
     rng = np.random.default_rng(seed)
     images = rng.integers(0, 256, size=(n, size, size, 3), dtype=np.uint8)
@@ -83,7 +83,7 @@ def _synthetic_catalog(n: int, size: int, classes: int, seed: int):
 def _plain_groups(model, cfg) -> list[dict]:
     """What a hand-written loop would pass AdamW: the method's own groups (lr decayed per tensor by
     default, as the paper's code), so both loops do the same optimizer work."""
-    from ..methods.base import layerwise_groups
+    from ...methods.base import layerwise_groups
 
     train_body = cfg.trainable == "body+head"
     if not train_body:
@@ -131,15 +131,15 @@ def perf(protocol: str, device: str, updates: int, warmup: int, repeats: int, ev
     import torch
     import torch.nn.functional as F
 
-    from . import flops as FL
-    from .backbone import split_network
-    from .evaluation import EvalPlan, evaluate
-    from .inputs import InputStore, Preprocess
-    from .protocol import load_protocol
-    from .registry import build_method
-    from .budget_guards import count_optimizer_steps, observe_within_budget
-    from .workbench import Workbench, autocast, resolve_device
-    from ..methods.base import Context
+    from ..model import flops as FL
+    from ..model.backbone import split_network
+    from ..run.evaluation import EvalPlan, evaluate
+    from ..data.inputs import InputStore, Preprocess
+    from ..spec.protocol import load_protocol
+    from ...methods.registry import build_method
+    from ..run.budget_guards import count_optimizer_steps, observe_within_budget
+    from ..run.workbench import Workbench, autocast, resolve_device
+    from ...methods.base import Context
 
     spec = load_protocol(protocol)
     dev = resolve_device(device)

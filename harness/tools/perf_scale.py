@@ -26,7 +26,7 @@ from pathlib import Path
 import click
 import numpy as np
 
-from .errors import BenchError
+from ..errors import BenchError
 
 
 @dataclass
@@ -60,11 +60,11 @@ def measure(protocol, model, device, batch: int, images: int, repeats: int) -> C
     import torch.nn.functional as F
     from PIL import Image
 
-    from . import flops as FL
-    from .data.sources import FileSplit
-    from .features import write_shards
-    from .inputs import Preprocess, decode_on, in_cpu_chunks
-    from .workbench import autocast
+    from ..model import flops as FL
+    from ..data.sources import FileSplit
+    from ..data.features import write_shards
+    from ..data.inputs import Preprocess, decode_on, in_cpu_chunks
+    from ..run.workbench import autocast
 
     b = protocol.backbone
     size = next((s.synthetic.image_size for s in (protocol.pretrain_data, *protocol.stream_data)
@@ -124,7 +124,7 @@ def measure(protocol, model, device, batch: int, images: int, repeats: int) -> C
 
 def stage_images(protocol, stream) -> dict[str, dict[str, int]]:
     """Images each stage of one full run pushes through each piece (one seed, the joint reference included)."""
-    from .evaluation import eval_plan
+    from ..run.evaluation import eval_plan
 
     t, j = protocol.training, protocol.joint
     n_test = int((stream.test.labels >= 0).sum())
@@ -173,7 +173,7 @@ def with_budget_of(protocol, other_name: str | None):
     a synthetic twin's counts projected at the real protocol's full budget."""
     if not other_name:
         return protocol
-    from .protocol import load_protocol
+    from ..spec.protocol import load_protocol
 
     other = load_protocol(other_name)
     fields = ("pretrain", "training", "memory", "eval", "joint", "sessions", "classes_per_session", "ordering")
@@ -185,14 +185,14 @@ def paper_report(protocol_name: str, device_name: str, batch: int | None, images
     """Print the measured per-image costs and the projected time of each stage of the protocol."""
     import torch
 
-    from .backbone import split_network
-    from .datapath import plan_data_path
-    from .inputs import loader_workers
-    from .paths import cache_dir
+    from ..model.backbone import split_network
+    from ..data.datapath import plan_data_path
+    from ..data.inputs import loader_workers
+    from ..paths import cache_dir
     from .perf import _network
-    from .protocol import load_protocol
-    from .workbench import resolve_device
-    from .stream import build_stream
+    from ..spec.protocol import load_protocol
+    from ..run.workbench import resolve_device
+    from ..data.stream import build_stream
 
     protocol = with_budget_of(load_protocol(protocol_name), budget_of)
     device = resolve_device(device_name)

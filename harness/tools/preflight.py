@@ -19,8 +19,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from .errors import BenchError
-from .protocol import MAX_SEED, Protocol
+from ..errors import BenchError
+from ..spec.protocol import MAX_SEED, Protocol
 
 # Space the outputs need at least: a result JSON is tens of KB and the MLflow store grows by about as
 # much per run, so the floor for results is generous; a cache holds a deployed model and trunk-feature
@@ -146,7 +146,7 @@ def check_run(protocol: Protocol, method: str, seed: int, overrides: dict[str, A
               tracking_uri: str | None, mlflow: bool) -> None:
     """Everything about one run that can be checked without torch or MLflow, in the order a user
     would fix them: method and settings, seed, folders and free space, tracking store."""
-    from .registry import METHOD_GROUP, check_method, entries
+    from ...methods.registry import METHOD_GROUP, check_method, entries
 
     if method.split("+")[0] != REFERENCE or REFERENCE in entries(METHOD_GROUP):
         check_method(method, protocol, overrides)
@@ -156,7 +156,7 @@ def check_run(protocol: Protocol, method: str, seed: int, overrides: dict[str, A
 
 def check_outputs(results_dir: Path, tracking_uri: str | None, mlflow: bool) -> None:
     """Where a run writes: results and cache folders writable with room, the tracking store usable."""
-    from .paths import cache_dir_path
+    from ..paths import cache_dir_path
 
     check_writable_folder(results_dir, "results folder", RESULTS_MIN_FREE)
     check_writable_folder(cache_dir_path(), "cache folder ($BENCH_CACHE_DIR)", CACHE_MIN_FREE)
