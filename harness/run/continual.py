@@ -26,12 +26,14 @@ from .budget_guards import (add_to_memory, check_memory, check_no_stray_steps, c
                             memory_spec, observe_within_budget)
 from ..results.curves import SessionCurve
 from .evaluation import eval_plan, evaluate
-from .isolation import lend, random_streams
+from .isolation import random_streams
 from .memory import Memory
 from ..spec.protocol import Protocol
 from ..results.schema import Budget
 from ..data.stream import Cycler, Session
-from .workbench import RunOptions, Workbench, autocast, report_progress, say, seed_everything, timed
+from .workbench import Workbench
+from .options import RunOptions, report_progress, say, timed
+from ..model.device import autocast, seed_everything
 from ...methods.base import Method
 
 
@@ -143,7 +145,7 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
     meter = FL.FlopMeter(model, bench.input_shape, cached)
     bench.train_inputs.reset_seen()
     bench.test_inputs.reset_seen()
-    lent = lend(bench, memory, method, streams)  # views without test data, the method's own streams
+    lent = bench.lend(memory, method, streams)  # views without test data, the method's own streams
     ctx = lent.ctx
     online = p.training.updates == "per_sample"
     b_new, b_old = p.training.batch.new, p.training.batch.old

@@ -24,16 +24,10 @@ from ..results.curves import ReferenceSession
 from .evaluation import eval_plan, evaluate
 from ..spec.protocol import Protocol
 from ..results.schema import Budget
-from .workbench import (OfflineCheckpoint, RunOptions, Workbench, autocast, say, seed_everything, timed,
-                        train_offline)
-from ...methods.base import MethodConfig
-
-
-def joint_config(protocol: Protocol) -> MethodConfig:
-    """The joint model's optimizer settings: the protocol's ``joint`` section, no layer-wise decay (it
-    is an upper bound, trained like the deployed model), the whole body and head plastic."""
-    return MethodConfig(lr=protocol.joint.lr, weight_decay=protocol.joint.weight_decay, layer_decay=1.0,
-                        trainable="body+head")
+from .workbench import OfflineCheckpoint, Workbench, train_offline
+from .options import RunOptions, say, timed
+from ..model.device import autocast, seed_everything
+from ...methods.configs import joint_config
 
 
 def _joint_model(bench: Workbench, upto: int, generator: torch.Generator) -> SplitModel:
@@ -41,11 +35,6 @@ def _joint_model(bench: Workbench, upto: int, generator: torch.Generator) -> Spl
     model = copy.deepcopy(bench.deployed)
     model.head.grow(bench.stream.sessions[upto - 2].seen_classes - model.head.num_classes, generator)
     return model
-
-
-def joint_settings(protocol: Protocol) -> dict[str, Any]:
-    """What a stored joint run's ``config`` must equal to serve as this protocol's A_joint."""
-    return joint_config(protocol).model_dump(mode="json")
 
 
 @dataclass
