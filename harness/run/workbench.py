@@ -8,28 +8,24 @@ joint reference).
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 import time
-from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
 
 from ..atomic import atomic_write, atomic_write_text
 from ..model.backbone import SplitModel, create_network, split_network, weights_digest
 from ..data.datapath import DataPathPlan, plan_data_path
-from .checkpoint import Checkpointer, maybe_die, rng_state, set_rng_state
+from .checkpoint import Checkpointer, rng_state, set_rng_state
+from .loop import Stretch, train_stretch
 from ..errors import BenchError
-from ..model.flops import FlopMeter
 from ..data.inputs import InputStore, Preprocess, feature_cache_key, gpu_decodable
 from .isolation import (LentInputs, MemoryView, RandomStreams, check_retained_samples, isolated_predict, sample_shape,
                         train_view)
@@ -38,7 +34,7 @@ from ..paths import cache_dir
 from ..spec.protocol import Protocol
 from ..data.stream import Cycler, Session, Stream, build_stream
 from ..model.device import autocast, resolve_device, seed_everything, use_channels_last
-from .options import RunOptions, report_progress, say
+from .options import RunOptions, say
 from ...methods.base import Context, MethodConfig, StandardMethod, TrainBatch
 
 
@@ -205,7 +201,6 @@ class OfflineCheckpoint:
     checkpointer: Checkpointer
     phase: str  # "pretrain" | "joint" (for BENCH_KILL_AT)
     outer: Callable[[], dict[str, Any]] = dict
-    meter: FlopMeter | None = None  # its tally is part of the state when FLOPs are counted
     resume: dict[str, Any] | None = None
 
 
@@ -226,23 +221,17 @@ def train_offline(bench: Workbench, model: SplitModel, config: MethodConfig, ids
         learner.load_state_dict(state["learner"])
         cycler.order, cycler.pos = state["cycler"]
         set_rng_state(state["rng"], rng, generator)
-        if checkpoint.meter is not None:
-            checkpoint.meter.tally = copy.deepcopy(state["tally"])
         start, pending = state["update"], state.get("pending")
-    # all batches drawn now (the same draws as one by one), so the input store can decode them ahead
-    planned = deque(pending if pending is not None else (cycler.take(batch_size) for _ in range(start, updates)))
-    bench.train_inputs.plan(list(planned))
+
+    def save(u: int, planned: list | None) -> None:
+        checkpoint.checkpointer.save({
+            **checkpoint.outer(), "kind": "mid", "update": u, "model": model.state_dict(),
+            "learner": learner.state_dict(), "cycler": (cycler.order, cycler.pos), "pending": planned,
+            "rng": rng_state(rng, generator)})
+
+    stretch = Stretch(desc, checkpoint.phase if checkpoint is not None else "offline", updates,
+                      draw=lambda: cycler.take(batch_size),
+                      step=lambda u, ids_: learner.observe(bench.batch(ids_, batch_size)),
+                      start=start, pending=pending, save=save if checkpoint is not None else None)
     with autocast(bench.device, options.amp):
-        for u in tqdm(range(start, updates), desc=desc, unit="upd", leave=False, disable=not options.progress,
-                      initial=start, total=updates):
-            if checkpoint is not None:
-                if checkpoint.checkpointer.due(u):
-                    checkpoint.checkpointer.save({
-                        **checkpoint.outer(), "kind": "mid", "update": u, "model": model.state_dict(),
-                        "learner": learner.state_dict(), "cycler": (cycler.order, cycler.pos), "pending": list(planned),
-                        "rng": rng_state(rng, generator),
-                        "tally": checkpoint.meter.tally if checkpoint.meter is not None else None})
-                maybe_die(checkpoint.phase)
-            learner.observe(bench.batch(planned.popleft(), batch_size))
-            report_progress(options, desc, u + 1, updates)
-    bench.train_inputs.end_plan()
+        train_stretch(stretch, None if checkpoint is None else checkpoint.checkpointer, bench.train_inputs, options)

@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ..errors import BenchError
 
 if TYPE_CHECKING:  # torch and numpy load when the command runs, not when the CLI starts
     import torch
