@@ -214,3 +214,52 @@ def test_cached_and_uncached_trunk_give_the_same_flops_and_curves(workbench, van
     assert uncached.forward_samples == cached.forward_samples
     assert not uncached.trunk_cached and uncached.train_flops_executed == uncached.train_flops
     assert cached.eval_flops_executed < cached.eval_flops  # the eval set went through the trunk once
+
+
+def test_joint_flops_equal_per_sample_costs_times_samples_by_the_continual_runs_code(workbench, monkeypatch):
+    """The joint reference's budget, counted by hand from the meter's per-sample costs: each joint model
+    trains ``joint.updates x joint.batch_size`` samples through trunk (forward) and body + head (forward
+    and backward) with the head of its session; each session evaluates its test set once. And it is closed
+    by the same function as a continual run's budget."""
+    from bench_stability_gap.harness.run import continual, joint, loop
+
+    bench, options = workbench
+    p = bench.protocol
+    short = dataclasses.replace(bench, protocol=p.model_copy(update={"joint": p.joint.model_copy(
+        update={"updates": 2, "batch_size": 8})}))
+    closed_by = []
+
+    def spy(*args, **kwargs):
+        closed_by.append(kwargs["updates_per_session"])
+        return loop.closing_budget(*args, **kwargs)
+
+    monkeypatch.setattr(joint, "closing_budget", spy)
+    monkeypatch.setattr(continual, "closing_budget", spy)
+    refs, budget, _ = joint.train_joint(short, 0, options)
+    distinct = short.train_inputs.distinct_seen()  # before the continual run resets what was fetched
+    _, vanilla_budget = run_cl(short, Vanilla(MethodConfig()), 0, options)[:2]
+    assert closed_by == [[2] * len(bench.stream.sessions), [3] * len(bench.stream.sessions)]
+
+    trunk, body = budget.macs_per_sample["trunk"], budget.macs_per_sample["body"]
+    assert (trunk, body) == (vanilla_budget.macs_per_sample["trunk"], vanilla_budget.macs_per_sample["body"])
+    net = bench.deployed
+    body_in = FL.part_cost(net.trunk, (3, 32, 32)).out_shape
+    per_module = FL.module_macs(net.body, torch.zeros(1, *body_in))
+    weightless = sum(v for k, v in per_module.items() if not list(net.body.get_submodule(k).parameters(recurse=False)))
+    train, evals = [], []
+    for s in bench.stream.sessions:
+        head = 1280 * s.seen_classes
+        train.append(2 * 8 * (trunk + 3 * body - weightless + 3 * head))
+        evals.append(len(bench.stream.test_ids(np.arange(s.seen_classes))) * (trunk + body + head))
+    assert budget.train_flops_per_session == pytest.approx([2 * t for t in train], rel=1e-12)
+    assert budget.eval_flops_per_session == pytest.approx([2 * e for e in evals], rel=1e-12)
+    assert budget.train_flops == pytest.approx(2 * sum(train), rel=1e-12)
+    assert budget.eval_flops == pytest.approx(2 * sum(evals), rel=1e-12)
+    assert budget.samples_trained == 2 * 8 * len(bench.stream.sessions)
+    assert budget.forward_samples["train/body/backward"] == budget.samples_trained
+    # executed: the cached trunk ran once per distinct image fetched, by flops.executed_macs
+    trained = budget.forward_samples["train/trunk/forward"]
+    assert trained == budget.samples_trained and budget.trunk_cached
+    assert budget.train_flops_executed == pytest.approx(
+        budget.train_flops - 2 * (trained - distinct) * trunk, rel=1e-12)
+    assert len(refs) == len(bench.stream.sessions)
