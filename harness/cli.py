@@ -275,6 +275,64 @@ def sweep(sweep: str, seeds: str | None, dry_run: bool, table_path: Path | None,
         click.echo(f"Table written to {table_path}")
 
 
+@main.command()
+@click.argument("protocol")
+@click.argument("method")
+@click.option("--trials", type=int, default=None, help="trials per method [default: the protocol's tuning ruleset]")
+@click.option("--objective", default=None, help="metric scored on the validation split, e.g. CK_delta "
+                                                "[default: the protocol's tuning ruleset]")
+@click.option("--seed", "-s", default=0, show_default=True, type=int, help="run seed of every trial (and the sampler's)")
+@click.option("--storage", default=None, metavar="URL",
+              help="Optuna storage (a database URL for teams) [default: sqlite in <results-dir>/tuning]")
+@click.option("--space", "space_file", type=click.Path(path_type=Path), default=None,
+              help="YAML search space {setting: {low, high, log} | {choices: [...]}} instead of the method's own")
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="local: trials in this process, pruned live; ray: each trial's runs as Ray tasks")
+@click.option("--address", default=None, metavar="HOST:PORT", help="ray: join this cluster")
+@click.option("--cpus-per-run", type=float, default=None, help="ray: CPUs each task reserves [default: 1]")
+@click.option("--gpus-per-run", type=float, default=None, help="ray: GPUs each task reserves [default: 0]")
+@_run_options
+def tune(protocol: str, method: str, trials: int | None, objective: str | None, seed: int, storage: str | None,
+         space_file: Path | None, executor: str, address: str | None, cpus_per_run: float | None,
+         gpus_per_run: float | None, results_dir: Path | None, device: str, trunk_cache: bool, progress: bool,
+         allow_download: bool, tracking_uri: str | None, no_mlflow: bool) -> None:
+    """Tune METHOD on PROTOCOL's validation split (never its test split): an Optuna study of the protocol's
+    ruleset (trials, objective) over the search space the method declares, then the best settings
+    written as a tuned entry (bench run --tuned runs them on the test split)."""
+    from .paths import results_dir as resolve_results
+    from .preflight import check_backbone, check_outputs, check_seed
+    from .protocol import load_protocol
+    from .registry import check_method
+    from .specfile import safe_yaml
+    from .tuning import TuneRequest, default_storage, ruleset, search_space, trial_runner
+    from .tuning import tune as run_study
+
+    spec = load_protocol(protocol)
+    rules = ruleset(spec, trials, objective)  # before anything else: zero trials, an unknown objective
+    spec.tuning_view()  # a protocol without a validation split cannot be tuned
+    check_method(method, spec, {})
+    given = None
+    if space_file is not None:
+        if not space_file.is_file():
+            raise BenchError(f"--space {space_file}: no such file.")
+        given = safe_yaml(space_file.read_text(), "--space", str(space_file))
+        if not isinstance(given, dict):
+            raise BenchError(f"--space {space_file} must hold a mapping of setting -> range.")
+    space = search_space(method, spec, given)
+    check_seed(seed)
+    check_outputs(resolve_results(results_dir), None, False)
+    ray_plan = _ray_plan(executor, address, cpus_per_run, gpus_per_run, None, device)
+    check_backbone(spec)
+    options = _options({}, results_dir, device, trunk_cache, progress, allow_download)
+    request = TuneRequest(spec, method, rules, seed, storage or default_storage(options.results_dir), space)
+    entry = run_study(request, options, trial_runner(method, seed, options, ray_plan, click.echo), click.echo)
+    from .tuning import entry_path
+
+    click.echo(f"\nBest of {entry.trials} trial(s) ({entry.objective} on validation {entry.value:.4f}, trial "
+               f"{entry.best_trial}): " + " ".join(f"--set {k}={v}" for k, v in entry.settings.items()))
+    click.echo(f"Tuned entry: {entry_path(options.results_dir, spec.name, method)}")
+
+
 def _ray_plan(executor: str, address: str | None, cpus: float | None, gpus: float | None, retries: int | None,
               device: str):
     """The Ray settings, checked before anything runs (None for the local executor)."""

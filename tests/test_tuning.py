@@ -127,3 +127,74 @@ def test_a_validation_split_larger_than_a_class_is_refused_naming_the_field(tmp_
         build_stream(spec.tuning_view(), 0)
     with pytest.raises(BenchError, match="declares no validation split"):
         load_protocol("tiny_cil").tuning_view()
+
+
+# ------------------------------------------------------------------ bench tune
+
+
+def test_bad_tuning_requests_are_refused_before_any_compute(tunable, tmp_path):
+    results = str(tmp_path / "r")
+    cases = {
+        ("--objective", "CK_detla"): "--objective 'CK_detla' is not a metric tuning can score",
+        ("--trials", "0"): "--trials 0: a study needs at least 1 trial",
+    }
+    for args, words in cases.items():
+        out = run_cli("tune", str(tunable), "vanilla", *args, "--results-dir", results)
+        assert out.exit_code == 2 and words in out.output, out.output
+    space = tmp_path / "space.yaml"
+    space.write_text(yaml.safe_dump({"lr": {"low": 1e-4, "high": 1e-2, "log": True}, "alpha": {"low": 0.1, "high": 1}}))
+    out = run_cli("tune", str(tunable), "vanilla", "--space", str(space), "--results-dir", results)
+    assert out.exit_code == 2 and "names 'alpha', which is not a setting of method 'vanilla'" in out.output
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(yaml.safe_dump(reduced_tiny()))
+    out = run_cli("tune", str(plain), "lwf", "--results-dir", results)
+    assert out.exit_code == 2 and "declares no tuning ruleset" in out.output
+    out = run_cli("tune", str(plain), "lwf", "--trials", "2", "--results-dir", results)
+    assert out.exit_code == 2 and "declares no validation split" in out.output
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(with_validation(tuning={"trials": 2, "objective": "accuracy"})))
+    out = run_cli("validate", str(bad))
+    assert out.exit_code == 2 and "tuning.objective 'accuracy'" in out.output
+    assert not (tmp_path / "r" / "tuning").exists()  # nothing ran
+
+
+def test_the_declared_search_spaces_name_only_settings_their_methods_have():
+    from bench_stability_gap.harness.tuning import search_space
+
+    spec = load_protocol("tiny_cil")
+    assert set(search_space("derpp", spec)) == {"lr", "weight_decay", "alpha", "beta"}
+    assert set(search_space("lwf", spec)) == {"lr", "weight_decay", "temperature", "distill_weight"}
+    assert {"lr", "sgm.lora.rank", "sgm.init.scale", "sgm.onecycle.pct_start"} <= set(search_space("vanilla+sgm", spec))
+
+
+@pytest.mark.slow
+def test_methods_tuned_under_one_ruleset_get_the_same_trials_and_the_entry_reproduces_its_best(tunable, tmp_path):
+    import optuna
+
+    from bench_stability_gap.harness.pipeline import execute
+    from bench_stability_gap.harness.tuning import counted, load_entry
+
+    results = tmp_path / "r"
+    common = ("--results-dir", str(results), "--no-progress", "--no-mlflow")
+    for method in ("vanilla", "lwf"):
+        out = run_cli("tune", str(tunable), method, *common)
+        assert out.exit_code == 0, out.output
+    spec = load_protocol(str(tunable))
+    entries = {m: load_entry(results, spec, m) for m in ("vanilla", "lwf")}
+    storage = f"sqlite:///{results / 'tuning' / 'optuna.db'}"
+    for method, entry in entries.items():
+        assert entry.trials == 2 and entry.objective == "CK_delta" and entry.validation.per_class == 5
+        assert entry.protocol_hash == spec.spec_hash and entry.tuning_hash == spec.tuning_view().spec_hash
+        assert counted(optuna.load_study(study_name=entry.study, storage=storage)) == 2
+        assert entry.ruleset == "tuned (2 trials, CK_delta)"
+    assert set(entries["lwf"].settings) == {"lr", "weight_decay", "temperature", "distill_weight"}
+    # no trial is a ranked run: the leaderboard's folder holds none
+    assert not (results / "runs").exists()
+    # re-running resumes the stored study: nothing more runs
+    out = run_cli("tune", str(tunable), "vanilla", *common)
+    assert out.exit_code == 0 and "2 of 2 trial(s) done" in out.output
+    # the stored entry's settings, run again in a fresh folder, give its best trial's validation score
+    entry = entries["lwf"]
+    options = RunOptions(results_dir=tmp_path / "again", progress=False, log=False, overrides=entry.settings)
+    again, _ = execute(spec.tuning_view(), "lwf", entry.seed, options)
+    assert again.metrics.CK_delta == pytest.approx(entry.value, abs=1e-12)
