@@ -25,7 +25,7 @@ from .atomic import atomic_write_text
 from .errors import BenchError
 from .protocol import MAX_TRIALS, OBJECTIVES, Protocol, TuningRules, Validation
 from .registry import method_settings, parse_method, resolve_settings
-from .results import load_result
+from .results import TunedStamp, load_result
 
 # the curve a trial reports at each eval point for pruning, by objective: the accuracy its metric averages
 PRUNING_CURVE = {"S_delta": "old", "P_delta": "new"}  # every other objective: accuracy on all seen classes
@@ -252,6 +252,32 @@ def write_entry(request: TuneRequest, study: Any, results_dir: Path) -> TunedEnt
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, entry.model_dump_json(indent=1))
     return entry
+
+
+def has_entry(results_dir: Path, protocol: Protocol, method: str) -> bool:
+    try:
+        load_entry(results_dir, protocol, method)
+    except BenchError:
+        return False
+    return True
+
+
+def ensure_tuned(protocol: Protocol, method: str, options: Any, ray_plan: Any, echo: Callable[[str], None]) -> None:
+    """Tune ``method`` under the protocol's own ruleset unless a tuned entry for this spec exists (what a
+    sweep row with ``tuned: true`` needs); a protocol without a ruleset or validation split is refused."""
+    if has_entry(options.results_dir, protocol, method):
+        return
+    rules = ruleset(protocol, None, None)
+    request = TuneRequest(protocol, method, rules, 0, default_storage(options.results_dir),
+                          search_space(method, protocol))
+    request.view  # no validation split: refused before anything runs
+    tune(request, options, trial_runner(method, 0, options, ray_plan, echo), echo)
+
+
+def stamp(entry: TunedEntry) -> TunedStamp:
+    """What a run made with a tuned entry's settings records of it."""
+    return TunedStamp(trials=entry.trials, objective=entry.objective, value=entry.value,
+                      validation_per_class=entry.validation.per_class, study=entry.study, tuning_hash=entry.tuning_hash)
 
 
 def load_entry(results_dir: Path, protocol: Protocol, method: str) -> TunedEntry:

@@ -35,7 +35,8 @@ def with_validation(per_class: int = 5, **extra) -> dict:
 @pytest.fixture()
 def tunable(tmp_path, bench_cache) -> Path:
     path = tmp_path / "tiny_cil_reduced.yaml"
-    path.write_text(yaml.safe_dump(with_validation(tuning={"trials": 2, "objective": "CK_delta"})))
+    # two sessions: the head grows once, and a trial takes seconds
+    path.write_text(yaml.safe_dump(with_validation(tuning={"trials": 2, "objective": "CK_delta"}, sessions=2)))
     return path
 
 
@@ -74,7 +75,8 @@ def test_validation_is_held_out_of_training_and_scored_in_place_of_the_test_spli
     spec = parse_protocol(yaml.safe_dump(with_validation(5)), "reduced")
     test_run, tuning = build_stream(spec, 0), build_stream(spec.tuning_view(), 0)
     # a test run is what it was: every training sample, the test split, the same spec hash
-    assert spec.spec_hash == parse_protocol(yaml.safe_dump(reduced_tiny()), "reduced").spec_hash
+    plain = {**reduced_tiny(), "validation": None, "tuning": None}
+    assert spec.spec_hash == parse_protocol(yaml.safe_dump(plain), "reduced").spec_hash
     assert len(test_run.pretrain_ids) == 10 * 60 and [len(s.train_ids) for s in test_run.sessions] == [200] * 4
     # the tuning view: 5 of every class's samples held out of S1 and each session, and evaluated on instead
     assert spec.tuning_view().spec_hash != spec.spec_hash
@@ -126,7 +128,7 @@ def test_a_validation_split_larger_than_a_class_is_refused_naming_the_field(tmp_
                                          r"samples of class .* of stream_data\[0\]"):
         build_stream(spec.tuning_view(), 0)
     with pytest.raises(BenchError, match="declares no validation split"):
-        load_protocol("tiny_cil").tuning_view()
+        load_protocol("tiny_cil_norehearsal").tuning_view()
 
 
 # ------------------------------------------------------------------ bench tune
@@ -146,7 +148,7 @@ def test_bad_tuning_requests_are_refused_before_any_compute(tunable, tmp_path):
     out = run_cli("tune", str(tunable), "vanilla", "--space", str(space), "--results-dir", results)
     assert out.exit_code == 2 and "names 'alpha', which is not a setting of method 'vanilla'" in out.output
     plain = tmp_path / "plain.yaml"
-    plain.write_text(yaml.safe_dump(reduced_tiny()))
+    plain.write_text(yaml.safe_dump({**reduced_tiny(), "validation": None, "tuning": None}))
     out = run_cli("tune", str(plain), "lwf", "--results-dir", results)
     assert out.exit_code == 2 and "declares no tuning ruleset" in out.output
     out = run_cli("tune", str(plain), "lwf", "--trials", "2", "--results-dir", results)
@@ -198,3 +200,22 @@ def test_methods_tuned_under_one_ruleset_get_the_same_trials_and_the_entry_repro
     options = RunOptions(results_dir=tmp_path / "again", progress=False, log=False, overrides=entry.settings)
     again, _ = execute(spec.tuning_view(), "lwf", entry.seed, options)
     assert again.metrics.CK_delta == pytest.approx(entry.value, abs=1e-12)
+
+
+@pytest.mark.slow
+def test_a_tuned_row_sits_beside_its_default_row_labelled_by_its_ruleset(tunable, tmp_path):
+    from bench_stability_gap.leaderboard.aggregate import format_table, summarize
+    from bench_stability_gap.leaderboard.sources import load_folder
+
+    results = tmp_path / "r"
+    common = ("--results-dir", str(results), "--no-progress", "--no-mlflow")
+    out = run_cli("run", "-p", str(tunable), "-m", "lwf", "--tuned", *common)
+    assert out.exit_code == 2 and "No tuned settings for lwf" in out.output and "bench tune" in out.output
+    assert run_cli("tune", str(tunable), "lwf", "--trials", "1", *common).exit_code == 0
+    for extra in ((), ("--tuned",)):
+        out = run_cli("run", "-p", str(tunable), "-m", "lwf", *extra, *common)
+        assert out.exit_code == 0, out.output
+    table = format_table(summarize(load_folder(results).entries))
+    rows = {line.split("|")[1].strip(): line.split("|")[3].strip() for line in table.splitlines()
+            if line.startswith("| lwf")}
+    assert rows == {"lwf": "defaults", "lwf [tuned (1 trials, CK_delta)]": "tuned (1 trials, CK_delta)"}
