@@ -167,6 +167,9 @@ def test_the_declared_search_spaces_name_only_settings_their_methods_have():
     assert set(search_space("derpp", spec)) == {"lr", "weight_decay", "alpha", "beta"}
     assert set(search_space("lwf", spec)) == {"lr", "weight_decay", "temperature", "distill_weight"}
     assert {"lr", "sgm.lora.rank", "sgm.init.scale", "sgm.onecycle.pct_start"} <= set(search_space("vanilla+sgm", spec))
+    # every built-in's declared space checks out against its settings
+    for method in ("finetune", "output_only", "vanilla", "gdumb", "remind", "vanilla+soft+init+oocf+lora", "derpp+sgm"):
+        assert "lr" in search_space(method, spec)
 
 
 @pytest.mark.slow
@@ -219,3 +222,45 @@ def test_a_tuned_row_sits_beside_its_default_row_labelled_by_its_ruleset(tunable
     rows = {line.split("|")[1].strip(): line.split("|")[3].strip() for line in table.splitlines()
             if line.startswith("| lwf")}
     assert rows == {"lwf": "defaults", "lwf [tuned (1 trials, CK_delta)]": "tuned (1 trials, CK_delta)"}
+
+
+def test_a_trial_falling_below_the_median_at_an_eval_point_is_pruned():
+    """Live pruning reads the running accuracy at each eval point (update 0 excluded): 1 - mean for a gap."""
+    import optuna
+    from types import SimpleNamespace
+
+    from bench_stability_gap.harness.tuning import Reporter
+
+    study = optuna.create_study(direction="minimize",
+                                pruner=optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=0))
+    for good in (0.9, 0.8):  # two finished trials: running mean of A(all) .9 and .8 at each point
+        trial = study.ask()
+        report = Reporter(trial, "CK_delta")
+        for u in (0, 1, 2):
+            report(2, u, SimpleNamespace(all=good, old=0.0, new=0.0))
+        assert trial.storage.get_trial(trial._trial_id).intermediate_values == {1: pytest.approx(1 - good),
+                                                                                2: pytest.approx(1 - good)}
+        study.tell(trial, 1 - good)
+    trial = study.ask()
+    report = Reporter(trial, "CK_delta")
+    report(2, 0, SimpleNamespace(all=0.0, old=0.0, new=0.0))  # update 0: not reported, nothing pruned
+    with pytest.raises(optuna.TrialPruned, match="session 2, update 1"):
+        report(2, 1, SimpleNamespace(all=0.5, old=0.0, new=0.0))
+    # S_delta follows the old-class curve
+    assert Reporter(study.ask(), "S_delta").curve == "old" and Reporter(study.ask(), "alpha").minimize is False
+
+
+def test_an_interrupted_trial_is_asked_again_and_not_counted():
+    import optuna
+
+    from bench_stability_gap.harness.tuning import _reopen_interrupted, counted
+
+    study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=0))
+    space = {"lr": optuna.distributions.FloatDistribution(1e-5, 1e-2, log=True)}
+    done = study.ask(space)
+    study.tell(done, 0.5)
+    killed = study.ask(space)  # a tune process died while this trial's run was training
+    _reopen_interrupted(study)
+    assert counted(study) == 1
+    again = study.ask(space)
+    assert again.params == killed.params and again.number != killed.number
