@@ -10,14 +10,14 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from bench_stability_gap.harness import stream as stream_module
+from bench_stability_gap.harness.data import stream as stream_module
 from bench_stability_gap.harness.cli import main
 from bench_stability_gap.harness.data.sources import Split
 from bench_stability_gap.harness.errors import BenchError
-from bench_stability_gap.harness.isolation import train_view
-from bench_stability_gap.harness.protocol import load_protocol, parse_protocol
-from bench_stability_gap.harness.stream import build_stream
-from bench_stability_gap.harness.workbench import RunOptions
+from bench_stability_gap.harness.run.isolation import train_view
+from bench_stability_gap.harness.spec.protocol import load_protocol, parse_protocol
+from bench_stability_gap.harness.data.stream import build_stream
+from bench_stability_gap.harness.run.workbench import RunOptions
 from tests.conftest import reduced_tiny
 
 
@@ -102,7 +102,7 @@ def test_a_method_asking_for_the_test_split_in_a_tuning_run_fails_as_in_any_run(
 
 
 def test_a_tuning_run_never_reads_the_test_split(tunable, tmp_path, sealed_test_split):
-    from bench_stability_gap.harness.pipeline import execute
+    from bench_stability_gap.harness.run.pipeline import execute
 
     spec = load_protocol(str(tunable))
     options = RunOptions(results_dir=tmp_path / "r", progress=False, log=False)
@@ -161,7 +161,7 @@ def test_bad_tuning_requests_are_refused_before_any_compute(tunable, tmp_path):
 
 
 def test_the_declared_search_spaces_name_only_settings_their_methods_have():
-    from bench_stability_gap.harness.tuning import search_space
+    from bench_stability_gap.harness.sweep.tuning import search_space
 
     spec = load_protocol("tiny_cil")
     assert set(search_space("derpp", spec)) == {"lr", "weight_decay", "alpha", "beta"}
@@ -176,8 +176,9 @@ def test_the_declared_search_spaces_name_only_settings_their_methods_have():
 def test_methods_tuned_under_one_ruleset_get_the_same_trials_and_the_entry_reproduces_its_best(tunable, tmp_path):
     import optuna
 
-    from bench_stability_gap.harness.pipeline import execute
-    from bench_stability_gap.harness.tuning import counted, load_entry
+    from bench_stability_gap.harness.run.pipeline import execute
+    from bench_stability_gap.harness.results.tuned import load_entry
+    from bench_stability_gap.harness.sweep.tuning import counted
 
     results = tmp_path / "r"
     common = ("--results-dir", str(results), "--no-progress", "--no-mlflow")
@@ -229,7 +230,7 @@ def test_a_trial_falling_below_the_median_at_an_eval_point_is_pruned():
     import optuna
     from types import SimpleNamespace
 
-    from bench_stability_gap.harness.tuning import Reporter
+    from bench_stability_gap.harness.sweep.tuning import Reporter
 
     study = optuna.create_study(direction="minimize",
                                 pruner=optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=0))
@@ -253,7 +254,7 @@ def test_a_trial_falling_below_the_median_at_an_eval_point_is_pruned():
 def test_an_interrupted_trial_is_asked_again_and_not_counted():
     import optuna
 
-    from bench_stability_gap.harness.tuning import _reopen_interrupted, counted
+    from bench_stability_gap.harness.sweep.tuning import _reopen_interrupted, counted
 
     study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=0))
     space = {"lr": optuna.distributions.FloatDistribution(1e-5, 1e-2, log=True)}

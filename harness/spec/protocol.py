@@ -1,0 +1,359 @@
+"""Protocol specs: the data stream, budget, storage cap and eval cadence of one benchmark setting.
+
+A protocol is a versioned YAML file validated by pydantic (``extra="forbid"``); its content hash is
+stamped on every result so that results from different specs are never compared.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ..errors import BenchError
+from .specfile import builtin_names, load_spec, parse_spec
+
+
+# Sane bounds: far past any real protocol, near enough that a typo (an extra zero, a sign) is caught
+# before compute instead of as an out-of-memory crash hours in. One place for each bound.
+MAX_SEED = 2**31 - 1          # numpy's legacy seeding takes < 2**32; joint runs add the session index
+MAX_UPDATES = 10_000_000
+MAX_BATCH = 65_536
+MAX_INPUT_SIZE = 1_024
+MAX_CLASSES = 100_000
+MAX_LR = 10.0
+Seed = Annotated[int, Field(ge=0, le=MAX_SEED, description="0..2**31-1")]
+Updates = Annotated[int, Field(gt=0, le=MAX_UPDATES)]
+BatchSize = Annotated[int, Field(gt=0, le=MAX_BATCH)]
+LearningRate = Annotated[float, Field(gt=0, le=MAX_LR, allow_inf_nan=False)]
+Decay = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+PositiveFinite = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+# classes per dataset source (before `classes:` narrows it): the cross-field checks need them without
+# opening any data; a source missing here is simply not checked
+SOURCE_CLASSES = {"fashion_mnist": 10, "mnist5k": 10, "animal_mnist": 10, "imagenet": 1000,
+                  "places365": 365, "places365_lt": 365, "cub200": 200}
+
+
+class Spec(BaseModel):
+    """Base for every spec model: unknown fields are errors, values are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+SourceName = Literal[
+    "fashion_mnist", "mnist5k", "animal_mnist", "imagenet", "places365", "places365_lt", "cub200", "synthetic"
+]
+
+
+class LongTail(Spec):
+    """Per-class image counts falling from ``largest`` to ``smallest`` and summing to ``total``
+    (a real set's head, tail and size, e.g. Places365-LT: 4980, 5, 62500)."""
+
+    total: int = Field(gt=0)
+    largest: int = Field(gt=0)
+    smallest: int = Field(gt=0)
+
+
+class Synthetic(Spec):
+    """A data set generated from the sample index (no files): a real set's shape without the set."""
+
+    classes: int = Field(gt=0)
+    train_per_class: int | LongTail = Field(description="images per class, or a long-tailed profile")
+    test_per_class: int = Field(gt=0)
+    image_size: int = Field(256, gt=0, description="side of the generated (square) RGB images")
+
+
+class DataSource(Spec):
+    """One dataset the stream draws from. ``root`` may use ``${ENV}`` / ``~``; embedded sets need none."""
+
+    source: SourceName
+    root: str | None = None
+    train_per_class: int | None = Field(None, gt=0, le=10_000_000, description="subsample training images per class")
+    test_per_class: int | None = Field(None, gt=0, le=10_000_000, description="subsample test images per class")
+    classes: int | None = Field(None, gt=0, le=MAX_CLASSES, description="use only the first N classes of the source")
+
+    synthetic: Synthetic | None = Field(None, description="source 'synthetic' only: its class and image counts")
+
+    @model_validator(mode="after")
+    def _synthetic_counts(self) -> DataSource:
+        if (self.source == "synthetic") != (self.synthetic is not None):
+            raise ValueError("synthetic (the counts) is required for source 'synthetic' and only for it")
+        return self
+
+    @property
+    def num_classes(self) -> int | None:
+        """Classes this source contributes, when known without opening it."""
+        known = self.synthetic.classes if self.synthetic is not None else SOURCE_CLASSES.get(self.source)
+        return self.classes if known is None else min(known, self.classes or known)
+
+
+class Backbone(Spec):
+    """The timm model, where its weights come from, and how it splits into trunk | body | head."""
+
+    model: str
+    weights: str = Field(
+        description="package:<module> (weights shipped in a pip package), file:<path>, or timm:<name.tag>"
+    )
+    input_size: int = Field(gt=0, le=MAX_INPUT_SIZE)
+    in_chans: int = Field(3, gt=0, le=16)
+    mean: tuple[Finite, Finite, Finite] = (0.485, 0.456, 0.406)
+    std: tuple[PositiveFinite, PositiveFinite, PositiveFinite] = (0.229, 0.224, 0.225)
+    trunk: list[str] = Field(min_length=1, description="module paths frozen for the whole run")
+    body: list[str] = Field(min_length=1, description="module paths that stay plastic")
+    head: str = Field(description="module path of the pretrained classifier (replaced by a growing head)")
+    lora_targets: list[str] = Field(default_factory=list, description="names of the body's 1x1 convs")
+
+
+class Pretrain(Spec):
+    """How the deployed model (session 1) comes about."""
+
+    mode: Literal["weights", "train"] = Field(
+        description="weights: the public model's own head covers S1 (ImageNet); train: fit on S1 once, cached"
+    )
+    updates: int = Field(0, ge=0, le=MAX_UPDATES)
+    batch_size: BatchSize = 128
+    lr: LearningRate = 1e-3
+    weight_decay: Decay = 0.05
+    trainable: Literal["head", "body+head"] = "body+head"
+    seed: Seed = Field(0, description="fixed: every run of the protocol starts from the same deployed model")
+
+
+class Batch(Spec):
+    """Composition of one update's minibatch; the harness draws it, the method only consumes it."""
+
+    new: int = Field(gt=0, le=MAX_BATCH, description="samples from the current session")
+    old: int = Field(0, ge=0, le=MAX_BATCH, description="samples from memory (rehearsal methods only)")
+
+    @property
+    def size(self) -> int:
+        return self.new + self.old
+
+
+class Training(Spec):
+    updates: Updates | Literal["per_sample"] = Field(
+        description="U, optimizer updates per session; per_sample = online, one update per arriving sample"
+    )
+    batch: Batch
+    augment: bool = Field(False, description="random crop + flip on training images (disables train cache)")
+    class_balanced: bool = Field(False, description="draw old samples class-balanced instead of uniformly")
+
+
+class Memory(Spec):
+    policy: Literal["unlimited", "reservoir", "class_balanced", "split", "none"] = Field(
+        "unlimited", description="split: a fixed subset of S1 (pretrain_share of the cap) beside a class-balanced "
+                                 "buffer of the stream (the rest), as the paper's storage-limited Places365 runs")
+    capacity: int | None = Field(None, gt=0, le=10**9, description="max stored samples; required unless unlimited/none")
+    include_pretrain: bool = Field(True, description="S1 data is stored and rehearsed too")
+    pretrain_share: float | None = Field(None, gt=0, lt=1, description="split only: the cap's fraction kept for S1")
+
+    @model_validator(mode="after")
+    def _capacity_matches_policy(self) -> Memory:
+        if self.policy in ("reservoir", "class_balanced", "split") and self.capacity is None:
+            raise ValueError(f"memory.capacity is required for policy {self.policy!r}")
+        if self.policy in ("unlimited", "none") and self.capacity is not None:
+            raise ValueError(f"memory.capacity must be empty for policy {self.policy!r}")
+        if (self.policy == "split") != (self.pretrain_share is not None):
+            raise ValueError("memory.pretrain_share is required for policy 'split' and only for it")
+        if self.policy == "split" and not self.include_pretrain:
+            raise ValueError("memory.policy 'split' keeps a share of S1: include_pretrain must be true")
+        return self
+
+
+class Evaluation(Spec):
+    """Eval schedule: at update 0, every ``every`` updates, and every ``dense_every`` until ``dense_until``."""
+
+    every: int = Field(gt=0, le=MAX_UPDATES)
+    dense_every: int | None = Field(None, gt=0, le=MAX_UPDATES)
+    dense_until: int = Field(0, ge=0, le=MAX_UPDATES)
+    batch_size: BatchSize = 256
+
+    def points(self, total_updates: int) -> list[int]:
+        """Sorted update counts after which the harness evaluates; always includes 0 and the last update."""
+        pts = {0, total_updates, *range(self.every, total_updates + 1, self.every)}
+        if self.dense_every:
+            pts.update(range(self.dense_every, min(self.dense_until, total_updates) + 1, self.dense_every))
+        return sorted(pts)
+
+
+class JointReference(Spec):
+    """The upper bound A_joint: a model trained on S1..Sj (per session) or once on everything (final)."""
+
+    mode: Literal["per_session", "final"] = "per_session"
+    updates: Updates
+    batch_size: BatchSize
+    lr: LearningRate
+    weight_decay: Decay = 0.05
+
+
+# Tuning objectives: a Metrics field and whether lower is better (the gaps) or higher (accuracies).
+OBJECTIVES: dict[str, Literal["minimize", "maximize"]] = {
+    "CK_delta": "minimize", "S_delta": "minimize", "P_delta": "minimize",
+    "alpha": "maximize", "mu": "maximize", "sigma": "maximize", "min_acc": "maximize", "wc_acc": "maximize",
+}
+MAX_TRIALS = 10_000
+
+
+class Validation(Spec):
+    """Training samples held out of every class (S1 and each session) to score runs made for tuning:
+    never trained on, never stored in the memory; a tuning run reads them instead of the test split."""
+
+    per_class: int = Field(gt=0, le=10_000_000, description="samples of every class held out of its training data")
+    seed: Seed = Field(0, description="which samples are held out (fixed: the same for every run seed and trial)")
+
+
+class TuningRules(Spec):
+    """The tuning ruleset: every method tuned on this protocol gets the same number of trials, scored on
+    the validation split by the same objective, so tuned rows compare only under the same ruleset."""
+
+    trials: int = Field(gt=0, le=MAX_TRIALS, description="Optuna trials per method")
+    objective: str = Field("CK_delta", description=f"metric a trial is scored by: {', '.join(OBJECTIVES)}")
+
+    @model_validator(mode="after")
+    def _known_objective(self) -> TuningRules:
+        check_objective(self.objective, "tuning.objective")
+        return self
+
+
+def check_objective(objective: str, field: str) -> None:
+    """An objective is a metric the harness computes on every run; anything else is refused by name."""
+    if objective not in OBJECTIVES:
+        raise ValueError(f"{field} {objective!r} is not a metric tuning can score; one of {', '.join(OBJECTIVES)}")
+
+
+class Protocol(Spec):
+    name: str = Field(pattern=r"^[a-z0-9_]+$")
+    version: int = Field(ge=1)
+    description: str
+    superseded_by: str | None = None
+    paper_ref: str | None = Field(None, description="section / table of the paper this protocol reproduces")
+    embedded: bool = Field(False, description="runs offline with data that installs with the project")
+    pretrain_data: DataSource
+    stream_data: Annotated[list[DataSource], Field(min_length=1)]
+    ordering: Literal["cil", "iid"]
+    sessions: int = Field(gt=0, le=10_000, description="N - 1: learning sessions after the deployed model")
+    classes_per_session: int | None = Field(None, gt=0, le=MAX_CLASSES, description="CIL: new classes per session")
+    backbone: Backbone
+    pretrain: Pretrain
+    training: Training
+    memory: Memory = Memory()
+    eval: Evaluation
+    joint: JointReference
+    best_new_reference: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.+-]+$")]] = Field(
+        default_factory=lambda: ["vanilla"], min_length=1,
+        description="method strings whose runs (default settings, same seed) set A_best(E_j) for P_Δ, with "
+                    "the scored run itself; the harness runs any that are missing first")
+    validation: Validation | None = Field(None, description="held-out training samples that runs made for tuning are scored on")
+    tuning: TuningRules | None = Field(None, description="the tuning ruleset every method tuned here follows")
+    scored_on: Literal["test", "validation"] = Field(
+        "test", description="validation: this spec is the tuning view (held-out samples replace the test split); "
+                            "set by the harness (Protocol.tuning_view), not written in protocol files")
+
+    @model_validator(mode="after")
+    def _ordering_fields(self) -> Protocol:
+        if self.ordering == "cil" and self.classes_per_session is None:
+            raise ValueError("classes_per_session is required for ordering 'cil'")
+        if self.memory.policy == "none" and self.training.batch.old:
+            raise ValueError("training.batch.old must be 0 when memory.policy is 'none'")
+        return self
+
+    @model_validator(mode="after")
+    def _sizes_fit_the_data(self) -> Protocol:
+        """Cross-field checks that need only the spec: every stream class is used (none silently
+        dropped), and no batch asks for more samples than its data holds (sizes known only when the
+        spec subsamples per class; other cases are checked when the data opens)."""
+        problems = _size_problems(self)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def tuning_view(self) -> Protocol:
+        """This protocol as a tuning run sees it: the validation split held out of training and scored in
+        place of the test split (``stream.build_stream``), which the run never opens."""
+        if self.validation is None:
+            raise BenchError(
+                f"Protocol {self.name} declares no validation split, and runs made for tuning never read the "
+                f"test split: add `validation: {{per_class: N}}` to the protocol (N training samples of every "
+                f"class held out for scoring).")
+        return self.model_copy(update={"scored_on": "validation"})
+
+    @property
+    def spec_hash(self) -> str:
+        """Content hash of the validated spec (defaults included), stamped on every result. A field
+        added after specs were hashed (HASHED_WHEN_SET) counts only once set, so adding it leaves the
+        hash, and the caches and results keyed by it, of every spec that does not use it unchanged."""
+        data = self.model_dump(mode="json")
+        for section, field in HASHED_WHEN_SET:
+            if data[section].get(field) is None:
+                data[section].pop(field, None)
+        # a test run is the same whatever the tuning ruleset and validation split: only the tuning view
+        # (scored on the held-out samples, trained without them) is a different spec
+        data.pop("tuning")
+        if data.pop("scored_on") == "test":
+            data.pop("validation")
+        blob = json.dumps(data, sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def _samples(source: DataSource, classes: int | None) -> int | None:
+    """Training samples ``classes`` classes of ``source`` hold, when the spec fixes it."""
+    return None if classes is None or source.train_per_class is None else classes * source.train_per_class
+
+
+def _size_problems(p: Protocol) -> list[str]:
+    problems: list[str] = []
+    counts = [s.num_classes for s in p.stream_data]
+    n_stream = None if None in counts else sum(counts)
+    if p.ordering == "cil" and p.classes_per_session and n_stream is not None:
+        per, need = p.classes_per_session, p.sessions * p.classes_per_session
+        if n_stream % per:
+            problems.append(
+                f"classes_per_session ({per}) does not divide the {n_stream} stream classes: "
+                f"{n_stream % per} class(es) could never be drawn; pick a divisor or narrow a source with "
+                f"stream_data[i].classes")
+        elif need > n_stream:
+            problems.append(
+                f"sessions ({p.sessions}) x classes_per_session ({per}) = {need} classes, but the stream "
+                f"sources hold only {n_stream}")
+    pre = _samples(p.pretrain_data, p.pretrain_data.num_classes)
+    if p.pretrain.mode == "train" and pre is not None and p.pretrain.batch_size > pre:
+        problems.append(f"pretrain.batch_size ({p.pretrain.batch_size}) exceeds the {pre} pre-training samples")
+    if p.validation is not None:
+        for where, src in [("pretrain_data", p.pretrain_data),
+                           *((f"stream_data[{i}]", s) for i, s in enumerate(p.stream_data))]:
+            if src.train_per_class is not None and p.validation.per_class >= src.train_per_class:
+                problems.append(
+                    f"validation.per_class ({p.validation.per_class}) holds out every training sample of "
+                    f"{where} ({src.train_per_class} per class): nothing would be left to train on")
+    sizes = [_samples(s, s.num_classes) for s in p.stream_data]
+    if None not in sizes:
+        total = sum(sizes)
+        per_class = min(s.train_per_class for s in p.stream_data)
+        smallest = p.classes_per_session * per_class if p.ordering == "cil" and p.classes_per_session else total // p.sessions
+        if p.training.batch.new > smallest:
+            problems.append(f"training.batch.new ({p.training.batch.new}) exceeds the {smallest} training samples "
+                            f"of the smallest session")
+        if pre is not None and p.joint.batch_size > pre + smallest:
+            problems.append(f"joint.batch_size ({p.joint.batch_size}) exceeds the {pre + smallest} samples the "
+                            f"first joint model trains on")
+    return problems
+
+
+HASHED_WHEN_SET: tuple[tuple[str, str], ...] = (("memory", "pretrain_share"),)
+
+
+def parse_protocol(text: str, origin: str) -> Protocol:
+    """Validate YAML text as a protocol; every problem becomes a BenchError naming the field."""
+    return parse_spec(Protocol, text, "protocol", origin)
+
+
+def builtin_protocol_names() -> list[str]:
+    return builtin_names()
+
+
+def load_protocol(name_or_path: str) -> Protocol:
+    """A built-in protocol by name, or a YAML file by path."""
+    return load_spec(Protocol, name_or_path, "protocol")
