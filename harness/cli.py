@@ -122,13 +122,14 @@ def _remember(ctx: click.Context, param: click.Parameter, value: object) -> obje
     return value
 
 
-def _run_one(protocol, method: str, seed: int, options, tracking_uri: str | None, no_mlflow: bool) -> None:
+def _run_one(protocol, method: str, seed: int, options, tracking_uri: str | None, no_mlflow: bool,
+             tuned=None) -> None:
     """One run: execute (the JSON is written atomically first), print its summary, mirror it to MLflow.
     A tracking failure never costs the result: the JSON stays, and the error says how to sync it later."""
     from .run.pipeline import execute, new_run_id
 
     if no_mlflow:
-        result, path = execute(protocol, method, seed, options)
+        result, path = execute(protocol, method, seed, options, tuned=tuned)
         print_summary(result, path)
         click.echo(resource_note())
         return
@@ -141,7 +142,7 @@ def _run_one(protocol, method: str, seed: int, options, tracking_uri: str | None
         "set": options.overrides})
     try:
         result, path = execute(protocol, method, seed, dataclasses.replace(options, on_eval=live.eval_point),
-                               run_id=None if method.strip() == "joint" else run_id)
+                               run_id=None if method.strip() == "joint" else run_id, tuned=tuned)
     except KeyboardInterrupt:
         live.finish("killed")
         raise
@@ -179,11 +180,14 @@ def _options(overrides: dict, results_dir: Path | None, device: str, trunk_cache
 @click.option("--method", "-m", default=DEFAULT_METHOD, show_default=True, help="base(+modifier)*, e.g. vanilla+sgm")
 @click.option("--seed", "-s", default=0, show_default=True, type=int)
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="override a method setting")
+@click.option("--tuned", is_flag=True, help="run the settings `bench tune` stored for METHOD on PROTOCOL "
+                                            "(same --results-dir); the row is named by the tuning ruleset")
 @_run_options
-def run(protocol: str, method: str, seed: int, overrides: tuple[str, ...], results_dir: Path | None,
+def run(protocol: str, method: str, seed: int, overrides: tuple[str, ...], tuned: bool, results_dir: Path | None,
         device: str, trunk_cache: bool, progress: bool, allow_download: bool, tracking_uri: str | None,
         no_mlflow: bool) -> None:
-    """Run METHOD on PROTOCOL (default: vanilla on the embedded tiny_cil) and print its gap metrics."""
+    """Run METHOD on PROTOCOL (default: vanilla on the embedded tiny_cil) and print its gap metrics. With no
+    --set, the method runs its published settings (methods/defaults.yaml); --tuned runs its tuned ones."""
     from .paths import results_dir as resolve_results
     from .tools.preflight import check_backbone, check_run
     from .spec.protocol import load_protocol
@@ -191,10 +195,18 @@ def run(protocol: str, method: str, seed: int, overrides: tuple[str, ...], resul
 
     spec = load_protocol(protocol)
     settings = parse_overrides(list(overrides))
+    stamp = None
+    if tuned:
+        from .results.tuned import load_entry, stamp as tuned_stamp
+
+        if settings:
+            raise BenchError("--tuned runs the tuned entry's settings as they are; drop --set (or tune again).")
+        entry = load_entry(resolve_results(results_dir), spec, method)
+        settings, stamp = dict(entry.settings), tuned_stamp(entry)
     check_run(spec, method, seed, settings, resolve_results(results_dir), tracking_uri, not no_mlflow)  # no torch yet
     check_backbone(spec)
     options = _options(settings, results_dir, device, trunk_cache, progress, allow_download)
-    _run_one(spec, method, seed, options, tracking_uri, no_mlflow)
+    _run_one(spec, method, seed, options, tracking_uri, no_mlflow, stamp)
 
 
 @main.command()
@@ -220,7 +232,7 @@ def sweep(sweep: str, seeds: str | None, dry_run: bool, table_path: Path | None,
     prerequisites (deployed model, joint and A_best references of each seed) are built once, first."""
     from .paths import results_dir as resolve_results
     from .tools.preflight import check_backbone, check_outputs, check_seed
-    from .sweep.plan import load_sweep, plan
+    from .sweep.plan import load_sweep, plan, tuned_cells
     from .sweep.stages import run_local, stage_graph
 
     ray_plan = _ray_plan(executor, address, cpus_per_run, gpus_per_run, max_retries, device)
@@ -234,6 +246,23 @@ def sweep(sweep: str, seeds: str | None, dry_run: bool, table_path: Path | None,
     if not dry_run:
         check_outputs(resolve_results(results_dir), tracking_uri, not no_mlflow)
     options = _options({}, results_dir, device, trunk_cache, progress, allow_download)
+    if tuned_cells(spec):  # rows with tuned settings: each method tuned first under its protocol's ruleset
+        from .spec.protocol import load_protocol
+        from .results.tuned import has_entry
+        from .sweep.tuning import ensure_tuned, ruleset, search_space
+
+        cells = [(load_protocol(p), m) for p, m in tuned_cells(spec)]
+        for protocol, method in cells:  # every ruleset, validation split and search space checked first
+            ruleset(protocol, None, None), protocol.tuning_view(), search_space(method, protocol)
+        missing = [(p, m) for p, m in cells if not has_entry(options.results_dir, p, m)]
+        if dry_run and missing:
+            for protocol, method in missing:
+                click.echo(f"  to tune first: {method} on {protocol.name} ({ruleset(protocol, None, None).trials} trials)")
+            return
+        for protocol, method in missing:
+            click.echo(f"\nTuning {method} on {protocol.name} ({ruleset(protocol, None, None).trials} trials on its "
+                       f"validation split) before its tuned rows")
+            ensure_tuned(protocol, method, dataclasses.replace(options, progress=False), ray_plan, click.echo)
     runs = plan(spec, options.results_dir, chosen)  # builds every method: names and settings checked
     todo = [r for r in runs if r.done is None]
     if not dry_run:
@@ -253,7 +282,7 @@ def sweep(sweep: str, seeds: str | None, dry_run: bool, table_path: Path | None,
 
         def method_run(stage) -> None:  # as `bench run` does it, live MLflow run included
             _run_one(stage.protocol, stage.method, stage.seed,
-                     dataclasses.replace(options, overrides=dict(stage.overrides)), tracking_uri, no_mlflow)
+                     dataclasses.replace(options, overrides=dict(stage.overrides)), tracking_uri, no_mlflow, stage.tuned)
 
         def stored(stage, made) -> None:  # a shared stage's results (joint, A_best references)
             for result, path in made:
@@ -274,6 +303,63 @@ def sweep(sweep: str, seeds: str | None, dry_run: bool, table_path: Path | None,
 
         atomic_write_text(table_path, text)
         click.echo(f"Table written to {table_path}")
+
+
+@main.command()
+@click.argument("protocol")
+@click.argument("method")
+@click.option("--trials", type=int, default=None, help="trials per method [default: the protocol's tuning ruleset]")
+@click.option("--objective", default=None, help="metric scored on the validation split, e.g. CK_delta "
+                                                "[default: the protocol's tuning ruleset]")
+@click.option("--seed", "-s", default=0, show_default=True, type=int, help="run seed of every trial (and the sampler's)")
+@click.option("--storage", default=None, metavar="URL",
+              help="Optuna storage (a database URL for teams) [default: sqlite in <results-dir>/tuning]")
+@click.option("--space", "space_file", type=click.Path(path_type=Path), default=None,
+              help="YAML search space {setting: {low, high, log} | {choices: [...]}} instead of the method's own")
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="local: trials in this process, pruned live; ray: each trial's runs as Ray tasks")
+@click.option("--address", default=None, metavar="HOST:PORT", help="ray: join this cluster")
+@click.option("--cpus-per-run", type=float, default=None, help="ray: CPUs each task reserves [default: 1]")
+@click.option("--gpus-per-run", type=float, default=None, help="ray: GPUs each task reserves [default: 0]")
+@_run_options
+def tune(protocol: str, method: str, trials: int | None, objective: str | None, seed: int, storage: str | None,
+         space_file: Path | None, executor: str, address: str | None, cpus_per_run: float | None,
+         gpus_per_run: float | None, results_dir: Path | None, device: str, trunk_cache: bool, progress: bool,
+         allow_download: bool, tracking_uri: str | None, no_mlflow: bool) -> None:
+    """Tune METHOD on PROTOCOL's validation split (never its test split): an Optuna study of the protocol's
+    ruleset (trials, objective) over the search space the method declares, then the best settings
+    written as a tuned entry (bench run --tuned runs them on the test split)."""
+    from .paths import results_dir as resolve_results
+    from .tools.preflight import check_backbone, check_outputs, check_seed
+    from .spec.protocol import load_protocol
+    from ..methods.registry import check_method
+    from .spec.specfile import safe_yaml
+    from .results.tuned import entry_path
+    from .sweep.tuning import TuneRequest, default_storage, ruleset, search_space, trial_runner
+    from .sweep.tuning import tune as run_study
+
+    spec = load_protocol(protocol)
+    rules = ruleset(spec, trials, objective)  # before anything else: zero trials, an unknown objective
+    spec.tuning_view()  # a protocol without a validation split cannot be tuned
+    check_method(method, spec, {})
+    given = None
+    if space_file is not None:
+        if not space_file.is_file():
+            raise BenchError(f"--space {space_file}: no such file.")
+        given = safe_yaml(space_file.read_text(), "--space", str(space_file))
+        if not isinstance(given, dict):
+            raise BenchError(f"--space {space_file} must hold a mapping of setting -> range.")
+    space = search_space(method, spec, given)
+    check_seed(seed)
+    check_outputs(resolve_results(results_dir), None, False)
+    ray_plan = _ray_plan(executor, address, cpus_per_run, gpus_per_run, None, device)
+    check_backbone(spec)
+    options = _options({}, results_dir, device, trunk_cache, progress, allow_download)
+    request = TuneRequest(spec, method, rules, seed, storage or default_storage(options.results_dir), space)
+    entry = run_study(request, options, trial_runner(method, seed, options, ray_plan, click.echo), click.echo)
+    click.echo(f"\nBest of {entry.trials} trial(s) ({entry.objective} on validation {entry.value:.4f}, trial "
+               f"{entry.best_trial}): " + " ".join(f"--set {k}={v}" for k, v in entry.settings.items()))
+    click.echo(f"Tuned entry: {entry_path(options.results_dir, spec.name, method)}")
 
 
 def _ray_plan(executor: str, address: str | None, cpus: float | None, gpus: float | None, retries: int | None,

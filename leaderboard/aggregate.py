@@ -177,6 +177,11 @@ class MethodRow:
         return sorted(e.result.seed for e in self.runs)
 
     @property
+    def effort(self) -> str:
+        """How the row's settings were chosen: ``defaults``, ``tuned (N trials, objective)``, ``set by hand``."""
+        return self.runs[0].result.effort if self.runs else "defaults"
+
+    @property
     def distribution(self) -> str:
         m = self.runs[0].result.method
         return f"{m.distribution} {m.version}"
@@ -321,11 +326,13 @@ def summarize_protocol(name: str, entries: list[Entry]) -> Board:
             continue
         rows.append(MethodRow.of(runs))
 
-    def order(row: MethodRow) -> tuple[float, str]:
+    def order(row: MethodRow) -> tuple[str, float, str]:
         # CK_Δ (all classes vs. joint): S_Δ alone would put first a method that does not learn (output-only
-        # keeps old accuracy by not moving); CK_Δ rewards keeping the old and learning the new
+        # keeps old accuracy by not moving); CK_Δ rewards keeping the old and learning the new. Tuned rows
+        # come after the others, beside the rows tuned under the same ruleset only (the same effort)
         s = row.stats[DEFAULT_ORDER].mean
-        return (s if s is not None else math.inf, row.method)
+        group = row.effort if row.effort.startswith("tuned") else ""
+        return (group, s if s is not None else math.inf, row.method)
 
     rows.sort(key=order)
     assign_styles(rows)
@@ -398,7 +405,7 @@ def cell_text(stat: Stat, column: MetricInfo, runs: int = 0) -> str:
 def format_table(boards: Sequence[Board], fmt: Literal["markdown", "text"] = "markdown") -> str:
     """The aggregated numbers as a Markdown (best **bold**, 2nd _italic_) or plain-text table."""
     out: list[str] = []
-    headers = ["method", "seeds"] + [f"{c.symbol}{' (' + c.unit + ')' if c.unit else ''}{' ' + c.arrow if c.ranked else ''}"
+    headers = ["method", "seeds", "settings"] + [f"{c.symbol}{' (' + c.unit + ')' if c.unit else ''}{' ' + c.arrow if c.ranked else ''}"
                                      for c in COLUMNS]
     for board in boards:
         title = f"{board.name} (protocol hash {board.current_hash})"
@@ -406,7 +413,7 @@ def format_table(boards: Sequence[Board], fmt: Literal["markdown", "text"] = "ma
         out.append("")
         body: list[list[str]] = []
         for row in board.rows:
-            cells = [row.method, str(len(row.runs))]
+            cells = [row.method, str(len(row.runs)), row.effort]
             for c in COLUMNS:
                 text = cell_text(row.stats[c.key], c, len(row.runs))
                 mark = row.marks.get(c.key)
@@ -416,7 +423,7 @@ def format_table(boards: Sequence[Board], fmt: Literal["markdown", "text"] = "ma
             body.append(cells)
         if board.reference_row:
             ref = board.reference_row
-            body.append(["joint (upper bound)", str(len(ref.runs))]
+            body.append(["joint (upper bound)", str(len(ref.runs)), "protocol's joint"]
                         + [cell_text(ref.stats[c.key], c, len(ref.runs)) for c in COLUMNS])
         if not board.rows:
             out.append("(no ranked runs)")
@@ -428,8 +435,10 @@ def format_table(boards: Sequence[Board], fmt: Literal["markdown", "text"] = "ma
             out.extend(f"- {e.method} seed {e.result.seed} ({e.run_id}): {e.reason}" for e in board.unranked)
         out.append("")
     if fmt == "markdown" and any(b.rows for b in boards):
-        out.append("mean ± std over seeds, rows in order of CK_Δ; **best**, _second best_ (values that read the same "
-                   "are tied); ↓ lower is better, ↑ higher is better; wall time is shown, never ranked.")
+        out.append("mean ± std over seeds, rows in order of CK_Δ, tuned rows grouped by their ruleset after the others; "
+                   "settings: defaults (published), tuned (trials, objective on the validation split) or set by hand; "
+                   "**best**, _second best_ (values that read the same are tied); ↓ lower is better, ↑ higher is "
+                   "better; wall time is shown, never ranked.")
     return "\n".join(out).rstrip() + "\n"
 
 

@@ -74,7 +74,7 @@ SVG_DASHES = {"dashed": "6 3", "dotted": "1.5 2.5", "dashdot": "6 2 1.5 2"}  # t
 def _row_view(row: MethodRow, run_href: dict[int, str], reference: bool = False) -> dict:
     return {
         "method": row.method, "family": row.family, "color": row.color, "dasharray": SVG_DASHES.get(row.dash, ""),
-        "reference": reference,
+        "reference": reference, "effort": row.effort,
         "n": len(row.runs), "distribution": row.distribution,
         "runs": [{"seed": e.result.seed, "href": run_href[id(e)]} for e in row.runs],
         "cells": [_cell(row.stats[c.key], c.key, "" if reference else row.marks.get(c.key, ""), len(row.runs))

@@ -9,7 +9,8 @@ test checks the two never drift. Every number has a sane bound, so an overflow (
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -20,11 +21,28 @@ MAX_SAMPLES = 10**9
 MAX_LORA_RANK = 1_024      # wider than any body layer a protocol adapts
 
 
+@dataclass(frozen=True)
+class Dim:
+    """One dimension of a search space ``bench tune`` samples: a float range (``log``: sampled on a log
+    scale) or a list of ``choices``."""
+
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    choices: tuple[Any, ...] | None = None
+
+
+SearchSpace = dict[str, Dim]  # setting (as --set names it) -> its range
+
+
 class Settings(BaseModel):
     """Base of every settings model: unknown keys are errors, and no float is NaN or infinite (an
-    overflowing ``--set lr=1e999`` is refused, never trained with)."""
+    overflowing ``--set lr=1e999`` is refused, never trained with). ``search_space``: what ``bench tune``
+    may change, the same ranges for every protocol (a method string's space is its base's plus each
+    modifier's under the modifier's name)."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    search_space: ClassVar[SearchSpace] = {}
 
 
 class MethodConfig(Settings):
@@ -37,6 +55,9 @@ class MethodConfig(Settings):
         "tensor", description="what one step of layer_decay is: a parameter tensor, walking named_parameters "
                               "from the head down (the published code), or a body module (one per backbone.body entry)")
     trainable: str = Field("body+head", pattern="^(head|body\\+head)$")
+
+    # around the paper's AdamW settings (lr 1e-3 at batch 256, weight decay 0.05), a decade or more each way
+    search_space: ClassVar[SearchSpace] = {"lr": Dim(1e-5, 1e-2, log=True), "weight_decay": Dim(1e-3, 0.3, log=True)}
 
 
 class NoConfig(Settings):
@@ -57,11 +78,18 @@ class DERppConfig(MethodConfig):
         "on_replay", description="deployed-model logits of stored pre-training samples: when first replayed, "
                                  "or all at setup (same values)")
 
+    # DER++'s own grid (Buzzega et al.) spans alpha 0.1-1, beta 0.5-1
+    search_space: ClassVar[SearchSpace] = {**MethodConfig.search_space, "alpha": Dim(0.01, 1.0, log=True),
+                                           "beta": Dim(0.1, 1.0)}
+
 
 class LwFConfig(MethodConfig):
     distill_weight: float = Field(1.0, ge=0, le=MAX_WEIGHT, description="lambda: weight of the distillation term")
     temperature: float = Field(2.0, gt=0, le=MAX_WEIGHT, description="T: softmax temperature of the distillation term")
     t2_scale: bool = Field(False, description="multiply the distillation by T^2 (Hinton); off as in LwF and the paper")
+
+    search_space: ClassVar[SearchSpace] = {**MethodConfig.search_space, "temperature": Dim(1.0, 4.0),
+                                           "distill_weight": Dim(0.1, 10.0, log=True)}
 
 
 class REMINDConfig(MethodConfig):
@@ -120,6 +148,8 @@ class InitConfig(Settings):
                             "that have arrived when a class first appears; auto: first_arrival on online "
                             "(per_sample) protocols, else session_start")
 
+    search_space: ClassVar[SearchSpace] = {"scale": Dim(choices=("unit", "logit"))}
+
 
 class OOCFConfig(Settings):
     old_rows: Literal["decay", "frozen"] = Field(
@@ -139,6 +169,8 @@ class LoRAConfig(Settings):
         "frozen", description="body BatchNorm while training: frozen (eval mode) or batch_stats (train mode)")
     lr_scale: float = Field(1.0, gt=0, le=MAX_WEIGHT, description="multiplier on the learning rate of the adapters' groups")
 
+    search_space: ClassVar[SearchSpace] = {"rank": Dim(choices=(8, 16, 32, 48, 64)), "lr_scale": Dim(0.3, 30.0, log=True)}
+
 
 class OneCycleConfig(Settings):
     pct_start: float = Field(0.3, gt=0, lt=1, description="fraction of the session spent raising the lr")
@@ -150,6 +182,8 @@ class OneCycleConfig(Settings):
         "scalar", description="scalar: one peak (the method's lr) for every group, as the published code; "
                               "per_group: each group's own (layer-decayed) lr is its peak")
     max_lr_scale: float = Field(1.0, gt=0, le=MAX_WEIGHT, description="peak = (the method's or the group's) lr times this")
+
+    search_space: ClassVar[SearchSpace] = {"pct_start": Dim(0.05, 0.5), "max_lr": Dim(choices=("scalar", "per_group"))}
 
 
 def _nest(values: dict[str, Any]) -> dict[str, Any]:
@@ -189,6 +223,13 @@ class SGMConfig(Settings):
     use: list[Literal["soft", "init", "oocf", "lora", "onecycle"]] = Field(
         default_factory=lambda: ["soft", "init", "oocf", "lora", "onecycle"],
         description="the parts that act (all five = SGM; fewer = an ablation inside sgm)")
+
+    # the parts' own spaces; `use` stays (which parts act is the method, not a setting to tune)
+    search_space: ClassVar[SearchSpace] = {
+        **{f"init.{k}": d for k, d in InitConfig.search_space.items()},
+        **{f"lora.{k}": d for k, d in LoRAConfig.search_space.items()},
+        **{f"onecycle.{k}": d for k, d in OneCycleConfig.search_space.items()},
+    }
 
     @model_validator(mode="before")
     @classmethod

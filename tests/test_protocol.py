@@ -85,13 +85,18 @@ def test_a_field_added_later_changes_no_hash_until_it_is_set():
     import hashlib
     import json
 
-    from bench_stability_gap.harness.spec.protocol import Memory
+    from bench_stability_gap.harness.spec.protocol import Memory, TuningRules, Validation
 
     spec = load_protocol("tiny_cil")
     data = spec.model_dump(mode="json")
-    data["memory"].pop("pretrain_share")  # the spec as hashed before the field existed
+    data["memory"].pop("pretrain_share")  # the spec as hashed before the fields existed
+    for name in ("validation", "tuning", "scored_on"):
+        data.pop(name)
     before = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
     assert spec.spec_hash == before
     split = spec.model_copy(update={"memory": Memory(policy="split", capacity=500, pretrain_share=0.8)})
     other = spec.model_copy(update={"memory": Memory(policy="split", capacity=500, pretrain_share=0.75)})
     assert len({spec.spec_hash, split.spec_hash, other.spec_hash}) == 3
+    # a validation split and a tuning ruleset change no test run, hence not its hash; the tuning view differs
+    tunable = spec.model_copy(update={"validation": Validation(per_class=5), "tuning": TuningRules(trials=3)})
+    assert tunable.spec_hash == spec.spec_hash != tunable.tuning_view().spec_hash

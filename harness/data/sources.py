@@ -311,7 +311,7 @@ def _class_groups(labels: np.ndarray, n_classes: int) -> list[np.ndarray]:
     return np.split(order, np.cumsum(counts)[:-1])
 
 
-def _draw_per_class(labels: np.ndarray, n_classes: int, per_class: int, seed: int) -> np.ndarray:
+def draw_per_class(labels: np.ndarray, n_classes: int, per_class: int, seed: int) -> np.ndarray:
     """Sorted indices of ``min(per_class, count)`` samples of every class, drawn with a fixed rng."""
     rng = np.random.default_rng(seed)
     picked = []
@@ -323,12 +323,12 @@ def _draw_per_class(labels: np.ndarray, n_classes: int, per_class: int, seed: in
 
 def subsample_per_class(split: Split, per_class: int, seed: int = SUBSAMPLE_SEED) -> Split:
     """Keep at most ``per_class`` samples of each class (fixed rng, original order kept)."""
-    return split.subset(_draw_per_class(split.labels, split.num_classes, per_class, seed))
+    return split.subset(draw_per_class(split.labels, split.num_classes, per_class, seed))
 
 
 def holdout_per_class(labels: np.ndarray, n_classes: int, per_class: int) -> tuple[np.ndarray, np.ndarray]:
     """(train, test) indices: a fixed ``per_class`` test samples of every class, the rest train."""
-    test = _draw_per_class(labels, n_classes, per_class, HOLDOUT_SEED)
+    test = draw_per_class(labels, n_classes, per_class, HOLDOUT_SEED)
     mask = np.ones(len(labels), dtype=bool)
     mask[test] = False
     return np.flatnonzero(mask), test

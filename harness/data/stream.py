@@ -11,7 +11,7 @@ from functools import cached_property
 
 import numpy as np
 
-from .sources import Split, open_source
+from .sources import Split, draw_per_class, open_source
 from ..errors import BenchError
 from ..spec.protocol import Protocol
 
@@ -91,9 +91,14 @@ def build_stream(protocol: Protocol, seed: int) -> Stream:
         offset += len(tr.class_names)
     raw_train_all, raw_test_all = np.concatenate(raw_train), np.concatenate(raw_test)
     n_stream = offset - k
+    trains = (pre_train, *[tr for tr, _ in opened])
+    held = held_out(protocol, trains)  # global train ids of the validation split (tuning view only)
+    trainable = np.ones(len(raw_train_all), dtype=bool)
+    trainable[held] = False
 
     rng = np.random.default_rng(seed)
     stream_train = np.arange(len(pre_train), len(raw_train_all))
+    stream_train = stream_train[trainable[stream_train]]
     if protocol.ordering == "cil":
         per = protocol.classes_per_session
         need = per * protocol.sessions
@@ -142,18 +147,52 @@ def build_stream(protocol: Protocol, seed: int) -> Stream:
     # Test samples of classes that never enter the stream are dropped (label -1).
     keep_test = test_labels >= 0
     test = Catalog((pre_test, *[te for _, te in opened]), np.where(keep_test, test_labels, -1))
-    train = Catalog((pre_train, *[tr for tr, _ in opened]), train_labels)
+    train = Catalog(trains, train_labels)
+    if protocol.scored_on == "validation":  # the held-out samples are what the harness scores on
+        test = validation_catalog(train, held)
     return Stream(
         protocol=protocol,
         seed=seed,
         train=train,
         test=test,
         class_names=stream_names,
-        pretrain_ids=np.arange(len(pre_train)),
+        pretrain_ids=np.flatnonzero(trainable[: len(pre_train)]),
         pretrain_classes=k,
         sessions=sessions,
         task_of_class=task_of_class,
     )
+
+
+def held_out(protocol: Protocol, trains: tuple[Split, ...]) -> np.ndarray:
+    """Global train ids (over ``trains`` concatenated) of the validation split in the tuning view: a fixed
+    ``validation.per_class`` samples of every class of every source; empty in a test run. A class with
+    no more samples than that is a BenchError naming the field (nothing would be left to train on)."""
+    v = protocol.validation
+    if protocol.scored_on != "validation" or v is None:
+        return np.zeros(0, dtype=np.int64)
+    parts, offset = [], 0
+    for where, split in zip(["pretrain_data", *(f"stream_data[{i}]" for i in range(len(trains) - 1))], trains):
+        counts = np.bincount(split.labels, minlength=split.num_classes)
+        if counts.size and counts.min() <= v.per_class:
+            c = int(counts.argmin())
+            raise BenchError(
+                f"Protocol {protocol.name}: validation.per_class ({v.per_class}) is not smaller than the "
+                f"{int(counts[c])} training samples of class {split.class_names[c]!r} of {where}: nothing would be "
+                f"left to train on. "
+                f"Hold out fewer samples per class.")
+        parts.append(offset + draw_per_class(split.labels, split.num_classes, v.per_class, v.seed))
+        offset += len(split)
+    return np.concatenate(parts).astype(np.int64)
+
+
+def validation_catalog(train: Catalog, held: np.ndarray) -> Catalog:
+    """The held-out train samples as the catalog the harness evaluates on (in place of the test split)."""
+    splits, labels = [], []
+    for k, split in enumerate(train.splits):
+        local = held[(held >= train.offsets[k]) & (held < train.offsets[k + 1])] - train.offsets[k]
+        splits.append(split.subset(local))
+        labels.append(train.labels[train.offsets[k] + local])
+    return Catalog(tuple(splits), np.concatenate(labels))
 
 
 class Cycler:

@@ -97,6 +97,22 @@ class References(Strict):
         default_factory=list, description="the protocol's reference set for A_best (same seed), besides the run itself")
 
 
+class TunedStamp(Strict):
+    """What a run's settings were tuned under (``bench tune``): its row is named by the ruleset, never
+    averaged with the default settings' row, and set beside rows tuned under the same ruleset only."""
+
+    trials: int
+    objective: str
+    value: float = Field(description="the best trial's objective on the validation split")
+    validation_per_class: int
+    study: str
+    tuning_hash: str = Field(description="spec hash of the tuning view the trials ran")
+
+    @property
+    def ruleset(self) -> str:
+        return f"tuned ({self.trials} trials, {self.objective})"
+
+
 def format_setting(value: object) -> str:
     """A setting as ``--set`` takes it back: ``[soft,init,oocf]``, ``0.0002``."""
     return "[" + ",".join(map(str, value)) + "]" if isinstance(value, list) else str(value)
@@ -124,6 +140,7 @@ class RunResult(Strict):
     stage_seconds: dict[str, float] = Field(
         default_factory=dict, description="wall seconds spent training and evaluating, summed over resumes")
     options: dict[str, Any] = Field(default_factory=dict, description="run options (device, caching)")
+    tuned: TunedStamp | None = Field(None, description="the settings came from bench tune (overrides hold them)")
 
     @property
     def is_reference(self) -> bool:
@@ -131,14 +148,26 @@ class RunResult(Strict):
 
     @property
     def label(self) -> str:
-        return row_label(self.method.spec, self.overrides)
+        return row_label(self.method.spec, self.overrides, self.tuned)
+
+    @property
+    def effort(self) -> str:
+        """How its settings were chosen: ``defaults``, ``tuned (N trials, objective)``, or ``set by hand``."""
+        return effort(self.overrides, self.tuned)
 
 
-def row_label(method: str, overrides: dict[str, Any]) -> str:
+def row_label(method: str, overrides: dict[str, Any], tuned: TunedStamp | None = None) -> str:
     """The row a run belongs to: its method string plus the ``--set`` overrides it ran with
-    (``lwf+sgm [lr=0.0002]``), so a variant never averages with, or replaces, the default runs."""
+    (``lwf+sgm [lr=0.0002]``), so a variant never averages with, or replaces, the default runs; a tuned
+    run's row is named by its ruleset (``derpp [tuned (20 trials, CK_delta)]``), its settings are in the run."""
+    if tuned is not None:
+        return f"{method} [{tuned.ruleset}]"
     extra = ", ".join(f"{k}={format_setting(v)}" for k, v in sorted(overrides.items()))
     return f"{method} [{extra}]" if extra else method
+
+
+def effort(overrides: dict[str, Any], tuned: TunedStamp | None) -> str:
+    return tuned.ruleset if tuned is not None else "set by hand" if overrides else "defaults"
 
 
 def now_iso() -> str:

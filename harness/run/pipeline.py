@@ -30,7 +30,7 @@ from ..spec.protocol import Protocol
 from .joint import train_joint
 from ...methods.configs import joint_settings
 from ...methods.registry import MethodSpec, build_method, code_hash, method_settings
-from ..results.schema import (JOINT, MethodStamp, ProtocolStamp, References, RunResult, Selection, git_commit,
+from ..results.schema import (JOINT, MethodStamp, ProtocolStamp, References, RunResult, Selection, TunedStamp, git_commit,
                       library_versions, now_iso, save_result, stored_selection)
 from .workbench import Workbench, prepare
 from .options import RunOptions, say
@@ -117,7 +117,7 @@ def joint_reference(protocol: Protocol, seed: int, options: RunOptions, bench: W
 
 def _continual_result(protocol: Protocol, bench: Workbench, spec: MethodSpec, method: Method, seed: int,
                       overrides: dict[str, Any], joint: RunResult, options: RunOptions,
-                      run_id: str | None = None) -> RunResult:
+                      run_id: str | None = None, tuned: TunedStamp | None = None) -> RunResult:
     """Stage 4: the CL sessions, as an unscored result (metrics filled by ``_score``)."""
     started, t0 = now_iso(), time.perf_counter()
     config = method_settings(method)
@@ -132,7 +132,7 @@ def _continual_result(protocol: Protocol, bench: Workbench, spec: MethodSpec, me
     return RunResult(**common, method=_stamp(spec),
                      config=config, overrides=overrides, trainable_params=params, curves=curves,
                      budget=FL.efficiency_vs_joint(budget, joint.budget), wall_time_s=time.perf_counter() - t0,
-                     stage_seconds=seconds)
+                     stage_seconds=seconds, tuned=tuned)
 
 
 def _checkpointer(options: RunOptions, phase: str, **identity: Any) -> Checkpointer:
@@ -201,10 +201,11 @@ def ensure_references(protocol: Protocol, seed: int, options: RunOptions, bench:
 
 
 def execute(protocol: Protocol, method_text: str, seed: int, options: RunOptions,
-            bench: Workbench | None = None, run_id: str | None = None) -> tuple[RunResult, Path]:
+            bench: Workbench | None = None, run_id: str | None = None,
+            tuned: TunedStamp | None = None) -> tuple[RunResult, Path]:
     """Run one method on one protocol and seed (or, for ``joint``, make sure its reference exists);
     write the JSON result atomically and return it. ``run_id``: the id the result gets (live tracking
-    knows it before training)."""
+    knows it before training); ``tuned``: the overrides are a tuned entry's settings (``bench tune``)."""
     check_joint_request(method_text, options.overrides)
     if method_text.strip() == JOINT:
         bench = bench or prepare(protocol, seed, options)
@@ -214,6 +215,7 @@ def execute(protocol: Protocol, method_text: str, seed: int, options: RunOptions
     joint, _ = joint_reference(protocol, seed, options, bench)
     is_reference = not options.overrides and method_text in protocol.best_new_reference
     _best_new_references(protocol, bench, seed, joint, method_text if is_reference else None, options)
-    result = _continual_result(protocol, bench, spec, method, seed, dict(options.overrides), joint, options, run_id)
+    result = _continual_result(protocol, bench, spec, method, seed, dict(options.overrides), joint, options, run_id,
+                               tuned)
     path = _score_and_save(result, joint, selection(protocol, options, bench.weights), options)
     return result, path

@@ -124,7 +124,9 @@ def prepare(protocol: Protocol, seed: int, options: RunOptions) -> Workbench:
     amp = options.amp and device.type == "cuda"
     gpu = {split: options.gpu_decode and gpu_decodable(getattr(stream, split), pre[split], device) for split in pre}
     weights = weights_digest(protocol.backbone)
-    keys = {split: feature_cache_key(protocol.backbone, sources, split,  # what the trunk saw differs by decoder
+    # the tuning view evaluates on held-out train samples: their features are cached apart from the test split's
+    names = {"train": "train", "test": "test" if protocol.scored_on == "test" else f"validation-{protocol.validation}"}
+    keys = {split: feature_cache_key(protocol.backbone, sources, names[split],  # what the trunk saw differs by decoder
                                      "-".join(v for v in ("cuda-bf16" if amp else "", "nvjpeg" if gpu[split] else "") if v),
                                      weights) for split in pre}
     plan = plan_data_path(protocol, stream, trunk, device, amp, root, keys)  # before any trunk pass

@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ..errors import BenchError
 from .specfile import builtin_names, load_spec, parse_spec
 
 
@@ -188,6 +189,41 @@ class JointReference(Spec):
     weight_decay: Decay = 0.05
 
 
+# Tuning objectives: a Metrics field and whether lower is better (the gaps) or higher (accuracies).
+OBJECTIVES: dict[str, Literal["minimize", "maximize"]] = {
+    "CK_delta": "minimize", "S_delta": "minimize", "P_delta": "minimize",
+    "alpha": "maximize", "mu": "maximize", "sigma": "maximize", "min_acc": "maximize", "wc_acc": "maximize",
+}
+MAX_TRIALS = 10_000
+
+
+class Validation(Spec):
+    """Training samples held out of every class (S1 and each session) to score runs made for tuning:
+    never trained on, never stored in the memory; a tuning run reads them instead of the test split."""
+
+    per_class: int = Field(gt=0, le=10_000_000, description="samples of every class held out of its training data")
+    seed: Seed = Field(0, description="which samples are held out (fixed: the same for every run seed and trial)")
+
+
+class TuningRules(Spec):
+    """The tuning ruleset: every method tuned on this protocol gets the same number of trials, scored on
+    the validation split by the same objective, so tuned rows compare only under the same ruleset."""
+
+    trials: int = Field(gt=0, le=MAX_TRIALS, description="Optuna trials per method")
+    objective: str = Field("CK_delta", description=f"metric a trial is scored by: {', '.join(OBJECTIVES)}")
+
+    @model_validator(mode="after")
+    def _known_objective(self) -> TuningRules:
+        check_objective(self.objective, "tuning.objective")
+        return self
+
+
+def check_objective(objective: str, field: str) -> None:
+    """An objective is a metric the harness computes on every run; anything else is refused by name."""
+    if objective not in OBJECTIVES:
+        raise ValueError(f"{field} {objective!r} is not a metric tuning can score; one of {', '.join(OBJECTIVES)}")
+
+
 class Protocol(Spec):
     name: str = Field(pattern=r"^[a-z0-9_]+$")
     version: int = Field(ge=1)
@@ -210,6 +246,11 @@ class Protocol(Spec):
         default_factory=lambda: ["vanilla"], min_length=1,
         description="method strings whose runs (default settings, same seed) set A_best(E_j) for P_Δ, with "
                     "the scored run itself; the harness runs any that are missing first")
+    validation: Validation | None = Field(None, description="held-out training samples that runs made for tuning are scored on")
+    tuning: TuningRules | None = Field(None, description="the tuning ruleset every method tuned here follows")
+    scored_on: Literal["test", "validation"] = Field(
+        "test", description="validation: this spec is the tuning view (held-out samples replace the test split); "
+                            "set by the harness (Protocol.tuning_view), not written in protocol files")
 
     @model_validator(mode="after")
     def _ordering_fields(self) -> Protocol:
@@ -229,6 +270,16 @@ class Protocol(Spec):
             raise ValueError("; ".join(problems))
         return self
 
+    def tuning_view(self) -> Protocol:
+        """This protocol as a tuning run sees it: the validation split held out of training and scored in
+        place of the test split (``stream.build_stream``), which the run never opens."""
+        if self.validation is None:
+            raise BenchError(
+                f"Protocol {self.name} declares no validation split, and runs made for tuning never read the "
+                f"test split: add `validation: {{per_class: N}}` to the protocol (N training samples of every "
+                f"class held out for scoring).")
+        return self.model_copy(update={"scored_on": "validation"})
+
     @property
     def spec_hash(self) -> str:
         """Content hash of the validated spec (defaults included), stamped on every result. A field
@@ -238,6 +289,11 @@ class Protocol(Spec):
         for section, field in HASHED_WHEN_SET:
             if data[section].get(field) is None:
                 data[section].pop(field, None)
+        # a test run is the same whatever the tuning ruleset and validation split: only the tuning view
+        # (scored on the held-out samples, trained without them) is a different spec
+        data.pop("tuning")
+        if data.pop("scored_on") == "test":
+            data.pop("validation")
         blob = json.dumps(data, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
@@ -265,6 +321,13 @@ def _size_problems(p: Protocol) -> list[str]:
     pre = _samples(p.pretrain_data, p.pretrain_data.num_classes)
     if p.pretrain.mode == "train" and pre is not None and p.pretrain.batch_size > pre:
         problems.append(f"pretrain.batch_size ({p.pretrain.batch_size}) exceeds the {pre} pre-training samples")
+    if p.validation is not None:
+        for where, src in [("pretrain_data", p.pretrain_data),
+                           *((f"stream_data[{i}]", s) for i, s in enumerate(p.stream_data))]:
+            if src.train_per_class is not None and p.validation.per_class >= src.train_per_class:
+                problems.append(
+                    f"validation.per_class ({p.validation.per_class}) holds out every training sample of "
+                    f"{where} ({src.train_per_class} per class): nothing would be left to train on")
     sizes = [_samples(s, s.num_classes) for s in p.stream_data]
     if None not in sizes:
         total = sum(sizes)

@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..spec.protocol import Protocol, load_protocol
 from ...methods.registry import build_method, method_settings
-from ..results.schema import Selection, format_setting, row_label
+from ..results.schema import Selection, TunedStamp, format_setting, row_label
 from ..spec.specfile import load_spec
 
 
@@ -26,6 +26,14 @@ class SweepGroup(BaseModel):
     protocol: str
     methods: list[str] = Field(min_length=1)
     set: dict[str, Any] = Field(default_factory=dict, description="overrides, as `bench run --set key=value`")
+    tuned: bool = Field(False, description="run each method's settings from `bench tune` under the protocol's "
+                                           "tuning ruleset (tuned first where missing)")
+
+    @model_validator(mode="after")
+    def _tuned_alone(self) -> SweepGroup:
+        if self.tuned and self.set:
+            raise ValueError("a group with tuned: true takes its settings from the tuned entries; drop `set`")
+        return self
 
 
 class Sweep(BaseModel):
@@ -45,16 +53,17 @@ class PlannedRun:
     overrides: dict[str, Any]
     config: dict[str, Any]  # the settings the method resolves to
     done: Path | None  # the result already on disk, if any
+    tuned: TunedStamp | None = None  # the settings came from bench tune
 
     @property
     def label(self) -> str:
-        extra = "".join(f" --set {k}={format_setting(v)}" for k, v in self.overrides.items())
+        extra = " --tuned" if self.tuned else "".join(f" --set {k}={format_setting(v)}" for k, v in self.overrides.items())
         return f"{self.protocol.name} {self.method} seed {self.seed}{extra}"
 
     @property
     def row(self) -> str:
         """The leaderboard row this run lands in (``results.row_label``)."""
-        return row_label(self.method, self.overrides)
+        return row_label(self.method, self.overrides, self.tuned)
 
 
 def load_sweep(name_or_path: str) -> Sweep:
@@ -63,10 +72,10 @@ def load_sweep(name_or_path: str) -> Sweep:
 
 
 def finished(protocol: Protocol, method: str, overrides: dict[str, Any], seed: int, config: dict[str, Any],
-             counted: Selection) -> Path | None:
+             counted: Selection, tuned: TunedStamp | None = None) -> Path | None:
     """The stored result that already covers a planned run: the run ``results.select_runs`` counts for its
     row and seed, made with the settings the method resolves to now."""
-    found = counted.runs.get((row_label(method, overrides), seed))
+    found = counted.runs.get((row_label(method, overrides, tuned), seed))
     return found[0] if found is not None and found[1].config == config else None
 
 
@@ -77,19 +86,30 @@ def plan(sweep: Sweep, results_dir: Path, seeds: list[int] | None = None) -> lis
     from ..run.pipeline import check_joint_request, selection
     from ..run.options import RunOptions
 
+    from ..results.tuned import load_entry, stamp
+
     protocols = {g.protocol: load_protocol(g.protocol) for g in sweep.runs}
     counted = {name: selection(spec, RunOptions(results_dir=results_dir)) for name, spec in protocols.items()}
-    cells = []  # (group, method, resolved settings): built once, whatever the number of seeds
+    cells = []  # (group, method, overrides, tuned, resolved settings): built once, whatever the number of seeds
     for group in sweep.runs:
         for method in group.methods:
             check_joint_request(method, dict(group.set))
-            _, built = build_method(method, protocols[group.protocol], dict(group.set))
-            cells.append((group, method, method_settings(built)))
+            overrides, tuned = dict(group.set), None
+            if group.tuned:
+                entry = load_entry(results_dir, protocols[group.protocol], method)
+                overrides, tuned = dict(entry.settings), stamp(entry)
+            _, built = build_method(method, protocols[group.protocol], overrides)
+            cells.append((group, method, overrides, tuned, method_settings(built)))
     out = []
     for seed in seeds if seeds is not None else sweep.seeds:
-        for group, method, config in cells:
-            spec, overrides = protocols[group.protocol], dict(group.set)
-            done = finished(spec, method, overrides, seed, config, counted[group.protocol])
-            out.append(PlannedRun(spec, method, seed, overrides, config, done))
+        for group, method, overrides, tuned, config in cells:
+            spec = protocols[group.protocol]
+            done = finished(spec, method, overrides, seed, config, counted[group.protocol], tuned)
+            out.append(PlannedRun(spec, method, seed, dict(overrides), config, done, tuned))
     return out
+
+
+def tuned_cells(sweep: Sweep) -> list[tuple[str, str]]:
+    """(protocol, method) of every row that runs tuned settings: what ``bench sweep`` tunes first."""
+    return [(g.protocol, m) for g in sweep.runs if g.tuned for m in g.methods]
 

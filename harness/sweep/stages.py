@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..spec.protocol import Protocol
-from ..results.schema import RunResult, Selection, format_setting, row_label
+from ..results.schema import RunResult, Selection, TunedStamp, format_setting, row_label
 from .plan import PlannedRun
 from ..run.workbench import Workbench
 from ..run.options import RunOptions
@@ -37,6 +37,7 @@ class Stage:
     method: str = ""  # run stages: the method string
     overrides: dict[str, Any] = field(default_factory=dict)  # run stages: the --set overrides
     needs: tuple[str, ...] = ()  # keys of the stages that must have finished first
+    tuned: TunedStamp | None = None  # run stages: the overrides came from bench tune
 
     @property
     def key(self) -> str:
@@ -45,7 +46,7 @@ class Stage:
             return f"deployed:{spec}"
         if self.kind in ("joint", "references"):
             return f"{self.kind}:{spec}:{self.seed}"
-        return f"run:{spec}:{self.seed}:{row_label(self.method, self.overrides)}"
+        return f"run:{spec}:{self.seed}:{row_label(self.method, self.overrides, self.tuned)}"
 
     @property
     def label(self) -> str:
@@ -56,7 +57,8 @@ class Stage:
             return f"{self.protocol.name} joint seed {self.seed}"
         if self.kind == "references":
             return f"{self.protocol.name} {'+'.join(self.protocol.best_new_reference)} (A_best reference) seed {self.seed}"
-        extra = "".join(f" --set {k}={format_setting(v)}" for k, v in self.overrides.items())
+        extra = f" [{self.tuned.ruleset}]" if self.tuned else "".join(
+            f" --set {k}={format_setting(v)}" for k, v in self.overrides.items())
         return f"{self.protocol.name} {self.method} seed {self.seed}{extra}"
 
 
@@ -94,7 +96,7 @@ def stage_graph(runs: list[PlannedRun], results_dir: Path) -> list[Stage]:
         if any((m, seed) not in counted.runs for m in p.best_new_reference):
             needs = (add(Stage("references", p, seed, needs=needs)),)
         if not made_by_references(run, counted):
-            add(Stage("run", p, seed, run.method, dict(run.overrides), needs=needs))
+            add(Stage("run", p, seed, run.method, dict(run.overrides), needs=needs, tuned=run.tuned))
     return list(graph.values())
 
 
@@ -115,7 +117,8 @@ def run_stage(stage: Stage, options: RunOptions, bench: Workbench | None = None)
         before = {r.run_id for _, r in selection(p, options).reference_runs(stage.seed)}
         ensure_references(p, stage.seed, options, bench)
         return [(r, path) for path, r in selection(p, options).reference_runs(stage.seed) if r.run_id not in before]
-    return [execute(p, stage.method, stage.seed, dataclasses.replace(options, overrides=dict(stage.overrides)), bench)]
+    return [execute(p, stage.method, stage.seed, dataclasses.replace(options, overrides=dict(stage.overrides)), bench,
+                    tuned=stage.tuned)]
 
 
 def run_local(graph: list[Stage], options: RunOptions, on_start: Callable[[Stage], None],

@@ -45,6 +45,8 @@ def reduced_spec(name: str = "tiny_cil", **training: Any) -> dict:
     spec["training"].update(updates=6, batch={"new": 8, "old": 8}, **training)
     spec["eval"] = {"every": 3, "dense_every": 1, "dense_until": 2, "batch_size": 256}
     spec["joint"].update(updates=8, batch_size=16)
+    if spec.get("validation"):  # scaled with the data: 5 of each class's 40-60 training images
+        spec["validation"]["per_class"] = 5
     return spec
 
 

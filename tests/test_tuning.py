@@ -1,0 +1,267 @@
+"""Equal tuning: the validation split a tuning run is scored on (never the test split), and ``bench tune``
+under a protocol's tuning ruleset, on the reduced embedded protocol (a few trials, seconds each)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from bench_stability_gap.harness.data import stream as stream_module
+from bench_stability_gap.harness.cli import main
+from bench_stability_gap.harness.data.sources import Split
+from bench_stability_gap.harness.errors import BenchError
+from bench_stability_gap.harness.run.isolation import train_view
+from bench_stability_gap.harness.spec.protocol import load_protocol, parse_protocol
+from bench_stability_gap.harness.data.stream import build_stream
+from bench_stability_gap.harness.run.workbench import RunOptions
+from tests.conftest import reduced_tiny
+
+
+def run_cli(*args: str):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def with_validation(per_class: int = 5, **extra) -> dict:
+    spec = reduced_tiny()
+    spec["validation"] = {"per_class": per_class}
+    spec.update(extra)
+    return spec
+
+
+@pytest.fixture()
+def tunable(tmp_path, bench_cache) -> Path:
+    path = tmp_path / "tiny_cil_reduced.yaml"
+    # two sessions: the head grows once, and a trial takes seconds
+    path.write_text(yaml.safe_dump(with_validation(tuning={"trials": 2, "objective": "CK_delta"}, sessions=2)))
+    return path
+
+
+class SealedSplit(Split):
+    """A test split whose images may not be read: any read is an error (labels stay, as opening a
+    source loads them)."""
+
+    def __init__(self, inner: Split) -> None:
+        self.labels, self.class_names, self.source = inner.labels, inner.class_names, inner.source
+
+    @property
+    def array(self):
+        raise AssertionError(f"the test split of {self.source} was read")
+
+    def image(self, index):
+        raise AssertionError(f"the test split of {self.source} was read")
+
+    def sample_bytes(self, index):
+        raise AssertionError(f"the test split of {self.source} was read")
+
+    def subset(self, indices):
+        raise AssertionError(f"the test split of {self.source} was subset")
+
+
+@pytest.fixture()
+def sealed_test_split(monkeypatch):
+    opener = stream_module.open_source
+    monkeypatch.setattr(stream_module, "open_source",
+                        lambda spec, field: (lambda tr, te: (tr, SealedSplit(te)))(*opener(spec, field=field)))
+
+
+# ------------------------------------------------------------------ the validation split
+
+
+def test_validation_is_held_out_of_training_and_scored_in_place_of_the_test_split(bench_cache):
+    spec = parse_protocol(yaml.safe_dump(with_validation(5)), "reduced")
+    test_run, tuning = build_stream(spec, 0), build_stream(spec.tuning_view(), 0)
+    # a test run is what it was: every training sample, the test split, the same spec hash
+    plain = {**reduced_tiny(), "validation": None, "tuning": None}
+    assert spec.spec_hash == parse_protocol(yaml.safe_dump(plain), "reduced").spec_hash
+    assert len(test_run.pretrain_ids) == 10 * 60 and [len(s.train_ids) for s in test_run.sessions] == [200] * 4
+    # the tuning view: 5 of every class's samples held out of S1 and each session, and evaluated on instead
+    assert spec.tuning_view().spec_hash != spec.spec_hash
+    assert len(tuning.pretrain_ids) == 10 * 55 and [len(s.train_ids) for s in tuning.sessions] == [175] * 4
+    trained = set(tuning.session_ids(5).tolist())
+    assert len(tuning.test) == 30 * 5 and np.array_equal(np.bincount(tuning.test.labels), [5] * 30)
+    assert all(split.source for split in tuning.test.splits)
+    held = set(range(len(tuning.train))) - trained
+    assert len(held) == 150
+    # the same images: the validation catalog is the held-out train samples, labels kept
+    for gid in sorted(held)[:: 37]:
+        pos = sorted(held).index(gid)
+        assert tuning.test.labels[pos] == tuning.train.labels[gid]
+    # the same held-out samples for every run seed (trials at other seeds see the same split)
+    other = build_stream(spec.tuning_view(), 1)
+    assert set(other.session_ids(5).tolist()) == trained
+
+
+def test_a_method_asking_for_the_test_split_in_a_tuning_run_fails_as_in_any_run(bench_cache):
+    spec = parse_protocol(yaml.safe_dump(with_validation(5)), "reduced").tuning_view()
+    with pytest.raises(BenchError, match="test split is the harness's alone"):
+        train_view(build_stream(spec, 0), "peeker").test
+
+
+def test_a_tuning_run_never_reads_the_test_split(tunable, tmp_path, sealed_test_split):
+    from bench_stability_gap.harness.run.pipeline import execute
+
+    spec = load_protocol(str(tunable))
+    options = RunOptions(results_dir=tmp_path / "r", progress=False, log=False)
+    # the seal bites: a test run reads the test split at once
+    with pytest.raises(AssertionError, match="test split of .* was read"):
+        execute(spec, "vanilla", 0, options)
+    # a tuning run (its joint and A_best references included) is scored on validation alone
+    result, _ = execute(spec.tuning_view(), "vanilla", 0, options)
+    assert result.status == "complete" and result.metrics is not None
+    assert result.protocol.hash == spec.tuning_view().spec_hash
+
+
+def test_a_validation_split_larger_than_a_class_is_refused_naming_the_field(tmp_path, bench_cache):
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(with_validation(40)))  # the stream sources hold 40 per class
+    out = run_cli("validate", str(path))
+    assert out.exit_code == 2 and "validation.per_class (40)" in out.output and "stream_data[0]" in out.output
+    # counts the spec does not fix are checked when the data opens, before any training
+    data = load_protocol("tiny_cil").model_dump(mode="json")
+    data["stream_data"][1]["train_per_class"] = None
+    spec = parse_protocol(yaml.safe_dump({**data, "validation": {"per_class": 420}}), "big")
+    with pytest.raises(BenchError, match=r"validation\.per_class \(420\) is not smaller than the 400 training "
+                                         r"samples of class .* of stream_data\[0\]"):
+        build_stream(spec.tuning_view(), 0)
+    with pytest.raises(BenchError, match="declares no validation split"):
+        load_protocol("tiny_cil_norehearsal").tuning_view()
+
+
+# ------------------------------------------------------------------ bench tune
+
+
+def test_bad_tuning_requests_are_refused_before_any_compute(tunable, tmp_path):
+    results = str(tmp_path / "r")
+    cases = {
+        ("--objective", "CK_detla"): "--objective 'CK_detla' is not a metric tuning can score",
+        ("--trials", "0"): "--trials 0: a study needs at least 1 trial",
+    }
+    for args, words in cases.items():
+        out = run_cli("tune", str(tunable), "vanilla", *args, "--results-dir", results)
+        assert out.exit_code == 2 and words in out.output, out.output
+    space = tmp_path / "space.yaml"
+    space.write_text(yaml.safe_dump({"lr": {"low": 1e-4, "high": 1e-2, "log": True}, "alpha": {"low": 0.1, "high": 1}}))
+    out = run_cli("tune", str(tunable), "vanilla", "--space", str(space), "--results-dir", results)
+    assert out.exit_code == 2 and "names 'alpha', which is not a setting of method 'vanilla'" in out.output
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(yaml.safe_dump({**reduced_tiny(), "validation": None, "tuning": None}))
+    out = run_cli("tune", str(plain), "lwf", "--results-dir", results)
+    assert out.exit_code == 2 and "declares no tuning ruleset" in out.output
+    out = run_cli("tune", str(plain), "lwf", "--trials", "2", "--results-dir", results)
+    assert out.exit_code == 2 and "declares no validation split" in out.output
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(with_validation(tuning={"trials": 2, "objective": "accuracy"})))
+    out = run_cli("validate", str(bad))
+    assert out.exit_code == 2 and "tuning.objective 'accuracy'" in out.output
+    assert not (tmp_path / "r" / "tuning").exists()  # nothing ran
+
+
+def test_the_declared_search_spaces_name_only_settings_their_methods_have():
+    from bench_stability_gap.harness.sweep.tuning import search_space
+
+    spec = load_protocol("tiny_cil")
+    assert set(search_space("derpp", spec)) == {"lr", "weight_decay", "alpha", "beta"}
+    assert set(search_space("lwf", spec)) == {"lr", "weight_decay", "temperature", "distill_weight"}
+    assert {"lr", "sgm.lora.rank", "sgm.init.scale", "sgm.onecycle.pct_start"} <= set(search_space("vanilla+sgm", spec))
+    # every built-in's declared space checks out against its settings
+    for method in ("finetune", "output_only", "vanilla", "gdumb", "remind", "vanilla+soft+init+oocf+lora", "derpp+sgm"):
+        assert "lr" in search_space(method, spec)
+
+
+@pytest.mark.slow
+def test_methods_tuned_under_one_ruleset_get_the_same_trials_and_the_entry_reproduces_its_best(tunable, tmp_path):
+    import optuna
+
+    from bench_stability_gap.harness.run.pipeline import execute
+    from bench_stability_gap.harness.results.tuned import load_entry
+    from bench_stability_gap.harness.sweep.tuning import counted
+
+    results = tmp_path / "r"
+    common = ("--results-dir", str(results), "--no-progress", "--no-mlflow")
+    for method in ("vanilla", "lwf"):
+        out = run_cli("tune", str(tunable), method, *common)
+        assert out.exit_code == 0, out.output
+    spec = load_protocol(str(tunable))
+    entries = {m: load_entry(results, spec, m) for m in ("vanilla", "lwf")}
+    storage = f"sqlite:///{results / 'tuning' / 'optuna.db'}"
+    for method, entry in entries.items():
+        assert entry.trials == 2 and entry.objective == "CK_delta" and entry.validation.per_class == 5
+        assert entry.protocol_hash == spec.spec_hash and entry.tuning_hash == spec.tuning_view().spec_hash
+        assert counted(optuna.load_study(study_name=entry.study, storage=storage)) == 2
+        assert entry.ruleset == "tuned (2 trials, CK_delta)"
+    assert set(entries["lwf"].settings) == {"lr", "weight_decay", "temperature", "distill_weight"}
+    # no trial is a ranked run: the leaderboard's folder holds none
+    assert not (results / "runs").exists()
+    # re-running resumes the stored study: nothing more runs
+    out = run_cli("tune", str(tunable), "vanilla", *common)
+    assert out.exit_code == 0 and "2 of 2 trial(s) done" in out.output
+    # the stored entry's settings, run again in a fresh folder, give its best trial's validation score
+    entry = entries["lwf"]
+    options = RunOptions(results_dir=tmp_path / "again", progress=False, log=False, overrides=entry.settings)
+    again, _ = execute(spec.tuning_view(), "lwf", entry.seed, options)
+    assert again.metrics.CK_delta == pytest.approx(entry.value, abs=1e-12)
+
+
+@pytest.mark.slow
+def test_a_tuned_row_sits_beside_its_default_row_labelled_by_its_ruleset(tunable, tmp_path):
+    from bench_stability_gap.leaderboard.aggregate import format_table, summarize
+    from bench_stability_gap.leaderboard.sources import load_folder
+
+    results = tmp_path / "r"
+    common = ("--results-dir", str(results), "--no-progress", "--no-mlflow")
+    out = run_cli("run", "-p", str(tunable), "-m", "lwf", "--tuned", *common)
+    assert out.exit_code == 2 and "No tuned settings for lwf" in out.output and "bench tune" in out.output
+    assert run_cli("tune", str(tunable), "lwf", "--trials", "1", *common).exit_code == 0
+    for extra in ((), ("--tuned",)):
+        out = run_cli("run", "-p", str(tunable), "-m", "lwf", *extra, *common)
+        assert out.exit_code == 0, out.output
+    table = format_table(summarize(load_folder(results).entries))
+    rows = {line.split("|")[1].strip(): line.split("|")[3].strip() for line in table.splitlines()
+            if line.startswith("| lwf")}
+    assert rows == {"lwf": "defaults", "lwf [tuned (1 trials, CK_delta)]": "tuned (1 trials, CK_delta)"}
+
+
+def test_a_trial_falling_below_the_median_at_an_eval_point_is_pruned():
+    """Live pruning reads the running accuracy at each eval point (update 0 excluded): 1 - mean for a gap."""
+    import optuna
+    from types import SimpleNamespace
+
+    from bench_stability_gap.harness.sweep.tuning import Reporter
+
+    study = optuna.create_study(direction="minimize",
+                                pruner=optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=0))
+    for good in (0.9, 0.8):  # two finished trials: running mean of A(all) .9 and .8 at each point
+        trial = study.ask()
+        report = Reporter(trial, "CK_delta")
+        for u in (0, 1, 2):
+            report(2, u, SimpleNamespace(all=good, old=0.0, new=0.0))
+        assert trial.storage.get_trial(trial._trial_id).intermediate_values == {1: pytest.approx(1 - good),
+                                                                                2: pytest.approx(1 - good)}
+        study.tell(trial, 1 - good)
+    trial = study.ask()
+    report = Reporter(trial, "CK_delta")
+    report(2, 0, SimpleNamespace(all=0.0, old=0.0, new=0.0))  # update 0: not reported, nothing pruned
+    with pytest.raises(optuna.TrialPruned, match="session 2, update 1"):
+        report(2, 1, SimpleNamespace(all=0.5, old=0.0, new=0.0))
+    # S_delta follows the old-class curve
+    assert Reporter(study.ask(), "S_delta").curve == "old" and Reporter(study.ask(), "alpha").minimize is False
+
+
+def test_an_interrupted_trial_is_asked_again_and_not_counted():
+    import optuna
+
+    from bench_stability_gap.harness.sweep.tuning import _reopen_interrupted, counted
+
+    study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=0))
+    space = {"lr": optuna.distributions.FloatDistribution(1e-5, 1e-2, log=True)}
+    done = study.ask(space)
+    study.tell(done, 0.5)
+    killed = study.ask(space)  # a tune process died while this trial's run was training
+    _reopen_interrupted(study)
+    assert counted(study) == 1
+    again = study.ask(space)
+    assert again.params == killed.params and again.number != killed.number
