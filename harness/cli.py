@@ -122,14 +122,31 @@ def _remember(ctx: click.Context, param: click.Parameter, value: object) -> obje
     return value
 
 
-def _run_one(protocol, method: str, seed: int, options, tracking_uri: str | None, no_mlflow: bool) -> None:
+def _save_predictions(recorder, result, path: Path) -> None:
+    """The recorder's npz beside the result JSON (``bench run --save-predictions``)."""
+    if recorder is None or not result.curves:
+        return
+    expected = [(c.session, u) for c in result.curves for u in c.updates]
+    saved = recorder.save(path, expected)
+    click.echo(f"  predictions of {len(recorder.points)} eval point(s): {saved}")
+    if len(recorder.points) < len(expected):
+        click.secho(f"  warning: {len(expected) - len(recorder.points)} eval point(s) were evaluated before a "
+                    f"resume and are not in {saved.name} (listed in its 'missing')", err=True, fg="yellow")
+
+
+def _run_one(protocol, method: str, seed: int, options, tracking_uri: str | None, no_mlflow: bool,
+             save_predictions: bool = False) -> None:
     """One run: execute (the JSON is written atomically first), print its summary, mirror it to MLflow.
     A tracking failure never costs the result: the JSON stays, and the error says how to sync it later."""
     from .pipeline import execute, new_run_id
+    from .predictions import PredictionRecorder, chain
 
+    recorder = PredictionRecorder() if save_predictions else None
     if no_mlflow:
-        result, path = execute(protocol, method, seed, options)
+        result, path = execute(protocol, method, seed,
+                               dataclasses.replace(options, on_eval=chain([recorder and recorder.eval_point])))
         print_summary(result, path)
+        _save_predictions(recorder, result, path)
         click.echo(resource_note())
         return
     from .tracking import LiveRun
@@ -140,7 +157,8 @@ def _run_one(protocol, method: str, seed: int, options, tracking_uri: str | None
         "protocol": protocol.name, "protocol_hash": protocol.spec_hash, "method": method, "seed": seed,
         "set": options.overrides})
     try:
-        result, path = execute(protocol, method, seed, dataclasses.replace(options, on_eval=live.eval_point),
+        on_eval = chain([live.eval_point, recorder and recorder.eval_point])
+        result, path = execute(protocol, method, seed, dataclasses.replace(options, on_eval=on_eval),
                                run_id=None if method.strip() == "joint" else run_id)
     except KeyboardInterrupt:
         live.finish("killed")
@@ -149,6 +167,7 @@ def _run_one(protocol, method: str, seed: int, options, tracking_uri: str | None
         live.finish("failed")
         raise
     print_summary(result, path)
+    _save_predictions(recorder, result, path)
     live.finish(result.status, result, path)
     if live.error:
         raise BenchError(f"{live.error} The result is kept in {path}; mirror it to MLflow later with: bench sync "
@@ -178,10 +197,12 @@ def _options(overrides: dict, results_dir: Path | None, device: str, trunk_cache
 @click.option("--method", "-m", default=DEFAULT_METHOD, show_default=True, help="base(+modifier)*, e.g. vanilla+sgm")
 @click.option("--seed", "-s", default=0, show_default=True, type=int)
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="override a method setting")
+@click.option("--save-predictions", is_flag=True,
+              help="also store the per-sample predictions of every eval point, in <result>.predictions.npz")
 @_run_options
-def run(protocol: str, method: str, seed: int, overrides: tuple[str, ...], results_dir: Path | None,
-        device: str, trunk_cache: bool, progress: bool, allow_download: bool, tracking_uri: str | None,
-        no_mlflow: bool) -> None:
+def run(protocol: str, method: str, seed: int, overrides: tuple[str, ...], save_predictions: bool,
+        results_dir: Path | None, device: str, trunk_cache: bool, progress: bool, allow_download: bool,
+        tracking_uri: str | None, no_mlflow: bool) -> None:
     """Run METHOD on PROTOCOL (default: vanilla on the embedded tiny_cil) and print its gap metrics."""
     from .paths import results_dir as resolve_results
     from .preflight import check_backbone, check_run
@@ -193,7 +214,7 @@ def run(protocol: str, method: str, seed: int, overrides: tuple[str, ...], resul
     check_run(spec, method, seed, settings, resolve_results(results_dir), tracking_uri, not no_mlflow)  # no torch yet
     check_backbone(spec)
     options = _options(settings, results_dir, device, trunk_cache, progress, allow_download)
-    _run_one(spec, method, seed, options, tracking_uri, no_mlflow)
+    _run_one(spec, method, seed, options, tracking_uri, no_mlflow, save_predictions)
 
 
 @main.command()
