@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from bench_stability_gap.harness import cl_metrics
-from bench_stability_gap.harness.curves import ReferenceSession, SessionCurve
-from bench_stability_gap.harness.metric_catalog import CURVE_METRICS, METRICS, OPTIONAL_KEYS
-from bench_stability_gap.harness.metrics import compute_metrics
-from bench_stability_gap.harness.tidy import VALUE_KEYS, run_values
+from bench_stability_gap.harness.results import cl_metrics
+from bench_stability_gap.harness.results.curves import ReferenceSession, SessionCurve
+from bench_stability_gap.harness.results.catalog import CURVE_METRICS, METRICS, OPTIONAL_KEYS
+from bench_stability_gap.harness.results.metrics import compute_metrics
+from bench_stability_gap.harness.results.tidy import VALUE_KEYS, run_values
 
 from results_factory import hand_result
 

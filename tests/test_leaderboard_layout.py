@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from results_factory import joint_run, two_session_run
 
-from bench_stability_gap.harness.results import save_result
+from bench_stability_gap.harness.results.schema import save_result
 from bench_stability_gap.leaderboard.site import build_site
 from bench_stability_gap.leaderboard.sources import load_folder
 

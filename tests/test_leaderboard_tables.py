@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from results_factory import joint_run, two_session_run
 
 from bench_stability_gap.harness.cli import main
-from bench_stability_gap.harness.results import RunResult, save_result
+from bench_stability_gap.harness.results.schema import RunResult, save_result
 from bench_stability_gap.leaderboard.aggregate import (ALL_COLUMNS, COLUMNS, PALETTE, format_table, method_style,
                                                        summarize, table_columns)
 from bench_stability_gap.leaderboard.sources import load_folder

@@ -8,8 +8,8 @@ import numpy as np
 from click.testing import CliRunner
 
 from bench_stability_gap.harness.cli import main
-from bench_stability_gap.harness.predictions import load_predictions
-from bench_stability_gap.harness.results import load_result
+from bench_stability_gap.harness.run.predictions import load_predictions
+from bench_stability_gap.harness.results.schema import load_result
 
 
 def test_save_predictions_writes_an_npz_that_reproduces_the_curves(tiny_protocol_file: Path, tmp_path: Path) -> None:

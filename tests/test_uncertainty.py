@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench_stability_gap.harness.uncertainty import BOOTSTRAP_SEED, Interval, bootstrap_ci, paired_difference
+from bench_stability_gap.harness.results.uncertainty import BOOTSTRAP_SEED, Interval, bootstrap_ci, paired_difference
 
 
 def test_bootstrap_interval_hand_checked() -> None:
