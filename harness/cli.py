@@ -122,57 +122,13 @@ def _remember(ctx: click.Context, param: click.Parameter, value: object) -> obje
     return value
 
 
-def _save_predictions(recorder, result, path: Path) -> None:
-    """The recorder's npz beside the result JSON (``bench run --save-predictions``)."""
-    if recorder is None or not result.curves:
-        return
-    expected = [(c.session, u) for c in result.curves for u in c.updates]
-    saved = recorder.save(path, expected)
-    click.echo(f"  predictions of {len(recorder.points)} eval point(s): {saved}")
-    if len(recorder.points) < len(expected):
-        click.secho(f"  warning: {len(expected) - len(recorder.points)} eval point(s) were evaluated before a "
-                    f"resume and are not in {saved.name} (listed in its 'missing')", err=True, fg="yellow")
-
-
 def _run_one(protocol, method: str, seed: int, options, tracking_uri: str | None, no_mlflow: bool,
              save_predictions: bool = False) -> None:
-    """One run: execute (the JSON is written atomically first), print its summary, mirror it to MLflow.
-    A tracking failure never costs the result: the JSON stays, and the error says how to sync it later."""
-    from .run.pipeline import execute, new_run_id
-    from .run.predictions import PredictionRecorder, chain
+    """One run as ``harness.api.execute`` does it (the JSON first, then MLflow), with its summary printed."""
+    from .tools.api import execute
 
-    recorder = PredictionRecorder() if save_predictions else None
-    if no_mlflow:
-        result, path = execute(protocol, method, seed,
-                               dataclasses.replace(options, on_eval=chain([recorder and recorder.eval_point])))
-        print_summary(result, path)
-        _save_predictions(recorder, result, path)
-        click.echo(resource_note())
-        return
-    from .results.tracking import LiveRun
-
-    run_id = new_run_id()  # known before training, so the live MLflow run carries it from the start
-    live = LiveRun(options.results_dir, tracking_uri)
-    live.start(protocol.name, method, seed, run_id, params={
-        "protocol": protocol.name, "protocol_hash": protocol.spec_hash, "method": method, "seed": seed,
-        "set": options.overrides})
-    try:
-        on_eval = chain([live.eval_point, recorder and recorder.eval_point])
-        result, path = execute(protocol, method, seed, dataclasses.replace(options, on_eval=on_eval),
-                               run_id=None if method.strip() == "joint" else run_id)
-    except KeyboardInterrupt:
-        live.finish("killed")
-        raise
-    except BaseException:
-        live.finish("failed")
-        raise
-    print_summary(result, path)
-    _save_predictions(recorder, result, path)
-    live.finish(result.status, result, path)
-    if live.error:
-        raise BenchError(f"{live.error} The result is kept in {path}; mirror it to MLflow later with: bench sync "
-                         f"--results {options.results_dir}" + (f" --tracking-uri {tracking_uri}" if tracking_uri else ""))
-    click.echo(f"  MLflow run {live.run_id} in {live.store.uri}")
+    result, path = execute(protocol, method, seed, options, tracking_uri, mlflow=not no_mlflow,
+                           save_predictions=save_predictions, echo=click.echo, summary=print_summary)
     click.echo(resource_note())
 
 
@@ -398,7 +354,9 @@ def sync(results: Path | None, tracking_uri: str | None) -> None:
     if not (root / "runs").is_dir():
         raise BenchError(f"Results folder {root} holds no runs/ folder: nothing to sync.")
     check_tracking_uri(tracking_uri)
-    report = sync_results(root, tracking_uri)
+    from .tools.api import run_artifacts
+
+    report = sync_results(root, tracking_uri, artifacts=run_artifacts)
     for path, rid in report.added:
         click.echo(f"  mirrored {path} -> MLflow run {rid}")
     if report.replaced:
