@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -197,7 +196,7 @@ def sweep(sweep: str, seeds: str | None, dry_run: bool, table_path: Path | None,
     from .paths import results_dir as resolve_results
     from .tools.preflight import check_backbone, check_outputs, check_seed
     from .sweep.plan import load_sweep, plan
-    from .sweep.stages import run_local, stage_graph
+    from .sweep.stages import stage_graph
 
     ray_plan = _ray_plan(executor, address, cpus_per_run, gpus_per_run, max_retries, device)
     spec = load_sweep(sweep)
@@ -224,23 +223,9 @@ def sweep(sweep: str, seeds: str | None, dry_run: bool, table_path: Path | None,
         return
     graph = stage_graph(runs, options.results_dir)
     if ray_plan is None:
-        def start(stage) -> None:
-            click.echo(f"\n[{graph.index(stage) + 1}/{len(graph)}] {stage.label}")
+        from .tools.api import run_local_sweep
 
-        def method_run(stage) -> None:  # as `bench run` does it, live MLflow run included
-            _run_one(stage.protocol, stage.method, stage.seed,
-                     dataclasses.replace(options, overrides=dict(stage.overrides)), tracking_uri, no_mlflow)
-
-        def stored(stage, made) -> None:  # a shared stage's results (joint, A_best references)
-            for result, path in made:
-                print_summary(result, path)
-                if not no_mlflow:
-                    from .results.tracking import log_run_or_explain
-
-                    rid, uri = log_run_or_explain(result, path, options.results_dir, tracking_uri)
-                    click.echo(f"  MLflow run {rid} in {uri}")
-
-        run_local(graph, options, start, method_run, stored)
+        run_local_sweep(graph, options, tracking_uri, mlflow=not no_mlflow, echo=click.echo, summary=print_summary)
     else:
         _sweep_on_ray(graph, options, ray_plan, tracking_uri, no_mlflow)
     text = sweep_table(spec, runs, options.results_dir)

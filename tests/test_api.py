@@ -53,3 +53,19 @@ def test_run_returns_the_stored_result(tiny_protocol_file: Path, tmp_path: Path)
     assert load_result(path).model_dump(mode="json") == result.model_dump(mode="json")  # what was stored
     frame = load_results(tmp_path)
     assert result.run_id in set(frame["run_id"])
+
+
+def test_sweep_runs_a_grid_and_skips_what_is_stored(tiny_protocol_file: Path, tmp_path: Path) -> None:
+    import yaml
+
+    from bench_stability_gap.harness.tools.api import sweep
+
+    grid = tmp_path / "grid.yaml"
+    grid.write_text(yaml.safe_dump({"name": "grid", "seeds": [0],
+                                    "runs": [{"protocol": str(tiny_protocol_file), "methods": ["vanilla"]}]}))
+    results = tmp_path / "results"
+    frame = sweep(str(grid), results_dir=results, mlflow=False, device="cpu")
+    assert list(zip(frame["method"], frame["seed"])) == [("vanilla", 0)]  # the sweep's run (not the joint)
+    assert frame.loc[0, "reason"] == "" and frame.loc[0, "S_delta"] == frame.loc[0, "S_delta"]  # scored, not NaN
+    again = sweep(str(grid), results_dir=results, mlflow=False, device="cpu")  # all stored: nothing runs
+    assert list(again["run_id"]) == list(frame["run_id"])

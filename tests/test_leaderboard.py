@@ -249,9 +249,14 @@ def test_unranked_runs_are_listed_with_their_reason(tmp_path: Path) -> None:
     build_site(load_folder(root), site)
     index = (site / "index.html").read_text()
     section = index.split("Not ranked (")[1]
-    for run_id in (stale.run_id, failed.run_id, no_joint.run_id, lonely.run_id):
+    for run_id in (stale.run_id, failed.run_id, no_joint.run_id):
         assert run_id in section
     assert "no joint reference for seed 7" in section
+    # the method with fewer seeds is a row of the table, marked with its n
+    assert lonely.run_id not in section
+    ranked = index.split("Not ranked (")[0]
+    row = ranked.split('data-method="vanilla+init"')[1].split("</tr>")[0]
+    assert lonely.run_id in row and " of " in row.split('data-col="seeds"')[1].split("</td>")[0]
 
 
 def test_unknown_protocol_uses_the_majority_hash(tmp_path: Path) -> None:

@@ -1,8 +1,8 @@
-"""bench from Python: ``run`` one method, ``load_results`` of a folder as a pandas frame.
+"""bench from Python: ``run`` one method, ``sweep`` a grid, ``load_results`` of a folder as a pandas frame.
 
-``bench run`` is a thin layer on ``execute`` (the CLI parses options and prints; the run, its MLflow
-mirror, the predictions file and the reference runs' mirrors happen here), so a notebook gets exactly the
-result the command line stores::
+``bench run`` is a thin layer on ``execute`` and ``bench sweep`` (local executor) on ``run_local_sweep``
+(the CLI parses options and prints; the run, its MLflow mirror, the predictions file and the reference
+runs' mirrors happen here), so a notebook gets exactly the result the command line stores::
 
     from bench_stability_gap.harness.tools.api import load_results, run
 
@@ -163,6 +163,64 @@ def run(protocol: str = "tiny_cil", method: str = "vanilla", seed: int = 0, *,
                          progress=progress, allow_download=allow_download, overrides=overrides)
     result, _ = execute(spec, method, seed, options, tracking_uri, mlflow=mlflow, save_predictions=save_predictions)
     return result
+
+
+def run_local_sweep(graph: list[Any], options: Any, tracking_uri: str | None, *, mlflow: bool = True,
+                    echo: Echo = _quiet, summary: Callable[[RunResult, Path], None] | None = None) -> None:
+    """Every stage of a sweep's graph in this process: shared stages (joint, A_best references) once, then
+    each method run as ``execute`` does it (live MLflow run included)."""
+    from ..results.tracking import log_run_or_explain
+    from ..sweep.stages import run_local
+
+    def start(stage: Any) -> None:
+        echo(f"\n[{graph.index(stage) + 1}/{len(graph)}] {stage.label}")
+
+    def method_run(stage: Any) -> None:
+        execute(stage.protocol, stage.method, stage.seed, dataclasses.replace(options, overrides=dict(stage.overrides)),
+                tracking_uri, mlflow=mlflow, echo=echo, summary=summary)
+
+    def stored(stage: Any, made: list[tuple[RunResult, Path]]) -> None:  # a shared stage's results
+        for result, path in made:
+            if summary:
+                summary(result, path)
+            if mlflow:
+                rid, uri = log_run_or_explain(result, path, options.results_dir, tracking_uri, artifacts=run_artifacts)
+                echo(f"  MLflow run {rid} in {uri}")
+
+    run_local(graph, options, start, method_run, stored)
+
+
+def sweep(sweep: str, seeds: list[int] | None = None, *, results_dir: str | Path | None = None,
+          device: str = "auto", mlflow: bool = True, tracking_uri: str | None = None, progress: bool = False,
+          trunk_cache: bool = True, allow_download: bool = False) -> pd.DataFrame:
+    """Run a sweep (a built-in name or a YAML grid of protocols x methods x seeds) in this process, as
+    ``bench sweep`` does with the local executor: runs already stored are skipped. Returns
+    ``load_results`` of the results folder, restricted to the sweep's runs (one row per run)."""
+    from ..paths import results_dir as resolve_results
+    from ..run.workbench import RunOptions, resolve_device
+    from ..sweep.plan import load_sweep, plan
+    from ..sweep.stages import stage_graph
+    from .preflight import check_backbone, check_outputs, check_seed
+
+    if not allow_download:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    spec = load_sweep(sweep)
+    for seed in seeds or spec.seeds:
+        check_seed(seed, "seed")
+    root = resolve_results(Path(results_dir) if results_dir is not None else None)
+    check_outputs(root, tracking_uri, mlflow)
+    options = RunOptions(results_dir=root, device=str(resolve_device(device)), trunk_cache=trunk_cache,
+                         progress=progress, allow_download=allow_download)
+    runs = plan(spec, root, list(seeds) if seeds else None)  # builds every method: names and settings checked
+    todo = [r for r in runs if r.done is None]
+    for protocol in {r.protocol.spec_hash: r.protocol for r in todo}.values():
+        check_backbone(protocol)
+    if todo:
+        run_local_sweep(stage_graph(runs, root), options, tracking_uri, mlflow=mlflow)
+    frame = load_results(root)
+    wanted = {(r.protocol.name, r.row, r.seed) for r in runs}
+    keep = [(p, m, s) in wanted for p, m, s in zip(frame["protocol"], frame["method"], frame["seed"])]
+    return frame[keep].reset_index(drop=True)
 
 
 # ---------------------------------------------------------------------------------- the results
