@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
+import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -29,6 +30,15 @@ TERMINAL = {"complete": "FINISHED", "killed": "KILLED", "interrupted": "KILLED"}
 SYNCED_TAG = "bench.synced"  # set last, once params, metrics and the JSON artifact are all logged
 REFERENCE_TAG = "bench.reference"  # "joint" (A_joint) or "best_new" (a run of the protocol's A_best set)
 Artifacts = Callable[[RunResult], Mapping[str, str]]  # extra artifact files of a run: file name -> text
+
+
+def sqlite_path(uri: str) -> Path:
+    """The database file of a ``sqlite:///`` URI (MLflow takes SQLAlchemy's form)."""
+    rest = uri[len("sqlite://"):]
+    if not rest.startswith("/"):
+        raise BenchError(f"Tracking URI {uri!r} is malformed: write sqlite:///relative/path.db or "
+                         f"sqlite:////absolute/path.db.")
+    return Path(urllib.parse.unquote(rest[1:].split("?", 1)[0])).expanduser()
 
 
 def default_tracking_uri(results_dir: Path) -> str:
@@ -76,7 +86,6 @@ def store_lock(uri: str) -> Iterator[None]:
         return
     from filelock import FileLock, Timeout
 
-    from ..tools.preflight import sqlite_path
 
     db = sqlite_path(uri)
     db.parent.mkdir(parents=True, exist_ok=True)

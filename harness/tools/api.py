@@ -157,7 +157,8 @@ def run(protocol: str = "tiny_cil", method: str = "vanilla", seed: int = 0, *,
     root = resolve_results(Path(results_dir) if results_dir is not None else None)
     check_run(spec, method, seed, overrides, root, tracking_uri, mlflow)  # no torch yet
     check_backbone(spec)
-    from ..run.workbench import RunOptions, resolve_device
+    from ..model.device import resolve_device
+    from ..run.options import RunOptions
 
     options = RunOptions(results_dir=root, device=str(resolve_device(device)), trunk_cache=trunk_cache,
                          progress=progress, allow_download=allow_download, overrides=overrides)
@@ -197,7 +198,8 @@ def sweep(sweep: str, seeds: list[int] | None = None, *, results_dir: str | Path
     ``bench sweep`` does with the local executor: runs already stored are skipped. Returns
     ``load_results`` of the results folder, restricted to the sweep's runs (one row per run)."""
     from ..paths import results_dir as resolve_results
-    from ..run.workbench import RunOptions, resolve_device
+    from ..model.device import resolve_device
+    from ..run.options import RunOptions
     from ..sweep.plan import load_sweep, plan
     from ..sweep.stages import stage_graph
     from .preflight import check_backbone, check_outputs, check_seed
