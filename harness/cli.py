@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -123,38 +122,12 @@ def _remember(ctx: click.Context, param: click.Parameter, value: object) -> obje
 
 
 def _run_one(protocol, method: str, seed: int, options, tracking_uri: str | None, no_mlflow: bool,
-             tuned=None) -> None:
-    """One run: execute (the JSON is written atomically first), print its summary, mirror it to MLflow.
-    A tracking failure never costs the result: the JSON stays, and the error says how to sync it later."""
-    from .run.pipeline import execute, new_run_id
+             save_predictions: bool = False, tuned=None) -> None:
+    """One run as ``harness.tools.api.execute`` does it (the JSON first, then MLflow), with its summary printed."""
+    from .tools.api import execute
 
-    if no_mlflow:
-        result, path = execute(protocol, method, seed, options, tuned=tuned)
-        print_summary(result, path)
-        click.echo(resource_note())
-        return
-    from .results.tracking import LiveRun
-
-    run_id = new_run_id()  # known before training, so the live MLflow run carries it from the start
-    live = LiveRun(options.results_dir, tracking_uri)
-    live.start(protocol.name, method, seed, run_id, params={
-        "protocol": protocol.name, "protocol_hash": protocol.spec_hash, "method": method, "seed": seed,
-        "set": options.overrides})
-    try:
-        result, path = execute(protocol, method, seed, dataclasses.replace(options, on_eval=live.eval_point),
-                               run_id=None if method.strip() == "joint" else run_id, tuned=tuned)
-    except KeyboardInterrupt:
-        live.finish("killed")
-        raise
-    except BaseException:
-        live.finish("failed")
-        raise
-    print_summary(result, path)
-    live.finish(result.status, result, path)
-    if live.error:
-        raise BenchError(f"{live.error} The result is kept in {path}; mirror it to MLflow later with: bench sync "
-                         f"--results {options.results_dir}" + (f" --tracking-uri {tracking_uri}" if tracking_uri else ""))
-    click.echo(f"  MLflow run {live.run_id} in {live.store.uri}")
+    execute(protocol, method, seed, options, tracking_uri, mlflow=not no_mlflow, save_predictions=save_predictions,
+            tuned=tuned, echo=click.echo, summary=print_summary)
     click.echo(resource_note())
 
 
@@ -182,10 +155,12 @@ def _options(overrides: dict, results_dir: Path | None, device: str, trunk_cache
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="override a method setting")
 @click.option("--tuned", is_flag=True, help="run the settings `bench tune` stored for METHOD on PROTOCOL "
                                             "(same --results-dir); the row is named by the tuning ruleset")
+@click.option("--save-predictions", is_flag=True,
+              help="also store the per-sample predictions of every eval point, in <result>.predictions.npz")
 @_run_options
-def run(protocol: str, method: str, seed: int, overrides: tuple[str, ...], tuned: bool, results_dir: Path | None,
-        device: str, trunk_cache: bool, progress: bool, allow_download: bool, tracking_uri: str | None,
-        no_mlflow: bool) -> None:
+def run(protocol: str, method: str, seed: int, overrides: tuple[str, ...], tuned: bool, save_predictions: bool,
+        results_dir: Path | None, device: str, trunk_cache: bool, progress: bool, allow_download: bool,
+        tracking_uri: str | None, no_mlflow: bool) -> None:
     """Run METHOD on PROTOCOL (default: vanilla on the embedded tiny_cil) and print its gap metrics. With no
     --set, the method runs its published settings (methods/defaults.yaml); --tuned runs its tuned ones."""
     from .paths import results_dir as resolve_results
@@ -206,7 +181,7 @@ def run(protocol: str, method: str, seed: int, overrides: tuple[str, ...], tuned
     check_run(spec, method, seed, settings, resolve_results(results_dir), tracking_uri, not no_mlflow)  # no torch yet
     check_backbone(spec)
     options = _options(settings, results_dir, device, trunk_cache, progress, allow_download)
-    _run_one(spec, method, seed, options, tracking_uri, no_mlflow, stamp)
+    _run_one(spec, method, seed, options, tracking_uri, no_mlflow, save_predictions, stamp)
 
 
 @main.command()
@@ -233,7 +208,7 @@ def sweep(sweep: str, seeds: str | None, dry_run: bool, table_path: Path | None,
     from .paths import results_dir as resolve_results
     from .tools.preflight import check_backbone, check_outputs, check_seed
     from .sweep.plan import load_sweep, plan, tuned_cells
-    from .sweep.stages import run_local, stage_graph
+    from .sweep.stages import stage_graph
 
     ray_plan = _ray_plan(executor, address, cpus_per_run, gpus_per_run, max_retries, device)
     spec = load_sweep(sweep)
@@ -277,23 +252,9 @@ def sweep(sweep: str, seeds: str | None, dry_run: bool, table_path: Path | None,
         return
     graph = stage_graph(runs, options.results_dir)
     if ray_plan is None:
-        def start(stage) -> None:
-            click.echo(f"\n[{graph.index(stage) + 1}/{len(graph)}] {stage.label}")
+        from .tools.api import run_local_sweep
 
-        def method_run(stage) -> None:  # as `bench run` does it, live MLflow run included
-            _run_one(stage.protocol, stage.method, stage.seed,
-                     dataclasses.replace(options, overrides=dict(stage.overrides)), tracking_uri, no_mlflow, stage.tuned)
-
-        def stored(stage, made) -> None:  # a shared stage's results (joint, A_best references)
-            for result, path in made:
-                print_summary(result, path)
-                if not no_mlflow:
-                    from .results.tracking import log_run_or_explain
-
-                    rid, uri = log_run_or_explain(result, path, options.results_dir, tracking_uri)
-                    click.echo(f"  MLflow run {rid} in {uri}")
-
-        run_local(graph, options, start, method_run, stored)
+        run_local_sweep(graph, options, tracking_uri, mlflow=not no_mlflow, echo=click.echo, summary=print_summary)
     else:
         _sweep_on_ray(graph, options, ray_plan, tracking_uri, no_mlflow)
     text = sweep_table(spec, runs, options.results_dir)
@@ -464,7 +425,9 @@ def sync(results: Path | None, tracking_uri: str | None) -> None:
     if not (root / "runs").is_dir():
         raise BenchError(f"Results folder {root} holds no runs/ folder: nothing to sync.")
     check_tracking_uri(tracking_uri)
-    report = sync_results(root, tracking_uri)
+    from .tools.api import run_artifacts
+
+    report = sync_results(root, tracking_uri, artifacts=run_artifacts)
     for path, rid in report.added:
         click.echo(f"  mirrored {path} -> MLflow run {rid}")
     if report.replaced:

@@ -9,13 +9,15 @@ A_joint comes from the newest complete joint run of the same protocol hash and s
 every complete CL run of that protocol hash (``harness.metrics.best_new_accuracy``), so adding a run
 updates P_Δ of every other run of the protocol.
 
-A run is ranked only if it is complete, carries the protocol's current spec hash, has a joint
-reference for its seed, and its method has as many seeds as the best-covered method of the protocol.
-Everything else is listed apart with the reason.
+A run is ranked only if it is complete, carries the protocol's current spec hash and has a joint
+reference for its seed. Everything else is listed apart with the reason. A row with fewer seeds than the
+best-covered row is shown with its seed count and marked (``MethodRow.partial``), never dropped: its
+paired comparison with vanilla uses the seeds both have.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from collections import Counter, defaultdict
@@ -27,16 +29,21 @@ from typing import Literal
 import pandas as pd
 
 from ..harness.errors import BenchError
-from ..harness.results.catalog import (METRICS, TABLE_KEYS, Direction, MetricInfo, displayed, format_std,
-                                      format_value)
+from ..harness.results.catalog import (METRICS, OPTIONAL_KEYS, TABLE_KEYS, Direction, MetricInfo, displayed,
+                                      format_std, format_value)
 from ..harness.results.metrics import Metrics, best_new_accuracy, compute_metrics, plasticity_gap
 from ..harness.results.schema import RunResult, select_runs
 from ..harness.results.tidy import runs_frame, seed_stats
+from ..harness.results.uncertainty import Interval, Paired, bootstrap_ci, paired_difference
 
 # The table's columns: the paper's Table 1 plus the budget figures, each described once in the catalog.
 COLUMNS: tuple[MetricInfo, ...] = tuple(METRICS[k] for k in TABLE_KEYS)
-COLUMN_BY_KEY = {c.key: c for c in COLUMNS}
+# Columns shown on request (the standard CL metrics); aggregated, marked and exported like the others.
+OPTIONAL_COLUMNS: tuple[MetricInfo, ...] = tuple(METRICS[k] for k in OPTIONAL_KEYS if k not in TABLE_KEYS)
+ALL_COLUMNS: tuple[MetricInfo, ...] = COLUMNS + OPTIONAL_COLUMNS
+COLUMN_BY_KEY = {c.key: c for c in ALL_COLUMNS}
 DEFAULT_ORDER = "CK_delta"  # the rows' order before a visitor sorts (see summarize_protocol)
+BASELINE = "vanilla"  # every row is compared with this row on the seeds both have
 
 
 # ------------------------------------------------------------------------------------ run entries
@@ -113,11 +120,13 @@ def assign_slugs(entries: Iterable[Entry]) -> None:
 @dataclass(frozen=True)
 class Stat:
     """Mean ± sample standard deviation over seeds, as ``seed_stats`` computes it; ``std`` is None
-    for a single value, ``mean`` None when no run had the value."""
+    for a single value, ``mean`` None when no run had the value; ``ci`` the 95 % bootstrap interval of
+    the mean (``harness.uncertainty``), None below two values."""
 
     mean: float | None
     std: float | None
     n: int
+    ci: Interval | None = None
 
     @classmethod
     def from_stats(cls, stats: pd.Series, key: str) -> Stat:
@@ -128,11 +137,13 @@ class Stat:
 
     @classmethod
     def of(cls, values: Iterable[float | None]) -> Stat:
-        """The stat of one list of values (None or non-finite: missing), by the same pandas rule."""
+        """The stat of one list of values (None or non-finite: missing), by the same pandas rule, with
+        its bootstrap interval."""
         xs = [math.nan if v is None else float(v) for v in values]
         if not xs:
             return cls(None, None, 0)
-        return cls.from_stats(seed_stats(pd.DataFrame({"v": xs, "method": ""}), ["v"]).iloc[0], "v")
+        stat = cls.from_stats(seed_stats(pd.DataFrame({"v": xs, "method": ""}), ["v"]).iloc[0], "v")
+        return cls(stat.mean, stat.std, stat.n, bootstrap_ci(xs))
 
 
 def rank_value(stat: Stat, column: MetricInfo) -> float | None:
@@ -168,9 +179,12 @@ class MethodRow:
     family: str
     runs: list[Entry]
     stats: dict[str, Stat]
+    values: dict[str, dict[int, float | None]] = field(default_factory=dict)  # key -> seed -> the run's value
     color: str = ""
     dash: str = "solid"  # matplotlib line style, for rows that share a colour
     marks: dict[str, str] = field(default_factory=dict)
+    partial: bool = False  # fewer seeds than the best-covered row of the protocol
+    paired: dict[str, Paired | None] = field(default_factory=dict)  # key -> this row − BASELINE, shared seeds
 
     @property
     def seeds(self) -> list[int]:
@@ -190,10 +204,18 @@ class MethodRow:
     def of(cls, entries: list[Entry]) -> MethodRow:
         """The row of one method's runs: mean ± std of every column over them (``seed_stats``)."""
         entries = sorted(entries, key=lambda e: e.result.seed)
-        stats = seed_stats(entry_frame(entries), [c.key for c in COLUMNS]).iloc[0]
+        frame = entry_frame(entries)
+        stats = seed_stats(frame, [c.key for c in ALL_COLUMNS]).iloc[0]
+        values = {c.key: {int(seed): None if math.isnan(v) else float(v) for seed, v in zip(frame["seed"], frame[c.key])}
+                  for c in ALL_COLUMNS}
         first = entries[0]
-        return cls(method=first.method, family=first.family, runs=entries,
-                   stats={c.key: Stat.from_stats(stats, c.key) for c in COLUMNS})
+        return cls(method=first.method, family=first.family, runs=entries, values=values,
+                   stats={c.key: _with_ci(Stat.from_stats(stats, c.key), values[c.key].values())
+                          for c in ALL_COLUMNS})
+
+
+def _with_ci(stat: Stat, values: Iterable[float | None]) -> Stat:
+    return Stat(stat.mean, stat.std, stat.n, bootstrap_ci([v for v in values if v is not None]))
 
 
 def entry_frame(entries: Sequence[Entry]) -> pd.DataFrame:
@@ -213,7 +235,7 @@ class Board:
     description: str | None
     paper_ref: str | None
     version: int | None
-    rows: list[MethodRow]  # ranked methods
+    rows: list[MethodRow]  # ranked methods, those with fewer seeds included (``MethodRow.partial``)
     reference_row: MethodRow | None  # the joint upper bound (never ranked)
     joints: dict[int, Entry]  # seed -> joint run used as A_joint
     best_new: dict[int, dict[int, float]]  # seed -> session -> A_best(E_j) of the protocol's reference set
@@ -230,19 +252,30 @@ class Board:
     def seeds(self) -> list[int]:
         return sorted({s for row in self.rows for s in row.seeds})
 
+    @property
+    def most_seeds(self) -> int:
+        return max((len(r.runs) for r in self.rows), default=0)
+
 
 # Okabe & Ito's colour-blind-safe palette (yellow left out: unreadable on white; black is the joint
-# model's). Past six methods the colours repeat with another line style, so no two rows look alike.
+# model's). With a line style each, 24 looks.
 PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9")
 DASHES = ("solid", "dashed", "dotted", "dashdot")
 JOINT_COLOR = "#000000"
 
 
+def method_style(method: str) -> tuple[str, str]:
+    """Colour and line style of a method string, from its SHA-256: the same on every page, every build and
+    whatever other methods exist (a position in a list would recolour every row when one is added). Two
+    methods may share a colour; the line style, from other bits of the hash, then usually differs."""
+    digest = hashlib.sha256(method.encode()).digest()
+    return PALETTE[digest[0] % len(PALETTE)], DASHES[digest[1] % len(DASHES)]
+
+
 def assign_styles(rows: Sequence[MethodRow]) -> None:
-    """Colour and line style per method, by name (a method keeps its look when rows are re-sorted)."""
-    for i, row in enumerate(sorted(rows, key=lambda r: r.method)):
-        row.color = PALETTE[i % len(PALETTE)]
-        row.dash = DASHES[(i // len(PALETTE)) % len(DASHES)]
+    """Colour and line style per row (``method_style``)."""
+    for row in rows:
+        row.color, row.dash = method_style(row.method)
 
 
 def _current_hash(name: str, entries: Sequence[Entry]) -> tuple[str, str, object | None]:
@@ -315,16 +348,13 @@ def summarize_protocol(name: str, entries: list[Entry]) -> Board:
     for e in split_by_code(valid):
         by_method[e.method].append(e)
     most = max((len(v) for v in by_method.values()), default=0)
-    full_seeds = sorted({e.result.seed for v in by_method.values() if len(v) == most for e in v})
-    rows: list[MethodRow] = []
-    for method, runs in by_method.items():
-        if len(runs) < most:
-            have = sorted(e.result.seed for e in runs)
-            for e in runs:
-                e.reason = (f"missing seeds: {method} has {len(have)} seed(s) {have}, other methods have "
-                            f"{most} (seeds {full_seeds})")
-            continue
-        rows.append(MethodRow.of(runs))
+    rows = [MethodRow.of(runs) for runs in by_method.values()]
+    for row in rows:
+        row.partial = len(row.runs) < most
+    baseline = next((r for r in rows if r.method == BASELINE), None)
+    for row in rows:
+        row.paired = {c.key: paired_difference(row.values[c.key], baseline.values[c.key])
+                      for c in ALL_COLUMNS if c.ranked} if baseline is not None and row is not baseline else {}
 
     def order(row: MethodRow) -> tuple[str, float, str]:
         # CK_Δ (all classes vs. joint): S_Δ alone would put first a method that does not learn (output-only
@@ -336,8 +366,10 @@ def summarize_protocol(name: str, entries: list[Entry]) -> Board:
 
     rows.sort(key=order)
     assign_styles(rows)
-    for column in COLUMNS:
-        for row, mark in zip(rows, column_marks([rank_value(r.stats[column.key], column) for r in rows], column)):
+    # best / second best among the rows with every seed: a mean over fewer seeds is shown, not crowned
+    full = [r for r in rows if not r.partial]
+    for column in ALL_COLUMNS:
+        for row, mark in zip(full, column_marks([rank_value(r.stats[column.key], column) for r in full], column)):
             row.marks[column.key] = mark
 
     used = [joints[s] for s in sorted(joints)]
@@ -391,55 +423,200 @@ def boards_frame(boards: Sequence[Board]) -> pd.DataFrame:
 
 # ------------------------------------------------------------------------------------ text table
 
+TableFormat = Literal["markdown", "text", "latex", "json"]
+PARTIAL_NOTE = ("* fewer seeds than the best-covered row: shown with its n, never marked best, compared with "
+                "vanilla on the seeds both have")
 
-def cell_text(stat: Stat, column: MetricInfo, runs: int = 0) -> str:
-    """"mean ± std", with "(n of runs)" when only some of the row's runs had the value."""
+
+def table_columns(extra: Iterable[str] = ()) -> tuple[MetricInfo, ...]:
+    """The table's columns plus the optional ones asked for by key (``all``: every optional column)."""
+    keys = list(extra)
+    if "all" in keys:
+        return ALL_COLUMNS
+    unknown = [k for k in keys if k not in {c.key for c in OPTIONAL_COLUMNS}]
+    if unknown:
+        raise BenchError(f"Unknown optional column {unknown[0]!r}; the optional columns are "
+                         f"{', '.join(c.key for c in OPTIONAL_COLUMNS)} (or all).")
+    return COLUMNS + tuple(c for c in OPTIONAL_COLUMNS if c.key in keys)
+
+
+def cell_text(stat: Stat, column: MetricInfo, runs: int = 0, ci: bool = True) -> str:
+    """"mean ± std [95 % CI]", with "(n of runs)" when only some of the row's runs had the value."""
     if stat.mean is None:
         return "–"
     text = format_value(stat.mean, column)
     std = format_std(stat.std, column)
     text = f"{text} ± {std}" if std else text
+    if ci and stat.ci is not None and stat.ci.low < stat.ci.high:  # no spread: nothing an interval adds
+        text += f" [{format_value(stat.ci.low, column)}, {format_value(stat.ci.high, column)}]"
     return f"{text} ({stat.n} of {runs})" if 0 < stat.n < runs else text
 
 
-def format_table(boards: Sequence[Board], fmt: Literal["markdown", "text"] = "markdown") -> str:
-    """The aggregated numbers as a Markdown (best **bold**, 2nd _italic_) or plain-text table."""
+def seeds_text(row: MethodRow, most: int) -> str:
+    return f"{len(row.runs)} of {most}*" if row.partial else str(len(row.runs))
+
+
+def paired_text(paired: Paired | None, column: MetricInfo, row_seeds: int) -> str:
+    """``+0.012 [-0.003, 0.027] n.s.``: the mean difference with vanilla on the shared seeds, its interval,
+    ``n.s.`` when the interval contains 0 (or there is none), ``on k seeds`` when fewer than the row's."""
+    if paired is None:
+        return "–"
+    text = f"{paired.mean:+.{column.digits}f}"
+    if paired.interval is not None:
+        text += f" [{paired.interval.low:+.{column.digits}f}, {paired.interval.high:+.{column.digits}f}]"
+    if paired.inconclusive:
+        text += " n.s."
+    if len(paired.seeds) < row_seeds:
+        text += f" (on {len(paired.seeds)} seeds)"
+    return text
+
+
+def _header(c: MetricInfo) -> str:
+    return f"{c.symbol}{' (' + c.unit + ')' if c.unit else ''}{' ' + c.arrow if c.ranked else ''}"
+
+
+def format_table(boards: Sequence[Board], fmt: TableFormat = "markdown",
+                 columns: Sequence[MetricInfo] = COLUMNS) -> str:
+    """The aggregated numbers as Markdown (best **bold**, 2nd _italic_), plain text, LaTeX (booktabs, best
+    bold, 2nd underlined) or JSON; mean ± std [95 % CI] over seeds and the paired difference with vanilla
+    on the ranking column."""
+    if fmt == "json":
+        return board_json(boards, columns)
+    if fmt == "latex":
+        return format_latex(boards, columns)
+    order = COLUMN_BY_KEY[DEFAULT_ORDER]
     out: list[str] = []
-    headers = ["method", "seeds", "settings"] + [f"{c.symbol}{' (' + c.unit + ')' if c.unit else ''}{' ' + c.arrow if c.ranked else ''}"
-                                     for c in COLUMNS]
+    headers = ["method", "seeds", "settings"] + [_header(c) for c in columns] + [f"Δ{order.symbol} vs {BASELINE} [95% CI]"]
     for board in boards:
         title = f"{board.name} (protocol hash {board.current_hash})"
         out.append(f"## {title}" if fmt == "markdown" else title)
         out.append("")
         body: list[list[str]] = []
         for row in board.rows:
-            cells = [row.method, str(len(row.runs)), row.effort]
-            for c in COLUMNS:
+            cells = [row.method, seeds_text(row, board.most_seeds), row.effort]
+            for c in columns:
                 text = cell_text(row.stats[c.key], c, len(row.runs))
                 mark = row.marks.get(c.key)
                 if fmt == "markdown" and text != "–":
                     text = f"**{text}**" if mark == "best" else f"_{text}_" if mark == "second" else text
                 cells.append(text)
+            cells.append(paired_text(row.paired.get(order.key), order, len(row.runs)) if row.method != BASELINE
+                         else "(baseline)")
             body.append(cells)
         if board.reference_row:
             ref = board.reference_row
             body.append(["joint (upper bound)", str(len(ref.runs)), "protocol's joint"]
-                        + [cell_text(ref.stats[c.key], c, len(ref.runs)) for c in COLUMNS])
+                        + [cell_text(ref.stats[c.key], c, len(ref.runs)) for c in columns] + [""])
         if not board.rows:
             out.append("(no ranked runs)")
         if body:
             out.extend(_render(headers, body, fmt))
+        if any(r.partial for r in board.rows):
+            out.append("")
+            out.append(PARTIAL_NOTE)
         if board.unranked:
             out.append("")
             out.append("Not ranked:")
             out.extend(f"- {e.method} seed {e.result.seed} ({e.run_id}): {e.reason}" for e in board.unranked)
         out.append("")
     if fmt == "markdown" and any(b.rows for b in boards):
-        out.append("mean ± std over seeds, rows in order of CK_Δ, tuned rows grouped by their ruleset after the others; "
-                   "settings: defaults (published), tuned (trials, objective on the validation split) or set by hand; "
-                   "**best**, _second best_ (values that read the same are tied); ↓ lower is better, ↑ higher is "
-                   "better; wall time is shown, never ranked.")
+        out.append("mean ± std [95 % bootstrap CI] over seeds, rows in order of CK_Δ, tuned rows grouped by their "
+                   "ruleset after the others; settings: defaults (published), tuned (trials, objective on the "
+                   "validation split) or set by hand; **best**, _second best_ (values that read the same are tied); "
+                   "↓ lower is better, ↑ higher is better; wall time is shown, never ranked. Δ vs vanilla: mean "
+                   "paired difference on shared seeds [95 % bootstrap CI]; n.s.: the interval contains 0.")
     return "\n".join(out).rstrip() + "\n"
+
+
+_LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+_LATEX_SYMBOLS = {"Δ": r"\Delta", "σ": r"\sigma", "μ": r"\mu", "α": r"\alpha", "Ā": r"\bar{A}", "Ω": r"\Omega"}
+
+
+def latex_escape(text: str) -> str:
+    return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in text)
+
+
+def latex_symbol(c: MetricInfo) -> str:
+    """The catalog symbol in LaTeX math: ``S_Δ`` -> ``$S_{\\Delta}$``, words as text."""
+    match = re.fullmatch(r"(\w+?)_(\S+)(.*)", c.symbol)
+    greek = lambda t: "".join(_LATEX_SYMBOLS.get(ch, ch) for ch in t)  # noqa: E731
+    if match:
+        head, sub, rest = match.groups()
+        text = f"${greek(head)}_{{{greek(sub)}}}${latex_escape(rest)}"
+    elif c.symbol in _LATEX_SYMBOLS:
+        text = f"${_LATEX_SYMBOLS[c.symbol]}$"
+    else:
+        text = latex_escape(c.symbol)
+    unit = f" (\\{c.unit})" if c.unit == "%" else f" ({c.unit})" if c.unit else ""
+    arrow = {"min": r" $\downarrow$", "max": r" $\uparrow$"}.get(c.direction, "") if c.ranked else ""
+    return text + unit + arrow
+
+
+def format_latex(boards: Sequence[Board], columns: Sequence[MetricInfo] = COLUMNS) -> str:
+    """One booktabs ``tabular`` per protocol: mean ± std over seeds, best \\textbf, second \\underline."""
+    out: list[str] = []
+    for board in boards:
+        spec = "l r " + " ".join("r" for _ in columns)
+        out += [f"% {board.name} (protocol hash {board.current_hash}); mean $\\pm$ std over seeds",
+                r"\begin{tabular}{" + spec + "}", r"\toprule",
+                " & ".join(["Method", "$n$"] + [latex_symbol(c) for c in columns]) + r" \\", r"\midrule"]
+        for row in board.rows:
+            cells = [latex_escape(row.method), f"{len(row.runs)}" + ("$^*$" if row.partial else "")]
+            for c in columns:
+                stat = row.stats[c.key]
+                if stat.mean is None:
+                    cells.append("--")
+                    continue
+                text = format_value(stat.mean, c).replace(",", "{,}")
+                std = format_std(stat.std, c)
+                text = f"{text} $\\pm$ {std}" if std else text
+                mark = row.marks.get(c.key)
+                cells.append(f"\\textbf{{{text}}}" if mark == "best" else f"\\underline{{{text}}}"
+                             if mark == "second" else text)
+            out.append(" & ".join(cells) + r" \\")
+        if board.reference_row:
+            ref = board.reference_row
+            out.append(r"\midrule")
+            out.append(" & ".join(["Joint (upper bound)", str(len(ref.runs))]
+                                  + [cell_text(ref.stats[c.key], c, ci=False).replace("±", "$\\pm$")
+                                     .replace("–", "--") for c in columns]) + r" \\")
+        out += [r"\bottomrule", r"\end{tabular}"]
+        if any(r.partial for r in board.rows):
+            out.append("% $^*$ " + PARTIAL_NOTE.lstrip("* "))
+        out.append("")
+    return "\n".join(out)
+
+
+def _stat_json(stat: Stat) -> dict[str, object]:
+    return {"mean": stat.mean, "std": stat.std, "n": stat.n,
+            "ci95": None if stat.ci is None else [stat.ci.low, stat.ci.high]}
+
+
+def _paired_json(p: Paired | None) -> dict[str, object] | None:
+    if p is None:
+        return None
+    return {"mean": p.mean, "ci95": None if p.interval is None else [p.interval.low, p.interval.high],
+            "seeds": list(p.seeds), "inconclusive": p.inconclusive}
+
+
+def board_json(boards: Sequence[Board], columns: Sequence[MetricInfo] = COLUMNS) -> str:
+    """The tables as JSON: per protocol, per row, every column's mean, std, n, 95 % CI and mark, and the
+    paired difference with vanilla per column."""
+    import json
+
+    def row_json(row: MethodRow, reference: bool = False) -> dict[str, object]:
+        return {"method": row.method, "seeds": row.seeds, "n": len(row.runs), "partial": row.partial,
+                "reference": reference, "color": row.color,
+                "metrics": {c.key: {**_stat_json(row.stats[c.key]), "mark": row.marks.get(c.key, "")} for c in columns},
+                "vs_baseline": {c.key: _paired_json(row.paired.get(c.key)) for c in columns if c.key in row.paired}}
+
+    data = {"baseline": BASELINE, "level": 0.95, "columns": [c.key for c in columns], "protocols": [
+        {"name": b.name, "protocol_hash": b.current_hash, "most_seeds": b.most_seeds,
+         "rows": [row_json(r) for r in b.rows] + ([row_json(b.reference_row, True)] if b.reference_row else []),
+         "unranked": [{"method": e.method, "seed": e.result.seed, "run_id": e.run_id, "reason": e.reason}
+                      for e in b.unranked]} for b in boards]}
+    return json.dumps(data, indent=1, allow_nan=False) + "\n"
 
 
 def _render(headers: list[str], rows: list[list[str]], fmt: str) -> list[str]:

@@ -54,13 +54,18 @@ def build(results: Path | None, tracking_uri: str | None, out: Path, mlflow_ui: 
 @_results_option
 @_tracking_option
 @click.option("--protocol", "-p", "protocols", multiple=True, help="only this protocol (repeatable)")
-@click.option("--format", "fmt", type=click.Choice(["markdown", "text", "csv"]), default="markdown",
-              show_default=True, help="csv: one row per run the table averages (the tidy frame), for pandas & co.")
-def table(results: Path | None, tracking_uri: str | None, protocols: tuple[str, ...], fmt: str) -> None:
-    """Print the leaderboard's aggregated numbers (mean ± std over seeds) as a Markdown or text table,
-    or the per-run numbers behind them as CSV."""
-    from .aggregate import boards_frame, format_table, summarize
+@click.option("--format", "fmt", type=click.Choice(["markdown", "text", "csv", "latex", "json"]), default="markdown",
+              show_default=True, help="csv: one row per run the table averages (the tidy frame), for pandas & co.; "
+                                      "latex: booktabs, best bold, second underlined; json: every number of the table")
+@click.option("--columns", "extra", default="", metavar="KEYS",
+              help="optional columns to add, comma-separated (acc, avg_acc, forgetting, bwt, fwt) or 'all'")
+def table(results: Path | None, tracking_uri: str | None, protocols: tuple[str, ...], fmt: str, extra: str) -> None:
+    """Print the leaderboard's aggregated numbers (mean ± std [95 % bootstrap CI] over seeds, the paired
+    difference with vanilla) as a Markdown, text, LaTeX or JSON table, or the per-run numbers behind them as CSV."""
+    from .aggregate import boards_frame, format_table, summarize, table_columns
     from .sources import load
+
+    columns = table_columns(k.strip() for k in extra.split(",") if k.strip())
 
     if results is not None and tracking_uri is not None:
         raise BenchError("Give either --results DIR or --tracking-uri URI, not both.")
@@ -82,4 +87,4 @@ def table(results: Path | None, tracking_uri: str | None, protocols: tuple[str, 
     if fmt == "csv":
         click.echo(boards_frame(boards).to_csv(index=False), nl=False)
         return
-    click.echo(format_table(boards, fmt), nl=False)
+    click.echo(format_table(boards, fmt, columns), nl=False)  # type: ignore[arg-type]

@@ -23,8 +23,8 @@ from ..harness.results.catalog import METRICS, format_std, format_value
 from ..harness.results.metrics import RECOVERY_FRACTIONS
 from ..harness.results.tidy import VALUE_KEYS, run_values
 
-from .aggregate import (COLUMN_BY_KEY, COLUMNS, Board, Entry, MethodRow, Stat, assign_slugs, column_marks, rank_value,
-                        summarize)
+from .aggregate import (ALL_COLUMNS, BASELINE, COLUMN_BY_KEY, DEFAULT_ORDER, Board, Entry, MethodRow, Stat,
+                        assign_slugs, column_marks, paired_text, rank_value, summarize)
 from .glossary import OMEGA_NOTE, TERMS
 from .plots import board_plots, run_plot
 from .reported import ReportedTable, load_reported
@@ -63,22 +63,28 @@ def _cell(stat: Stat, key: str, mark: str = "", runs: int = 0) -> dict:
     column = COLUMN_BY_KEY[key]
     std = format_std(stat.std, column)
     value = rank_value(stat, column)
-    return {"key": key, "text": format_value(stat.mean, column), "std": std, "mark": mark,
-            "value": "" if value is None else repr(value),
+    ci = (f"[{format_value(stat.ci.low, column)}, {format_value(stat.ci.high, column)}]"
+          if stat.ci is not None and stat.ci.low < stat.ci.high else None)
+    return {"key": key, "text": format_value(stat.mean, column), "std": std, "mark": mark, "ci": ci,
+            "optional": column.optional, "value": "" if value is None else repr(value),
             "partial": f"{stat.n} of {runs} runs" if 0 < stat.n < runs else None}
 
 
 SVG_DASHES = {"dashed": "6 3", "dotted": "1.5 2.5", "dashdot": "6 2 1.5 2"}  # the plots' line styles, for the swatch
 
 
-def _row_view(row: MethodRow, run_href: dict[int, str], reference: bool = False) -> dict:
+def _row_view(row: MethodRow, run_href: dict[int, str], reference: bool = False, most: int = 0) -> dict:
+    order = COLUMN_BY_KEY[DEFAULT_ORDER]
+    paired = row.paired.get(order.key)
     return {
         "method": row.method, "family": row.family, "color": row.color, "dasharray": SVG_DASHES.get(row.dash, ""),
-        "reference": reference, "effort": row.effort,
+        "reference": reference, "effort": row.effort, "partial": row.partial, "most": most,
         "n": len(row.runs), "distribution": row.distribution,
         "runs": [{"seed": e.result.seed, "href": run_href[id(e)]} for e in row.runs],
         "cells": [_cell(row.stats[c.key], c.key, "" if reference else row.marks.get(c.key, ""), len(row.runs))
-                  for c in COLUMNS],
+                  for c in ALL_COLUMNS],
+        "paired": None if reference or row.method == BASELINE else {
+            "text": paired_text(paired, order, len(row.runs)), "inconclusive": paired is None or paired.inconclusive},
     }
 
 
@@ -191,7 +197,7 @@ def build_site(loaded: Loaded, out: Path, *, mlflow_ui: str | None = None, repor
             plots.append({"src": path, "title": plot_title, "stem": stem})
         views.append({
             "board": board, "slug": slug, "plots": plots,
-            "rows": [_row_view(r, run_href) for r in board.rows],
+            "rows": [_row_view(r, run_href, most=board.most_seeds) for r in board.rows],
             "reference": _row_view(board.reference_row, run_href, reference=True) if board.reference_row else None,
             "reported": [_reported_view(t) for t in reported.get(board.name, [])],
             "joints": [{"seed": s, "entry": e, "href": run_href[id(e)]} for s, e in sorted(board.joints.items())],
@@ -209,7 +215,8 @@ def build_site(loaded: Loaded, out: Path, *, mlflow_ui: str | None = None, repor
 
     pages = 0
     index = env.get_template("index.html").render(
-        **common, root="", boards=views, columns=COLUMNS, reported_only=reported_only, skipped=loaded.skipped,
+        **common, root="", boards=views, columns=ALL_COLUMNS, reported_only=reported_only, skipped=loaded.skipped,
+        order=COLUMN_BY_KEY[DEFAULT_ORDER], baseline=BASELINE,
         n_runs=len(loaded.entries))
     (out / "index.html").write_text(index)
     (out / "glossary.html").write_text(env.get_template("glossary.html").render(**common, root="", terms=TERMS, omega_note=OMEGA_NOTE))
@@ -224,7 +231,8 @@ def build_site(loaded: Loaded, out: Path, *, mlflow_ui: str | None = None, repor
         if svg:
             (out / "runs" / f"{entry.slug}.svg").write_text(svg)
         href, hint = _mlflow_href(entry, mlflow_ui)
-        values = run_values(r, entry.metrics)
+        # P_Δ (paper) depends on the other runs of the seed: the value the index averages, never recomputed here
+        values = {**run_values(r, entry.metrics), "P_delta_paper": entry.p_delta_paper}
         stored = r.metrics
         compare = []
         for key in ("S_delta", "P_delta", "CK_delta", "min_acc", "wc_acc"):

@@ -13,13 +13,10 @@ import os
 import re
 import secrets
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,60 +28,13 @@ from click.testing import CliRunner
 
 from bench_stability_gap.harness.cli import main
 from bench_stability_gap.harness.results.schema import iter_results
+from live_servers import START_TIMEOUT_S, free_port, mlflow_server, start, stop, wait_for  # noqa: F401 - a fixture
 from result_compare import differences
 
 pytest.importorskip("ray")  # the `ray` extra; ci/install.sh installs it, so CI runs these tests
 
 BIN = Path(sys.executable).parent
-START_TIMEOUT_S = 180  # a node or the server must be up within this
 SWEEP_TIMEOUT_S = 480  # a reduced sweep on a loaded 2-core machine
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(check, what: str, timeout: float, proc: subprocess.Popen | None = None, log: Path | None = None):
-    """Poll ``check`` until it returns something truthy; fail (with the log) on timeout or if ``proc`` exits."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        if proc is not None and proc.poll() is not None:
-            pytest.fail(f"{what}: the process exited ({proc.returncode}):\n{log.read_text() if log else ''}")
-        time.sleep(0.2)
-    pytest.fail(f"{what}: not within {timeout} s\n{log.read_text()[-3000:] if log else ''}")
-
-
-def start(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
-    """In a session of its own, so that stopping it reaches its whole process group."""
-    return subprocess.Popen(cmd, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def stop(procs: list[subprocess.Popen]) -> None:
-    """SIGTERM each started process's group, then SIGKILL whatever of their process trees is left."""
-    tree = []
-    for proc in procs:
-        try:
-            root = psutil.Process(proc.pid)
-            tree += [root, *root.children(recursive=True)]
-        except psutil.NoSuchProcess:
-            pass
-    for proc in procs:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    _, alive = psutil.wait_procs(tree, timeout=5)
-    for p in alive:
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(alive, timeout=10)
 
 
 @dataclass
@@ -115,30 +65,6 @@ def ray_cluster(tmp_path_factory):
     finally:
         stop(procs)
         shutil.rmtree(temp, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def mlflow_server(tmp_path_factory):
-    """`mlflow server` with a sqlite backend and an artifact root, as README (Team setup) documents it."""
-    root = tmp_path_factory.mktemp("mlflow-server")
-    port, log = free_port(), root / "server.log"
-    proc = start([str(BIN / "mlflow"), "server", "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
-                  "--artifacts-destination", str(root / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
-                  "--workers", "1"], {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}, log)
-    uri = f"http://127.0.0.1:{port}"
-
-    def healthy() -> bool:
-        try:
-            with urllib.request.urlopen(f"{uri}/health", timeout=2) as reply:
-                return reply.status == 200
-        except OSError:
-            return False
-
-    try:
-        wait_for(healthy, "mlflow server", START_TIMEOUT_S, proc, log)
-        yield uri
-    finally:
-        stop([proc])
 
 
 def write_grid(path: Path, protocol: Path, methods: list[str], seeds: list[int]) -> Path:

@@ -230,17 +230,18 @@ def test_unranked_runs_are_listed_with_their_reason(tmp_path: Path) -> None:
     stale = clone(vanilla0, method="vanilla+lora", protocol=vanilla0.protocol.model_copy(update={"hash": "0123456789abcdef"}))
     failed = clone(vanilla0, method="vanilla+oocf", status="failed")
     no_joint = clone(vanilla0, method="vanilla+soft", seed=7)
-    lonely = clone(vanilla0, method="vanilla+init")  # one seed where the other methods have more
+    lonely = clone(vanilla0, method="vanilla+init")  # one seed where the other methods have more: shown, marked
     root = write_results(tmp_path / "r", results + [stale, failed, no_joint, lonely])
     (board,) = summarize(load_folder(root).entries)
     reasons = {e.run_id: e.reason for e in board.unranked}
     assert reasons[stale.run_id].startswith("stale protocol hash 0123456789abcdef")
     assert reasons[failed.run_id].startswith("status 'failed'")
     assert reasons[no_joint.run_id].startswith("no joint reference for seed 7")
-    assert reasons[lonely.run_id].startswith("missing seeds: vanilla+init has 1 seed(s) [0]")
+    assert lonely.run_id not in reasons
     ranked_ids = {e.run_id for e in board.ranked_runs}
-    assert not ranked_ids & {stale.run_id, failed.run_id, no_joint.run_id, lonely.run_id}
-    assert {r.method for r in board.rows} == {r.method.spec for r in results if not r.is_reference}
+    assert not ranked_ids & {stale.run_id, failed.run_id, no_joint.run_id}
+    assert {r.method for r in board.rows} == {r.method.spec for r in results if not r.is_reference} | {"vanilla+init"}
+    assert [r.partial for r in board.rows if r.method == "vanilla+init"] == [True]
     # A_best per seed comes from the protocol's reference set (vanilla) alone
     assert board.best_new == {r.seed: best_new_accuracy([r.curves]) for r in results if r.method.spec == "vanilla"}
 
@@ -248,9 +249,14 @@ def test_unranked_runs_are_listed_with_their_reason(tmp_path: Path) -> None:
     build_site(load_folder(root), site)
     index = (site / "index.html").read_text()
     section = index.split("Not ranked (")[1]
-    for run_id in (stale.run_id, failed.run_id, no_joint.run_id, lonely.run_id):
+    for run_id in (stale.run_id, failed.run_id, no_joint.run_id):
         assert run_id in section
     assert "no joint reference for seed 7" in section
+    # the method with fewer seeds is a row of the table, marked with its n
+    assert lonely.run_id not in section
+    ranked = index.split("Not ranked (")[0]
+    row = ranked.split('data-method="vanilla+init"')[1].split("</tr>")[0]
+    assert lonely.run_id in row and " of " in row.split('data-col="seeds"')[1].split("</td>")[0]
 
 
 def test_unknown_protocol_uses_the_majority_hash(tmp_path: Path) -> None:

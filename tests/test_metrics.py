@@ -336,6 +336,10 @@ FULL_BEST = {2: 0.7, 3: 0.6}
 #   98: 0.735, below at 5 (0.73), back at 10 (0.74) -> 10, 170 - 90 = 80 FLOPs
 #   99: 0.7425 and 100: 0.75, never reached -> None
 # best new: s2 0.99 * 0.7 = 0.693 -> 10 (0.7), 90 FLOPs; s3 0.99 * 0.6 = 0.594 -> 5 (0.6), 40 FLOPs
+# R (end-of-session accuracy per task): R11 0.9 (s2 update 0), R21 0.8 R22 0.7, R31 0.8 R32 0.65 R33 0.55;
+#   R12 = R23 = 0 (untrained new classes at update 0)
+# ACC = (0.8 + 0.65 + 0.55) / 3 = 2/3;  Ā = ((0.8 + 0.7) / 2 + 2/3) / 2 = 17/24
+# F = ((0.9 - 0.8) + (0.7 - 0.65)) / 2 = 0.075;  BWT = ((0.8 - 0.9) + (0.65 - 0.7)) / 2 = -0.075;  FWT = 0
 FULL_SCALARS = {
     "S_delta": 0.0725, "P_delta": 31 / 336, "CK_delta": 15 / 112,
     "sigma": 0.8, "mu": 0.75, "alpha": 0.7, "min_acc": 0.5, "wc_acc": 1.55 / 3,
@@ -349,6 +353,7 @@ FULL_SCALARS = {
     "recovery_flops_100_s2": 90,
     "updates_to_best_new_s2": 10, "updates_to_best_new_s3": 5,
     "flops_to_best_new_s2": 90, "flops_to_best_new_s3": 40,
+    "acc": 2 / 3, "avg_acc": 17 / 24, "forgetting": 0.075, "bwt": -0.075, "fwt": 0.0,
 }
 
 

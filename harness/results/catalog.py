@@ -4,13 +4,21 @@ The CLI summary (``harness.cli.print_summary``), the leaderboard's columns (``le
 and the glossary page (``leaderboard.glossary``) all read this table, so a symbol, a direction, a
 precision or a sentence cannot disagree between them. ``format_value`` is the one display rule.
 
+A metric that is a function of one run's curves alone is declared here with its ``compute`` function:
+that entry is all it takes for ``compute_metrics`` to store it, MLflow to log it, the tidy frame to hold
+it as a column (its ``key``) and the leaderboard to offer it as an optional column (``optional``).
+
 ``equation`` is constant HTML written here (never data from a result); the glossary marks it safe.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
+
+from . import cl_metrics
+from .curves import SessionCurve
 
 Direction = Literal["min", "max", "ref"]  # ref: a reference the others are scored against, not a score
 
@@ -28,6 +36,8 @@ class MetricInfo:
     equation: str  # constant HTML for the glossary
     symbol_html: str = ""  # the symbol with sub/superscripts, when it differs from ``symbol``
     ranked: bool = True  # False: shown, never sorted by or marked best (wall time: hardware, not method)
+    compute: Callable[[Sequence[SessionCurve]], float] | None = None  # from one run's curves alone
+    optional: bool = False  # a leaderboard column shown on request (``--columns``, the site's toggle)
 
     @property
     def arrow(self) -> str:
@@ -131,8 +141,42 @@ CATALOG: tuple[MetricInfo, ...] = (
                "A<sub>best</sub>(E<sub>j</sub>) = max over reference runs r (and the scored run) and eval "
                "points i of A<sub>i</sub><sup>r</sup>(E<sub>j</sub>)",
                "A<sub>best</sub>"),
+    MetricInfo("acc", "ACC", "final accuracy over tasks (Lopez-Paz & Ranzato)", "max", 2, "%",
+               "final accuracy averaged over tasks, each task weighing the same",
+               "Lopez-Paz & Ranzato's ACC: the accuracy on each task's classes at the end of the stream, "
+               "averaged over tasks (α averages over test images instead).",
+               "ACC = <sup>1</sup>⁄<sub>N</sub> Σ<sub>k=1..N</sub> R<sub>N,k</sub> &nbsp;(%)",
+               compute=cl_metrics.final_task_accuracy, optional=True),
+    MetricInfo("avg_acc", "Ā", "average accuracy over sessions (Chaudhry et al.)", "max", 2, "%",
+               "task-averaged accuracy after each session, averaged over sessions 2..N",
+               "Chaudhry et al.'s average accuracy A<sub>i</sub> after each learning session, averaged over "
+               "the sessions: the task-averaged counterpart of μ.",
+               "Ā = <sup>1</sup>⁄<sub>N−1</sub> Σ<sub>i=2..N</sub> <sup>1</sup>⁄<sub>i</sub> Σ<sub>k=1..i</sub> "
+               "R<sub>i,k</sub> &nbsp;(%)", compute=cl_metrics.average_task_accuracy, optional=True),
+    MetricInfo("forgetting", "F", "average forgetting (Chaudhry et al.)", "min", 2, "%",
+               "how far each earlier task fell from its best end-of-session accuracy, in points",
+               "Chaudhry et al.'s average forgetting: for each task before the last, its best accuracy at the "
+               "end of any earlier session minus its final accuracy, averaged.",
+               "F = <sup>1</sup>⁄<sub>N−1</sub> Σ<sub>k=1..N−1</sub> (max<sub>l=k..N−1</sub> R<sub>l,k</sub> − "
+               "R<sub>N,k</sub>) &nbsp;(points)", compute=cl_metrics.average_forgetting, optional=True),
+    MetricInfo("bwt", "BWT", "backward transfer (Lopez-Paz & Ranzato)", "max", 2, "%",
+               "change on each earlier task from right after it was learned to the end, in points",
+               "Lopez-Paz & Ranzato's backward transfer: negative values are forgetting.",
+               "BWT = <sup>1</sup>⁄<sub>N−1</sub> Σ<sub>k=1..N−1</sub> (R<sub>N,k</sub> − R<sub>k,k</sub>) "
+               "&nbsp;(points)", compute=cl_metrics.backward_transfer, optional=True),
+    MetricInfo("fwt", "FWT", "forward transfer (Lopez-Paz & Ranzato)", "max", 2, "%",
+               "accuracy on each task's classes before they are learned, in points (baseline 0)",
+               "Lopez-Paz & Ranzato's forward transfer with the baseline b<sub>k</sub> = 0 (bench trains no "
+               "randomly initialised model): the zero-shot accuracy on the classes still to come, 0 for a "
+               "class-incremental head whose new units are untrained.",
+               "FWT = <sup>1</sup>⁄<sub>N−1</sub> Σ<sub>k=2..N</sub> (R<sub>k−1,k</sub> − b<sub>k</sub>), "
+               "b<sub>k</sub> = 0 &nbsp;(points)", compute=cl_metrics.forward_transfer, optional=True),
 )
 METRICS: dict[str, MetricInfo] = {m.key: m for m in CATALOG}
+# Metrics computed from one run's curves alone, by their catalog entry (``compute_metrics`` runs them).
+CURVE_METRICS: tuple[MetricInfo, ...] = tuple(m for m in CATALOG if m.compute is not None)
+# Leaderboard columns shown only on request.
+OPTIONAL_KEYS: tuple[str, ...] = tuple(m.key for m in CATALOG if m.optional)
 
 # The leaderboard's columns (the paper's Table 1 plus the budget figures) and the CLI summary's rows.
 TABLE_KEYS: tuple[str, ...] = ("params", "S_delta", "P_delta", "P_delta_paper", "CK_delta", "sigma", "mu", "alpha", "updates",
@@ -140,7 +184,7 @@ TABLE_KEYS: tuple[str, ...] = ("params", "S_delta", "P_delta", "P_delta_paper", 
 SUMMARY_KEYS: tuple[str, ...] = ("params", "S_delta", "P_delta", "CK_delta", "sigma", "mu", "alpha", "min_acc",
                                  "wc_acc")
 # Accuracies stored as fractions (or percentages, by the run's own choice) and shown in %.
-ACCURACY_KEYS: tuple[str, ...] = ("sigma", "mu", "alpha", "min_acc", "wc_acc")
+ACCURACY_KEYS: tuple[str, ...] = ("sigma", "mu", "alpha", "min_acc", "wc_acc") + tuple(m.key for m in CURVE_METRICS)
 
 
 def format_value(value: float | None, info: MetricInfo) -> str:

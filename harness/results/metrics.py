@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .curves import ReferenceSession, SessionCurve
+from .catalog import CURVE_METRICS
 
 # Table 4 of the paper: recover 97/98/99/100 % of the joint model's accuracy on ImageNet-1K, the
 # pre-training classes (task 1: ``tasks[0]``), not on all old classes; ``recovery_on="old"`` is the other reading.
@@ -291,6 +292,9 @@ class Metrics(BaseModel):
     recovery_flops: dict[str, list[float | None]] | None
     updates_to_best_new: list[int | None]
     flops_to_best_new: list[float | None] | None
+    # the catalog's curve metrics (``metric_catalog.CURVE_METRICS``) by key; empty in results stored before
+    # they existed (the leaderboard recomputes metrics, so those runs get them there)
+    standard: dict[str, float] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _shapes(self) -> Metrics:
@@ -310,6 +314,13 @@ class Metrics(BaseModel):
             raise ValueError(f"flops_to_best_new must hold one value per session ({n})")
         return self
 
+    def value(self, key: str) -> float | None:
+        """One scalar metric by its catalog key, a field or one of the ``standard`` ones (None: not there)."""
+        if key in type(self).model_fields and key != "standard":
+            value = getattr(self, key)
+            return None if value is None else float(value)
+        return self.standard.get(key)
+
     def scalars(self) -> dict[str, float]:
         """A flat ``name -> float`` dict for MLflow; per-session values as e.g. ``recovery_99_s3``.
 
@@ -320,6 +331,7 @@ class Metrics(BaseModel):
             for name in ("S_delta", "P_delta", "CK_delta", "sigma", "mu", "alpha", "min_acc", "wc_acc")
             if getattr(self, name) is not None
         }
+        out.update(self.standard)
 
         def per_session(prefix: str, values: Sequence[float | None]) -> None:
             for index, value in enumerate(values):
@@ -386,4 +398,5 @@ def compute_metrics(
         ),
         updates_to_best_new=[updates_to_best_new(c, b) for c, b in zip(ordered, best)],
         flops_to_best_new=[flops_to_best_new(c, b) for c, b in zip(ordered, best)] if has_flops else None,
+        standard={m.key: float(m.compute(ordered)) for m in CURVE_METRICS if m.compute is not None},
     )

@@ -101,7 +101,7 @@ def run_values(result: RunResult, metrics: Metrics | None) -> dict[str, float | 
         out["alpha"] = last.all * scale
     elif metrics is not None:
         out.update(S_delta=metrics.S_delta, P_delta=metrics.P_delta, CK_delta=metrics.CK_delta)
-        out.update({k: getattr(metrics, k) * scale for k in ACCURACY_KEYS})
+        out.update({k: None if (v := metrics.value(k)) is None else v * scale for k in ACCURACY_KEYS})
     return out
 
 

@@ -14,7 +14,7 @@ import logging
 import os
 import tempfile
 import urllib.parse
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +28,8 @@ HTTP_RETRIES = "1"     # MLflow's default (7 retries with backoff) hangs a finis
 LOCK_TIMEOUT_S = 300
 TERMINAL = {"complete": "FINISHED", "killed": "KILLED", "interrupted": "KILLED"}  # anything else: FAILED
 SYNCED_TAG = "bench.synced"  # set last, once params, metrics and the JSON artifact are all logged
+REFERENCE_TAG = "bench.reference"  # "joint" (A_joint) or "best_new" (a run of the protocol's A_best set)
+Artifacts = Callable[[RunResult], Mapping[str, str]]  # extra artifact files of a run: file name -> text
 
 
 def sqlite_path(uri: str) -> Path:
@@ -102,16 +104,37 @@ def _experiment(client, name: str, artifact_location: str | None) -> str:
 
 
 def _tags(result: RunResult, json_path: Path) -> dict[str, str]:
-    return {"bench.run_id": result.run_id, "bench.protocol_hash": result.protocol.hash,
+    tags = {"bench.run_id": result.run_id, "bench.protocol_hash": result.protocol.hash,
             "bench.method_distribution": f"{result.method.distribution}=={result.method.version}",
             "bench.status": result.status, "bench.json": str(json_path)}
+    if result.is_reference:
+        tags[REFERENCE_TAG] = "joint"
+    return tags
 
 
 def _params(result: RunResult) -> dict[str, str]:
+    """Everything the run was made with, fully resolved, so runs can be filtered and compared in the MLflow
+    UI by what they ran with: the protocol stamp, the method and where it came from, every setting
+    (``config.*``: the base method's, each modifier's under its name; the learning rates among them), the
+    ``--set`` overrides, the budget it trained under, the run options (device, precision, threads, data
+    paths, weights), package versions and the git commit."""
+    b = result.budget
     params: dict[str, str] = {}
-    _flat("", {"protocol": result.protocol.name, "protocol_version": result.protocol.version,
-               "protocol_hash": result.protocol.hash, "method": result.method.spec, "seed": result.seed,
-               "config": result.config, "options": result.options}, params)
+    _flat("", {
+        "protocol": result.protocol.name, "protocol_version": result.protocol.version,
+        "protocol_hash": result.protocol.hash, "spec_hash": result.protocol.hash,
+        "method": result.method.spec, "method_base": result.method.base,
+        "method_modifiers": "+".join(result.method.modifiers) or "none",
+        "method_distribution": f"{result.method.distribution}=={result.method.version}",
+        "modifier_distributions": result.method.modifier_distributions,
+        "method_code_hash": result.method.code_hash, "seed": result.seed, "status": result.status,
+        "config": result.config, "set": result.overrides, "options": result.options,
+        "budget": {"updates_per_session": b.updates_per_session, "batch_new": b.batch_new, "batch_old": b.batch_old,
+                   "memory_policy": b.memory_policy, "memory_capacity": b.memory_capacity,
+                   "batch_limit": b.batch_limit, "trunk_cached": b.trunk_cached},
+        "version": result.versions, "git_commit": result.git_commit or "none",
+        "trainable_params": result.trainable_params,
+    }, params)
     return params
 
 
@@ -123,10 +146,14 @@ def _final_metrics(result: RunResult, with_curves: bool) -> list:
     metrics += [Metric("trainable_params", float(result.trainable_params), ts, 0),
                 Metric("wall_time_s", result.wall_time_s, ts, 0)]
     offset = 0
-    for c in result.curves if with_curves else []:
+    for c in result.curves:
         for i, u in enumerate(c.updates):
-            for key, series in (("acc_old", c.old), ("acc_new", c.new), ("acc_all", c.all)):
-                metrics.append(Metric(key, float(series[i]), ts, offset + u))
+            if with_curves:
+                for key, series in (("acc_old", c.old), ("acc_new", c.new), ("acc_all", c.all)):
+                    metrics.append(Metric(key, float(series[i]), ts, offset + u))
+            # the compute axis: plot acc_* against train_tflops in the MLflow UI (same steps)
+            if c.train_flops is not None:
+                metrics.append(Metric("train_tflops", float(c.train_flops[i]) / 1e12, ts, offset + u))
         offset += c.total_updates
     for r in result.reference:
         for key in ("old", "new", "all"):
@@ -145,12 +172,15 @@ def _log_batches(client, rid: str, params: Mapping[str, str] = {}, metrics: list
         client.log_batch(rid, metrics=metrics[start : start + 1000])
 
 
-def _log_artifacts(client, rid: str, result: RunResult, json_path: Path) -> None:
+def _log_artifacts(client, rid: str, result: RunResult, json_path: Path, artifacts: Artifacts | None = None) -> None:
+    """The result JSON, its curves as CSV and the ``artifacts`` the caller renders (the run's plot)."""
     with tempfile.TemporaryDirectory() as tmp:
-        csv_path = Path(tmp) / "curves.csv"
-        csv_path.write_text(curves_csv(result))
+        files = {"curves.csv": curves_csv(result), **(dict(artifacts(result)) if artifacts else {})}
         client.log_artifact(rid, str(json_path))
-        client.log_artifact(rid, str(csv_path))
+        for name, text in files.items():
+            path = Path(tmp) / name
+            path.write_text(text)
+            client.log_artifact(rid, str(path))
 
 
 def _first_line(text: str, limit: int = 300) -> str:
@@ -195,27 +225,29 @@ class Store:
                                  f"{type(exc).__name__}: {_first_line(str(exc))}") from None
 
 
-def log_run(result: RunResult, json_path: Path, results_dir: Path, tracking_uri: str | None = None) -> str:
+def log_run(result: RunResult, json_path: Path, results_dir: Path, tracking_uri: str | None = None,
+            tags: Mapping[str, str] | None = None, artifacts: Artifacts | None = None) -> str:
     """Log params, scalar metrics, step curves (step = update across sessions) and the JSON; returns the run id."""
     store = Store(results_dir, tracking_uri)
     with store.session() as client:
         exp_id = _experiment(client, f"bench/{result.protocol.name}", store.artifact_location)
         run = client.create_run(exp_id, run_name=f"{result.method.spec} seed{result.seed}",
-                                tags=_tags(result, json_path))
+                                tags={**_tags(result, json_path), **(tags or {})})
         rid = run.info.run_id
         _log_batches(client, rid, _params(result), _final_metrics(result, with_curves=True))
-        _log_artifacts(client, rid, result, json_path)
+        _log_artifacts(client, rid, result, json_path, artifacts)
         client.set_tag(rid, SYNCED_TAG, "true")
         client.set_terminated(rid, TERMINAL.get(result.status, "FAILED"))
     return rid
 
 
 def log_run_or_explain(result: RunResult, json_path: Path, results_dir: Path,
-                       tracking_uri: str | None = None) -> tuple[str, str]:
+                       tracking_uri: str | None = None, tags: Mapping[str, str] | None = None,
+                       artifacts: Artifacts | None = None) -> tuple[str, str]:
     """``log_run``, whose failure says what is kept and how to mirror it later; returns (run id, URI)."""
     store = Store(results_dir, tracking_uri)
     try:
-        return log_run(result, json_path, results_dir, tracking_uri), store.uri
+        return log_run(result, json_path, results_dir, tracking_uri, tags, artifacts), store.uri
     except BenchError as err:
         sync = f"bench sync --results {results_dir}" + (f" --tracking-uri {tracking_uri}" if tracking_uri else "")
         raise BenchError(f"{err} The result is kept in {json_path}; mirror it once the store works with: {sync}") from None
@@ -236,6 +268,7 @@ class LiveRun:
         self._session_start: dict[int, int] = {}
         self._last: tuple[int, int] | None = None  # (session, update) of the latest point
         self._points = 0
+        self._started_params: set[str] = set()  # logged by ``start``: MLflow never lets a param change
 
     def _guard(self, action) -> Any:
         if self.error is not None:
@@ -258,6 +291,7 @@ class LiveRun:
             flat: dict[str, str] = {}
             _flat("", dict(params or {}), flat)
             _log_batches(client, run.info.run_id, flat)
+            self._started_params = set(flat)
             return run.info.run_id
 
         self.run_id = self._guard(action)
@@ -282,9 +316,11 @@ class LiveRun:
         self._guard(lambda client: client.log_batch(self.run_id, metrics=metrics))
         self._points += 1
 
-    def finish(self, status: str, result: RunResult | None = None, path: Path | None = None) -> str | None:
+    def finish(self, status: str, result: RunResult | None = None, path: Path | None = None,
+               artifacts: Artifacts | None = None) -> str | None:
         """End the run: ``status`` is bench's (complete, failed, diverged, killed) or MLflow's; with the
-        stored result, its metrics and JSON are logged and the run marked synced."""
+        stored result, its resolved settings (params), metrics, JSON and ``artifacts`` are logged and the
+        run marked synced."""
         if self.run_id is None:
             return None
         mlflow_status = status if status in ("FINISHED", "FAILED", "KILLED") else TERMINAL.get(status, "FAILED")
@@ -293,8 +329,9 @@ class LiveRun:
             if result is not None and path is not None:
                 for key, value in _tags(result, path).items():
                     client.set_tag(self.run_id, key, value)
-                _log_batches(client, self.run_id, metrics=_final_metrics(result, with_curves=self._points == 0))
-                _log_artifacts(client, self.run_id, result, path)
+                params = {k: v for k, v in _params(result).items() if k not in self._started_params}
+                _log_batches(client, self.run_id, params, _final_metrics(result, with_curves=self._points == 0))
+                _log_artifacts(client, self.run_id, result, path, artifacts)
                 client.set_tag(self.run_id, SYNCED_TAG, "true")
             client.set_tag(self.run_id, "bench.status", status)  # how the run ended, over the result's
             client.set_terminated(self.run_id, mlflow_status)
@@ -336,7 +373,7 @@ def _mirrored(client) -> tuple[set[str], dict[str, list[str]]]:
     return done, partial
 
 
-def sync(results_dir: Path, tracking_uri: str | None = None) -> SyncReport:
+def sync(results_dir: Path, tracking_uri: str | None = None, artifacts: Artifacts | None = None) -> SyncReport:
     """Mirror every stored result that the tracking store lacks (idempotent: a run is matched by
     bench's run id). A mirror left unfinished (a live run whose process died, a logging error) is
     deleted and logged again whole."""
@@ -354,6 +391,6 @@ def sync(results_dir: Path, tracking_uri: str | None = None) -> SyncReport:
         if result.run_id in done:
             report.present += 1
             continue
-        report.added.append((path, log_run(result, path, results_dir, tracking_uri)))
+        report.added.append((path, log_run(result, path, results_dir, tracking_uri, artifacts=artifacts)))
         done.add(result.run_id)
     return report

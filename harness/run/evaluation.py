@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from collections.abc import Callable
 
 import numpy as np
@@ -46,6 +46,11 @@ class Accuracies:
     new: float
     all: float
     tasks: list[float]
+    # the per-sample outcome behind the numbers (test ids, predicted and true class), for an ``on_eval``
+    # callback that keeps them (``bench run --save-predictions``); never stored in the result
+    ids: np.ndarray | None = field(default=None, compare=False, repr=False)
+    predicted: np.ndarray | None = field(default=None, compare=False, repr=False)
+    labels: np.ndarray | None = field(default=None, compare=False, repr=False)
 
 
 def _mean(mask: np.ndarray, correct: np.ndarray) -> float:
@@ -57,11 +62,14 @@ def evaluate(predict: Callable[[Tensor], Tensor], inputs: InputStore, plan: Eval
     """Top-1 over the output units of every class seen so far (no task id). With ``desc``, a progress
     bar for evaluations that last (57,300 images at paper scale take minutes on a CPU)."""
     correct = np.empty(len(plan.ids), dtype=bool)
+    predicted = np.empty(len(plan.ids), dtype=np.int32)
     starts = range(0, len(plan.ids), batch_size)
     with torch.no_grad():
         for start in tqdm(starts, desc=desc, unit="batch", leave=False, delay=2.0, disable=desc is None):
             part = plan.ids[start : start + batch_size]
             pred = in_cpu_chunks(predict, inputs.get(part)).argmax(dim=1).cpu()
             correct[start : start + len(part)] = (pred == plan.labels[start : start + len(part)]).numpy()
+            predicted[start : start + len(part)] = pred.numpy()
     tasks = [_mean(plan.task == k, correct) for k in range(plan.tasks)]
-    return Accuracies(_mean(plan.old, correct), _mean(plan.new, correct), float(correct.mean()), tasks)
+    return Accuracies(_mean(plan.old, correct), _mean(plan.new, correct), float(correct.mean()), tasks,
+                      ids=plan.ids, predicted=predicted, labels=plan.labels.numpy())

@@ -84,6 +84,8 @@ def _common(protocol: Protocol, bench: Workbench, seed: int, options: RunOptions
         # torch's CPU thread count changes float reductions: two runs are bit-identical only with the same count
         options={"device": str(bench.device), "trunk_cache": options.trunk_cache, "weights": bench.weights,
                  "torch_threads": torch.get_num_threads(),
+                 # what the arithmetic ran in (bf16 autocast on CUDA unless --no-amp; float32 on the CPU)
+                 "precision": "bf16-autocast" if options.amp and bench.device.type == "cuda" else "float32",
                  "data_path": bench.data_path.as_dict() if bench.data_path is not None else None},
     )
 

@@ -83,4 +83,12 @@
   document.querySelectorAll(".toolbar .filter").forEach(function (b) {
     b.addEventListener("click", function () { applyFilter(b.getAttribute("data-filter")); });
   });
+  // the standard CL metrics' columns, hidden by default to keep the paper's table readable
+  document.querySelectorAll(".toolbar .toggle-optional").forEach(function (b) {
+    b.addEventListener("click", function () {
+      var on = b.getAttribute("aria-pressed") !== "true";
+      b.setAttribute("aria-pressed", on ? "true" : "false");
+      document.querySelectorAll("table.measured-table").forEach(function (t) { t.classList.toggle("show-optional", on); });
+    });
+  });
 })();

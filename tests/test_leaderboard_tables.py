@@ -1,0 +1,108 @@
+"""The leaderboard's tables on hand-built results: rows never hidden, stable colours, intervals, exports."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from results_factory import joint_run, two_session_run
+
+from bench_stability_gap.harness.cli import main
+from bench_stability_gap.harness.results.schema import RunResult, save_result
+from bench_stability_gap.leaderboard.aggregate import (ALL_COLUMNS, COLUMNS, PALETTE, format_table, method_style,
+                                                       summarize, table_columns)
+from bench_stability_gap.leaderboard.sources import load_folder
+
+
+def write(root: Path, runs: dict[str, list[int]], lifts: dict[str, float] | None = None) -> Path:
+    """Results of the ``hand`` protocol: each method with the given seeds, and a joint run per seed."""
+    results: list[RunResult] = []
+    seeds = sorted({s for ss in runs.values() for s in ss})
+    results += [joint_run(f"j{s}", s) for s in seeds]
+    for method, ss in runs.items():
+        lift = (lifts or {}).get(method, 0.0)
+        results += [two_session_run(f"{method.replace('+', '_')}-{s}", method, s, lift=lift + 0.01 * s) for s in ss]
+    for r in results:
+        save_result(root, r)
+    return root
+
+
+def board_of(root: Path):  # noqa: ANN201
+    (board,) = summarize(load_folder(root).entries)
+    return board
+
+
+def test_a_method_with_fewer_seeds_is_shown_with_its_n(tmp_path: Path) -> None:
+    board = board_of(write(tmp_path, {"vanilla": [0, 1, 2], "vanilla+sgm": [0, 1]}, {"vanilla+sgm": 0.1}))
+    rows = {r.method: r for r in board.rows}
+    assert set(rows) == {"vanilla", "vanilla+sgm"} and not board.unranked
+    assert len(rows["vanilla"].runs) == 3 and not rows["vanilla"].partial
+    assert len(rows["vanilla+sgm"].runs) == 2 and rows["vanilla+sgm"].partial
+    # compared with vanilla on the two seeds both have
+    paired = rows["vanilla+sgm"].paired["S_delta"]
+    assert paired is not None and paired.seeds == (0, 1)
+    diffs = [rows["vanilla+sgm"].values["S_delta"][s] - rows["vanilla"].values["S_delta"][s] for s in (0, 1)]
+    assert paired.mean == pytest.approx(sum(diffs) / 2)
+    # a partial row is never crowned: no marks on it
+    assert not any(rows["vanilla+sgm"].marks.values())
+    text = format_table([board])
+    line = next(x for x in text.splitlines() if x.startswith("| vanilla+sgm"))
+    assert "| 2 of 3* |" in line and "(on 2 seeds)" not in line  # its 2 seeds are all shared
+    assert "| 3 |" in next(x for x in text.splitlines() if x.startswith("| vanilla |"))
+    assert "fewer seeds than the best-covered row" in text
+
+
+def test_mean_std_and_bootstrap_interval_side_by_side(tmp_path: Path) -> None:
+    board = board_of(write(tmp_path, {"vanilla": [0, 1, 2]}))
+    (row,) = board.rows
+    stat = row.stats["params"]  # 1.5 M trainable parameters in every run: no spread at all
+    assert stat.mean == pytest.approx(1.5) and stat.ci is not None and stat.ci.low == stat.ci.high == pytest.approx(1.5)
+    s = row.stats["S_delta"]
+    assert s.ci is not None and s.ci.low <= s.mean <= s.ci.high and s.ci.low < s.ci.high
+    assert f"[{s.ci.low:.3f}, {s.ci.high:.3f}]" in format_table([board])
+
+
+def test_colours_do_not_depend_on_the_other_methods(tmp_path: Path) -> None:
+    small = board_of(write(tmp_path / "a", {"vanilla": [0], "vanilla+sgm": [0]}))
+    large = board_of(write(tmp_path / "b", {"vanilla": [0], "vanilla+sgm": [0], "lwf": [0], "der": [0], "ewc": [0]}))
+    colours = lambda b: {r.method: (r.color, r.dash) for r in b.rows}  # noqa: E731
+    assert colours(small) == {m: c for m, c in colours(large).items() if m in colours(small)}
+    assert colours(small)["vanilla"] == method_style("vanilla") and method_style("vanilla")[0] in PALETTE
+
+
+def test_latex_and_json_exports(tmp_path: Path) -> None:
+    board = board_of(write(tmp_path, {"vanilla": [0, 1], "vanilla+sgm": [0, 1]}, {"vanilla+sgm": 0.1}))
+    latex = format_table([board], "latex", table_columns(["bwt"]))
+    assert "\\begin{tabular}" in latex and "\\toprule" in latex and "\\midrule" in latex and "\\bottomrule" in latex
+    assert "$S_{\\Delta}$ $\\downarrow$" in latex and "BWT (\\%) $\\uparrow$" in latex
+    assert "\\textbf{" in latex and "vanilla+sgm" in latex
+    data = json.loads(format_table([board], "json", ALL_COLUMNS))
+    (proto,) = data["protocols"]
+    rows = {r["method"]: r for r in proto["rows"]}
+    assert rows["vanilla+sgm"]["vs_baseline"]["S_delta"]["seeds"] == [0, 1]
+    assert set(rows["vanilla"]["metrics"]) == {c.key for c in ALL_COLUMNS}
+    assert rows["joint"]["reference"] is True
+
+
+def test_cli_table_formats_columns_and_bad_input(tmp_path: Path) -> None:
+    root = write(tmp_path, {"vanilla": [0, 1]})
+    runner = CliRunner()
+    ok = runner.invoke(main, ["leaderboard", "table", "--results", str(root), "--format", "latex", "--columns", "all"])
+    assert ok.exit_code == 0, ok.output
+    assert "\\bottomrule" in ok.output and "FWT" in ok.output
+    bad = runner.invoke(main, ["leaderboard", "table", "--results", str(root), "--format", "docx"])
+    assert bad.exit_code == 2 and "docx" in bad.output
+    col = runner.invoke(main, ["leaderboard", "table", "--results", str(root), "--columns", "bogus"])
+    assert col.exit_code == 2 and "bogus" in col.output
+    assert len(table_columns()) == len(COLUMNS)
+
+
+def test_a_corrupt_result_file_is_skipped_with_a_warning_naming_it(tmp_path: Path) -> None:
+    root = write(tmp_path, {"vanilla": [0, 1]})
+    corrupt = root / "runs" / "hand" / "vanilla" / "seed5-broken.json"
+    corrupt.write_text('{"run_id": "x", ')
+    out = CliRunner().invoke(main, ["leaderboard", "build", "--results", str(root), "--out", str(tmp_path / "site")])
+    assert out.exit_code == 0, out.output
+    assert "seed5-broken.json" in out.output and (tmp_path / "site" / "index.html").exists()
