@@ -21,7 +21,6 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from ..harness.errors import BenchError, did_you_mean
-from ..harness.results.schema import format_setting
 from ..harness.spec.specfile import format_validation_error, safe_yaml
 
 if TYPE_CHECKING:
