@@ -206,7 +206,7 @@ def run(protocol: str, method: str, seed: int, overrides: tuple[str, ...], resul
               help="local: one run after another in this process; ray: each run a Ray task (pip install '.[ray]')")
 @click.option("--address", default=None, metavar="HOST:PORT",
               help="ray: join this cluster [default: start a local one sized to this machine]")
-@click.option("--cpus-per-run", type=float, default=None, help="ray: CPUs each task reserves (and its torch threads) [default: 1]")
+@click.option("--cpus-per-run", type=float, default=None, help="ray: CPUs each task reserves (a CPU run computes on the harness's fixed thread count all the same) [default: 1]")
 @click.option("--gpus-per-run", type=float, default=None, help="ray: GPUs each task reserves, fractions share one [default: 0]")
 @click.option("--max-retries", type=int, default=None, help="ray: retries of a task whose worker died [default: 3]")
 @_run_options

@@ -6,9 +6,9 @@ declared resources, and the stages it needs are its arguments, so Ray, not bench
 - A task whose worker dies is retried by Ray (``max_retries``); a re-run sweep skips what is stored.
 - Results land in the shared results folder from the worker that computed them; the driver checks
   first that every node sees that folder and the cache folder (``shared_storage``).
-- Each task trains with ``torch_threads(cpus_per_run)`` intra-op threads. CPU float reductions depend
-  on the thread count, so a local sweep gives bit-identical JSONs when it runs with as many threads
-  (``OMP_NUM_THREADS=N bench sweep ...``).
+- Each task starts with ``torch_threads(cpus_per_run)`` intra-op threads; a run on the CPU then
+  computes with the harness's fixed count (``harness.threads``), so a local sweep and a Ray sweep give
+  bit-identical JSONs whatever ``--cpus-per-run`` is.
 
 Ray is an optional extra (``pip install 'bench-stability-gap[ray]'``): only this module imports it.
 """

@@ -37,6 +37,7 @@ from .memory import Memory
 from .paths import cache_dir
 from .protocol import Protocol
 from .stream import Cycler, Stream, build_stream
+from .threads import cache_tag, pin_threads
 from ..methods.base import Context, MethodConfig, StandardMethod, TrainBatch
 
 
@@ -162,6 +163,7 @@ class Workbench:
 def prepare(protocol: Protocol, seed: int, options: RunOptions) -> Workbench:
     """Open the data, build the network, cache trunk features, and train or load the deployed model."""
     device = resolve_device(options.device)
+    pin_threads(device)  # before the first float op: the trunk pass, the deployed model and the run inherit it
     stream = build_stream(protocol, seed)
     torch.manual_seed(protocol.pretrain.seed)
     net = create_network(protocol.backbone, options.allow_download)
@@ -183,7 +185,8 @@ def prepare(protocol: Protocol, seed: int, options: RunOptions) -> Workbench:
     gpu = {split: options.gpu_decode and gpu_decodable(getattr(stream, split), pre[split], device) for split in pre}
     weights = weights_digest(protocol.backbone)
     keys = {split: feature_cache_key(protocol.backbone, sources, split,  # what the trunk saw differs by decoder
-                                     "-".join(v for v in ("cuda-bf16" if amp else "", "nvjpeg" if gpu[split] else "") if v),
+                                     "-".join(v for v in ("cuda-bf16" if amp else "", "nvjpeg" if gpu[split] else "",
+                                                          cache_tag(device)) if v),
                                      weights) for split in pre}
     plan = plan_data_path(protocol, stream, trunk, device, amp, root, keys)  # before any trunk pass
     plan = dataclasses.replace(plan, gpu_decode=tuple(n for n, split in (("eval", "test"), ("train", "train")) if gpu[split]))
@@ -204,7 +207,8 @@ def prepare(protocol: Protocol, seed: int, options: RunOptions) -> Workbench:
 
 
 def _deploy(bench: Workbench, options: RunOptions) -> None:
-    """Fit the deployed model on S1 once per protocol spec and weights; later runs load it from the cache.
+    """Fit the deployed model on S1 once per protocol spec, weights and CPU thread count; later runs load
+    it from the cache.
 
     The cache file carries a sidecar with its sha256 and the spec hash it was made for: a file that fails
     verification is named, moved aside and rebuilt, never loaded. Concurrent runs build it once (a file
@@ -216,7 +220,8 @@ def _deploy(bench: Workbench, options: RunOptions) -> None:
     from .features import move_aside
 
     p = bench.protocol
-    path = cache_dir() / "deployed" / f"{p.name}-{p.spec_hash}-{bench.weights.rpartition(':')[2][:16]}.pt"
+    tag = cache_tag(bench.device)  # a model trained with another thread count differs
+    path = cache_dir() / "deployed" / f"{p.name}-{p.spec_hash}-{bench.weights.rpartition(':')[2][:16]}{'-' * bool(tag)}{tag}.pt"
     sidecar = path.with_name(path.name + ".json")
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock"):
