@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bench_stability_gap.harness.results import select_runs
-from bench_stability_gap.harness.threads import CPU_THREADS, thread_problem
+from bench_stability_gap.harness.results.schema import select_runs
+from bench_stability_gap.harness.results.threads import CPU_THREADS, thread_problem
 
 from conftest import reduced_tiny
 from results_factory import joint_run, two_session_run
@@ -23,8 +23,8 @@ from results_factory import joint_run, two_session_run
 PROBE = """
 import hashlib, json, sys
 import torch
-from bench_stability_gap.harness.protocol import load_protocol
-from bench_stability_gap.harness.workbench import RunOptions, prepare
+from bench_stability_gap.harness.spec.protocol import load_protocol
+from bench_stability_gap.harness.run.workbench import RunOptions, prepare
 default = torch.get_num_threads()
 bench = prepare(load_protocol(sys.argv[1]), 0, RunOptions(results_dir=sys.argv[2], progress=False))
 state = bench.deployed.state_dict()
