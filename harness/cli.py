@@ -347,7 +347,8 @@ def ls(what: str) -> None:
 @click.option("--seed", "-s", default=0, show_default=True, type=int)
 def check_method_cmd(name: str, overrides: tuple[str, ...], seed: int) -> None:
     """Run the method contract on NAME (base(+modifier)*, any installed method) on two tiny embedded
-    protocols: budget, storage, test isolation, determinism, state round-trip, resume. Exit 2 on a breach."""
+    protocols: budget, storage, test isolation, determinism, state round-trip, resume, each loss term
+    reaching a trainable parameter under the modifiers. Exit 2 on a breach."""
     from .tools.check_method import check_method
     from ..methods.registry import parse_overrides
 

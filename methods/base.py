@@ -66,6 +66,9 @@ class Method(ABC):
     # samples' worth of input-shaped data the method may keep outside the harness's memory (a batch it
     # caches, a prototype per class in input space); counted with the memory against the storage cap
     retained_allowance: ClassVar[int] = 0
+    # the modifiers this method works with, when not all do (None: any modifier of the standard step).
+    # A method whose loss term a modifier makes inert (``bench check-method`` says which) lists the others
+    compatible_modifiers: ClassVar[tuple[str, ...] | None] = None
 
     def __init__(self, config: BaseModel, modifiers: list[Modifier] | None = None) -> None:
         self.config = config
@@ -221,9 +224,21 @@ class StandardMethod(Method):
             self.scheduler.load_state_dict(scheduler_state)
         self._pending_optimizer_state = (None, None)
 
+    def loss_terms(self, batch: TrainBatch, logits: Tensor, targets: Tensor) -> dict[str, Tensor]:
+        """The loss, term by term (their sum is what trains). A method that adds a term (a penalty, a
+        distillation) returns it here under a name of its own, beside the cross-entropy: ``bench
+        check-method`` then checks that each term reaches a trainable parameter once the modifiers are
+        applied, and names the term a modifier makes inert."""
+        return {"cross_entropy": F.cross_entropy(logits, targets)}
+
     def loss(self, batch: TrainBatch, logits: Tensor, targets: Tensor) -> Tensor:
-        """Cross-entropy against class indices or a probability vector (soft targets)."""
-        return F.cross_entropy(logits, targets)
+        """The sum of ``loss_terms`` (cross-entropy against class indices or a probability vector, such
+        as soft targets, unless a method says otherwise)."""
+        terms = iter(self.loss_terms(batch, logits, targets).values())
+        total = next(terms)
+        for term in terms:
+            total = total + term
+        return total
 
     def observe(self, batch: TrainBatch) -> StepStats:
         for m in self.modifiers:
