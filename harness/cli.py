@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import sys
 from pathlib import Path
@@ -197,7 +198,8 @@ def run(protocol: str, method: str, seed: int, overrides: tuple[str, ...], resul
 
 
 @main.command()
-@click.argument("sweep")
+@click.argument("sweep", required=False)
+@click.option("--schema", is_flag=True, help="print the sweep file's JSON schema (every key, typed) and exit")
 @click.option("--seeds", default=None, metavar="0,1,2", help="run these seeds instead of the sweep's")
 @click.option("--dry-run", is_flag=True, help="list the runs (and which are already done), run nothing")
 @click.option("--table", "table_path", type=click.Path(path_type=Path), default=None,
@@ -210,18 +212,25 @@ def run(protocol: str, method: str, seed: int, overrides: tuple[str, ...], resul
 @click.option("--gpus-per-run", type=float, default=None, help="ray: GPUs each task reserves, fractions share one [default: 0]")
 @click.option("--max-retries", type=int, default=None, help="ray: retries of a task whose worker died [default: 3]")
 @_run_options
-def sweep(sweep: str, seeds: str | None, dry_run: bool, table_path: Path | None, executor: str, address: str | None,
+def sweep(sweep: str | None, schema: bool, seeds: str | None, dry_run: bool, table_path: Path | None, executor: str, address: str | None,
           cpus_per_run: float | None, gpus_per_run: float | None, max_retries: int | None, results_dir: Path | None,
           device: str, trunk_cache: bool, progress: bool, allow_download: bool, tracking_uri: str | None,
           no_mlflow: bool) -> None:
     """Run a grid of protocols x methods x seeds from SWEEP (a built-in name or a YAML file), skipping
     runs already in the results folder, then print the mean ± std table of what it covers. Shared
-    prerequisites (deployed model, joint and A_best references of each seed) are built once, first."""
+    prerequisites (deployed model, joint and A_best references of each seed) are built once, first.
+    Protocol paths in a sweep file are read relative to the file; --schema prints what the file may hold."""
     from .paths import results_dir as resolve_results
     from .tools.preflight import check_backbone, check_outputs, check_seed
-    from .sweep.plan import load_sweep, plan
+    from .sweep.plan import Sweep, load_sweep, plan
     from .sweep.stages import run_local, stage_graph
 
+    if schema:
+        click.echo(json.dumps(Sweep.model_json_schema(), indent=2))
+        return
+    if sweep is None:
+        raise BenchError("bench sweep needs SWEEP: a built-in sweep's name or a sweep YAML file "
+                         "(bench sweep --schema prints what the file may hold).")
     ray_plan = _ray_plan(executor, address, cpus_per_run, gpus_per_run, max_retries, device)
     spec = load_sweep(sweep)
     try:

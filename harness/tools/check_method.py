@@ -30,6 +30,7 @@ from ..run.budget_guards import memory_spec
 from ..run.checkpoint import Checkpointer
 from .loss_terms import check_loss_terms
 from ..spec.protocol import Protocol, load_protocol
+from ...methods.base import StandardMethod
 from ...methods.registry import build_method
 from ..run.workbench import RunOptions, Workbench, prepare
 
@@ -181,8 +182,13 @@ def check_method(text: str, overrides: dict[str, Any] | None = None, seed: int =
             record("state round-trip", lambda: (state_round_trip(capped, text, overrides, runs["offline"][0], seed)
                                                 or "state_dict -> torch.save -> load_state_dict -> same state"))
             record("resume", lambda: resume_check(capped, text, overrides, runs["offline"], seed, options))
-            record("loss terms reach trainable parameters",
-                   lambda: check_loss_terms(capped, text, overrides, seed, options))
+            if isinstance(runs["offline"][0], StandardMethod):
+                record("loss terms reach trainable parameters",
+                       lambda: check_loss_terms(capped, text, overrides, seed, options))
+            else:
+                out.append(Outcome("loss terms reach trainable parameters", None,
+                                   "not applicable: the method has its own step (no modifier applies)"))
+                say(out[-1])
         else:
             for check in ("determinism", "state round-trip", "resume", "loss terms reach trainable parameters"):
                 out.append(Outcome(check, None, "not checked: the offline run failed"))

@@ -78,7 +78,7 @@ def check_loss_terms(bench: Workbench, text: str, overrides: dict[str, Any], see
     it so (found by running the base alone and with each of the string's modifiers in turn)."""
     with_mods = live_terms(bench, text, overrides, seed, options)
     if with_mods is None:
-        return "not applicable: the method has its own step"
+        raise BenchError(f"Method {text!r} has its own step: its loss cannot be split into terms.")
     inert = [t for t, live in with_mods.items() if not live]
     if not inert:
         return f"every term reaches a trainable parameter: {', '.join(with_mods)}"
