@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from .errors import BenchError
+from ..leaderboard.cli import results_dir_option
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 # OpenMP threads that spin while waiting make torch 10-20x slower as soon as two processes share the
@@ -372,18 +373,17 @@ def check_method_cmd(name: str, overrides: tuple[str, ...], seed: int) -> None:
 
 
 @main.command()
-@click.option("--results", "results", type=click.Path(path_type=Path), envvar="BENCH_RESULTS_DIR",
-              help="results folder to mirror [default: ./bench-results]")
+@results_dir_option("results folder to mirror [default: ./bench-results]", envvar="BENCH_RESULTS_DIR")
 @click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI",
               help="MLflow tracking URI [default: sqlite in the results folder]")
-def sync(results: Path | None, tracking_uri: str | None) -> None:
+def sync(results_dir: Path | None, tracking_uri: str | None) -> None:
     """Mirror stored results that are not yet in MLflow (after a tracking failure, or --no-mlflow).
     Idempotent: a result already mirrored is left alone."""
     from .paths import results_dir as resolve_results
     from .tools.preflight import check_tracking_uri
     from .results.tracking import Store, sync as sync_results
 
-    root = resolve_results(results)
+    root = resolve_results(results_dir)
     if not (root / "runs").is_dir():
         raise BenchError(f"Results folder {root} holds no runs/ folder: nothing to sync.")
     check_tracking_uri(tracking_uri)

@@ -90,7 +90,7 @@ def test_dead_server_at_the_end_fails_in_seconds_and_keeps_the_json(tmp_path) ->
         log_run_or_explain(result, path, results, uri)
     assert time.perf_counter() - t0 < 20
     message = str(err.value)
-    assert f"The result is kept in {path}" in message and f"bench sync --results {results} --tracking-uri {uri}" in message
+    assert f"The result is kept in {path}" in message and f"bench sync --results-dir {results} --tracking-uri {uri}" in message
     assert load_result(path) == result
 
 
@@ -107,12 +107,18 @@ def test_sync_mirrors_what_is_missing_and_is_idempotent(tmp_path) -> None:
     assert set(runs) == {r.run_id for r in stored}
     assert all(r.info.status == "FINISHED" and r.data.tags["bench.synced"] == "true" for r in runs.values())
 
-    out = CliRunner().invoke(main, ["sync", "--results", str(results)], catch_exceptions=False)
+    out = CliRunner().invoke(main, ["sync", "--results-dir", str(results)], catch_exceptions=False)
     assert out.exit_code == 0 and "0 added, 3 already there" in out.output, out.output
+    # the old name still works, and says which name to use
+    old = CliRunner().invoke(main, ["sync", "--results", str(results)], catch_exceptions=False)
+    assert old.exit_code == 0 and "0 added, 3 already there" in old.output, old.output
+    assert "--results is deprecated; use --results-dir" in old.output
+    both = CliRunner().invoke(main, ["sync", "--results", str(results), "--results-dir", str(results.parent)])
+    assert both.exit_code == 2 and "name two folders" in both.output
 
 
 def test_sync_cli_refuses_a_folder_without_results(tmp_path) -> None:
-    out = CliRunner().invoke(main, ["sync", "--results", str(tmp_path)], catch_exceptions=False)
+    out = CliRunner().invoke(main, ["sync", "--results-dir", str(tmp_path)], catch_exceptions=False)
     assert out.exit_code == 2 and f"Results folder {tmp_path} holds no runs/ folder" in out.output
 
 
