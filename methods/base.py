@@ -79,6 +79,11 @@ class Method(ABC):
         for m in self.modifiers:
             m.check_combination(self.modifiers)
 
+    @property
+    def label(self) -> str:
+        """The method string this instance was built from, modifiers included (``vanilla+sgm``)."""
+        return "+".join([self.name, *(m.name for m in self.modifiers)])
+
     @abstractmethod
     def setup(self, model: SplitModel, ctx: Context) -> None: ...
 
