@@ -31,9 +31,9 @@ class Context:
     """What the harness lends a method for the run (docs/writing-a-method.md): nothing here leads to the
     test split, the memory's ``add`` or the harness's own random streams."""
 
-    protocol: Protocol
+    protocol: Protocol              # the protocol spec of the run (sessions, budgets, backbone, memory)
     stream: TrainStream             # sessions, train catalog and labels; no test split
-    device: torch.device
+    device: torch.device            # where the model and the batches are (cpu or cuda)
     memory: MemoryView              # read-only: ids, capacity, spec
     inputs: LentInputs              # train inputs by global id, for ids in the memory or the session in progress
     rng: np.random.Generator        # the method's own numpy stream (the harness draws batches from another)
@@ -43,10 +43,12 @@ class Context:
 
 @dataclass
 class TrainBatch:
-    x: Tensor              # inputs (trunk features when the trunk is cached)
-    y: Tensor              # stream labels
-    ids: np.ndarray        # global train ids
-    is_new: Tensor         # bool mask: sample comes from the current session
+    """One update's batch: the session's new samples first, then those the harness drew from the memory."""
+
+    x: Tensor              # inputs, on ctx.device: trunk features when the trunk is cached, else images
+    y: Tensor              # stream labels (int64)
+    ids: np.ndarray        # global train ids (numpy int64), the memory's currency
+    is_new: Tensor         # bool mask: sample comes from the current session (the first rows), not the memory
 
 
 @dataclass
@@ -188,7 +190,23 @@ class StandardMethod(Method):
     uses_standard_step = True
     Config = MethodConfig
 
+    config: MethodConfig
+    """Your settings (the ``Config`` class), resolved from the defaults, the protocol's entries and ``--set``."""
+    modifiers: list[Modifier]
+    """The modifiers of the method string, in order (``vanilla+soft+oocf``: soft, then oocf)."""
+    model: SplitModel
+    """The deployed model (``trunk``, ``body``, ``head``), set by ``setup``; the harness grows ``head`` before each ``begin_session``, and under ``lora`` the body holds adapters during a session (docs: section 13)."""
+    ctx: Context
+    """What the harness lends for the run, set by ``setup`` (the tables below)."""
+    session: Session
+    """The session in progress, set by ``begin_session``."""
+    optimizer: torch.optim.Optimizer | None
+    """AdamW over the parameter groups, built at each ``begin_session`` (after the modifiers' hooks); None between sessions."""
+    scheduler: Any
+    """The learning-rate schedule a modifier returned (``sgm``'s OneCycle), or None."""
+
     def setup(self, model: SplitModel, ctx: Context) -> None:
+        """Keep the model and the context; freeze the body unless ``trainable`` is body+head; the modifiers' setup."""
         self.model, self.ctx = model, ctx
         train_body = self.config.trainable == "body+head"
         for p in model.body.parameters():
@@ -197,6 +215,7 @@ class StandardMethod(Method):
             m.setup(self)
 
     def begin_session(self, session: Session) -> None:
+        """The modifiers' ``begin_session`` (LoRA injects, OOCF hooks the old rows), then a fresh optimizer."""
         self.session = session
         for m in self.modifiers:
             m.begin_session(self, session)
@@ -204,10 +223,12 @@ class StandardMethod(Method):
         self._restore_optimizer()
 
     def session_updates(self, session: Session) -> int:
+        """Updates in ``session``: the protocol's count, or one per sample online."""
         u = self.ctx.protocol.training.updates
         return len(session.train_ids) if u == "per_sample" else u
 
     def build_optimizer(self, total_steps: int):
+        """AdamW with layer-wise lr decay over what has ``requires_grad``, shaped by the modifiers; and their schedule."""
         cfg = self.config
         groups = layerwise_groups(self.model, cfg.lr, cfg.weight_decay, cfg.layer_decay,
                                   train_body=any(p.requires_grad for p in self.model.body.parameters()),
@@ -246,6 +267,7 @@ class StandardMethod(Method):
         return total
 
     def observe(self, batch: TrainBatch) -> StepStats:
+        """One update: modifiers' ``before_update``, forward, ``targets``, ``loss``, backward, ``after_backward``, step."""
         for m in self.modifiers:
             m.before_update(self, batch)
         self.model.train()
@@ -265,6 +287,7 @@ class StandardMethod(Method):
         return StepStats(loss=float(loss.detach()))
 
     def end_session(self, session: Session) -> None:
+        """The modifiers' ``end_session`` (LoRA folds its adapters), then the optimizer is dropped."""
         for m in self.modifiers:
             m.end_session(self, session)
         # each session builds its own optimizer and schedule: none carries over (nor into a checkpoint
@@ -272,6 +295,7 @@ class StandardMethod(Method):
         self.optimizer, self.scheduler = None, None
 
     def predict(self, x: Tensor) -> Tensor:
+        """Logits of ``self.model`` (called in eval mode under no_grad, on a throwaway copy)."""
         return self.model(x)
 
     def state_dict(self) -> dict[str, Any]:
