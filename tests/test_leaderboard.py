@@ -430,8 +430,10 @@ def test_table_command_prints_the_same_aggregates(results_dir: Path) -> None:
     assert unknown.exit_code == 2 and "tiny_cil" in unknown.output
 
 
-def test_tracking_uri_reads_the_json_artifacts_from_mlflow(results_dir: Path, tmp_path: Path) -> None:
+def test_tracking_uri_reads_the_json_artifacts_from_mlflow(results_dir: Path, tmp_path: Path, seeded_store) -> None:
     from bench_stability_gap.harness.results.tracking import default_tracking_uri, log_run
+
+    seeded_store(results_dir)
 
     from bench_stability_gap.leaderboard.sources import load_mlflow
 

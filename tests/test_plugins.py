@@ -162,6 +162,7 @@ def test_a_plugin_cannot_shadow_a_builtin(site):
     assert "bench-shadow" in out.output and "bench-stability-gap" in out.output and "'vanilla'" in out.output
 
 
+@pytest.mark.slow  # two whole check-method runs (about a minute each on a shared 2-core machine)
 def test_check_method_passes_both_example_methods(example_installed, bench_cache):
     for name in ("example_replay", "example_head_sgd"):
         out = invoke("check-method", name)

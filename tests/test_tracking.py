@@ -65,6 +65,7 @@ print(log_run(load_result(json_path), json_path, results))
 """
 
 
+@pytest.mark.slow  # two processes racing to create a real store: 98 s on a shared 2-core machine
 def test_two_concurrent_first_runs_both_land_in_mlflow(tmp_path) -> None:
     """Without the store lock one of the two fails while MLflow initialises the store (seen here in
     2 of 2 tries: an sqlite OperationalError, and a constraint violation)."""
@@ -94,8 +95,8 @@ def test_dead_server_at_the_end_fails_in_seconds_and_keeps_the_json(tmp_path) ->
     assert load_result(path) == result
 
 
-def test_sync_mirrors_what_is_missing_and_is_idempotent(tmp_path) -> None:
-    results = tmp_path / "results"
+def test_sync_mirrors_what_is_missing_and_is_idempotent(tmp_path, seeded_store) -> None:
+    results = seeded_store(tmp_path / "results")
     stored = [fixture_result(0), fixture_result(1), fixture_result(0, cl=False)]
     for r in stored:
         save_result(results, r)
@@ -123,9 +124,14 @@ def test_sync_cli_refuses_a_folder_without_results(tmp_path) -> None:
 
 
 @pytest.fixture(scope="module")
-def shared_results(tmp_path_factory) -> Path:
+def shared_results(tmp_path_factory, mlflow_template) -> Path:
     """One store for the live-run cases (creating an MLflow schema costs seconds)."""
-    return tmp_path_factory.mktemp("live") / "results"
+    import shutil
+
+    results = tmp_path_factory.mktemp("live") / "results"
+    results.mkdir()
+    shutil.copyfile(mlflow_template, results / "mlflow.db")
+    return results
 
 
 def drive(results: Path, result: RunResult, status: str, saved: bool = True) -> str:
@@ -165,8 +171,8 @@ def test_live_run_shows_running_then_its_end_state(shared_results, status, expec
     assert report.added == [] and report.replaced == []
 
 
-def test_sync_replaces_a_live_run_that_never_finished(tmp_path) -> None:
-    results = tmp_path / "results"
+def test_sync_replaces_a_live_run_that_never_finished(tmp_path, seeded_store) -> None:
+    results = seeded_store(tmp_path / "results")
     result = fixture_result()
     live = LiveRun(results)
     orphan = live.start(result.protocol.name, result.method.spec, result.seed, result.run_id, {})
