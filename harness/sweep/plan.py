@@ -14,8 +14,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..spec.protocol import Protocol, load_protocol
-from ...methods.registry import build_method, format_setting, method_settings
-from ..results.schema import Selection, row_label
+from ...methods.registry import build_method, method_settings
+from ..results.schema import Selection, format_setting, row_label
 from ..errors import BenchError
 from ..spec.specfile import is_path, load_spec
 
@@ -133,7 +133,7 @@ def plan(sweep: Sweep, results_dir: Path, seeds: list[int] | None = None) -> lis
     the result that already covers it (``finished``). Every protocol, method string and setting is
     validated up front, so a typo fails before hours of compute rather than in the middle."""
     from ..run.pipeline import check_joint_request, selection
-    from ..run.workbench import RunOptions
+    from ..run.options import RunOptions
 
     groups = sweep.groups()
     protocols = {g.protocol: load_protocol(g.protocol) for g in groups}

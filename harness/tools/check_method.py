@@ -32,7 +32,8 @@ from .loss_terms import check_loss_terms
 from ..spec.protocol import Protocol, load_protocol
 from ...methods.base import StandardMethod
 from ...methods.registry import build_method
-from ..run.workbench import RunOptions, Workbench, prepare
+from ..run.workbench import Workbench, prepare
+from ..run.options import RunOptions
 
 CAP = 40  # samples: tight for the reduced streams (600 pre-training images, 10 classes to come)
 

@@ -20,7 +20,8 @@ from torch import Tensor
 from ..errors import BenchError
 from ..model.flops import uncounted
 from ..run.continual import run_cl
-from ..run.workbench import RunOptions, Workbench
+from ..run.options import RunOptions
+from ..run.workbench import Workbench
 from ...methods.base import StandardMethod, TrainBatch
 from ...methods.registry import build_method
 
