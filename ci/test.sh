@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The README's test command: install everything the tests need, then run the whole suite.
+# The README's test command: install everything the tests need, then run the whole suite, both tiers
+# (the fast one first, so a plain failure shows within minutes; then the tests marked `slow`).
+# Arguments go to pytest, e.g. `bash ci/test.sh -m "not slow"` for the fast tier alone (one pass).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/install.sh
@@ -8,4 +10,9 @@ export MLFLOW_DISABLE_TELEMETRY=true
 export BENCH_CACHE_DIR="${BENCH_CACHE_DIR:-$(mktemp -d)}"
 # The wheel, installed alone into a fresh venv, must list its methods and finish a reduced run.
 [ "${BENCH_SKIP_WHEEL_SMOKE:-0}" = 1 ] || bash ci/wheel-smoke.sh
-.venv/bin/python -m pytest -q "$@"
+if [ $# -gt 0 ]; then
+  .venv/bin/python -m pytest -q "$@"
+else
+  .venv/bin/python -m pytest -q -m "not slow"
+  .venv/bin/python -m pytest -q -m slow
+fi

@@ -38,6 +38,6 @@ open("smoke.yaml", "w").write(yaml.safe_dump(spec))
 PY
 venv/bin/bench run -p smoke.yaml -m vanilla+sgm --no-progress --results-dir "$work/results" | tail -3
 ls "$work"/results/runs/tiny_cil_smoke/vanilla__sgm/*.json >/dev/null
-venv/bin/bench leaderboard build --results "$work/results" --out "$work/site" | tail -1  # templates, pandas, matplotlib
+venv/bin/bench leaderboard build --results-dir "$work/results" --out "$work/site" | tail -1  # templates, pandas, matplotlib
 [ -f "$work/site/index.html" ] || { echo "wheel: the leaderboard build wrote no index.html" >&2; exit 1; }
 echo "==> wheel smoke test passed"

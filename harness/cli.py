@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import click
 
 from .errors import BenchError
+from ..leaderboard.cli import results_dir_option
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 # OpenMP threads that spin while waiting make torch 10-20x slower as soon as two processes share the
@@ -186,7 +188,8 @@ def run(protocol: str, method: str, seed: int, overrides: tuple[str, ...], tuned
 
 
 @main.command()
-@click.argument("sweep")
+@click.argument("sweep", required=False)
+@click.option("--schema", is_flag=True, help="print the sweep file's JSON schema (every key, typed) and exit")
 @click.option("--seeds", default=None, metavar="0,1,2", help="run these seeds instead of the sweep's")
 @click.option("--dry-run", is_flag=True, help="list the runs (and which are already done), run nothing")
 @click.option("--table", "table_path", type=click.Path(path_type=Path), default=None,
@@ -195,22 +198,29 @@ def run(protocol: str, method: str, seed: int, overrides: tuple[str, ...], tuned
               help="local: one run after another in this process; ray: each run a Ray task (pip install '.[ray]')")
 @click.option("--address", default=None, metavar="HOST:PORT",
               help="ray: join this cluster [default: start a local one sized to this machine]")
-@click.option("--cpus-per-run", type=float, default=None, help="ray: CPUs each task reserves (and its torch threads) [default: 1]")
+@click.option("--cpus-per-run", type=float, default=None, help="ray: CPUs each task reserves (a CPU run computes on the harness's fixed thread count all the same) [default: 1]")
 @click.option("--gpus-per-run", type=float, default=None, help="ray: GPUs each task reserves, fractions share one [default: 0]")
 @click.option("--max-retries", type=int, default=None, help="ray: retries of a task whose worker died [default: 3]")
 @_run_options
-def sweep(sweep: str, seeds: str | None, dry_run: bool, table_path: Path | None, executor: str, address: str | None,
+def sweep(sweep: str | None, schema: bool, seeds: str | None, dry_run: bool, table_path: Path | None, executor: str, address: str | None,
           cpus_per_run: float | None, gpus_per_run: float | None, max_retries: int | None, results_dir: Path | None,
           device: str, trunk_cache: bool, progress: bool, allow_download: bool, tracking_uri: str | None,
           no_mlflow: bool) -> None:
     """Run a grid of protocols x methods x seeds from SWEEP (a built-in name or a YAML file), skipping
     runs already in the results folder, then print the mean ± std table of what it covers. Shared
-    prerequisites (deployed model, joint and A_best references of each seed) are built once, first."""
+    prerequisites (deployed model, joint and A_best references of each seed) are built once, first.
+    Protocol paths in a sweep file are read relative to the file; --schema prints what the file may hold."""
     from .paths import results_dir as resolve_results
     from .tools.preflight import check_backbone, check_outputs, check_seed
-    from .sweep.plan import load_sweep, plan, tuned_cells
+    from .sweep.plan import Sweep, load_sweep, plan, tuned_cells
     from .sweep.stages import stage_graph
 
+    if schema:
+        click.echo(json.dumps(Sweep.model_json_schema(), indent=2))
+        return
+    if sweep is None:
+        raise BenchError("bench sweep needs SWEEP: a built-in sweep's name or a sweep YAML file "
+                         "(bench sweep --schema prints what the file may hold).")
     ray_plan = _ray_plan(executor, address, cpus_per_run, gpus_per_run, max_retries, device)
     spec = load_sweep(sweep)
     try:
@@ -396,7 +406,8 @@ def ls(what: str) -> None:
 @click.option("--seed", "-s", default=0, show_default=True, type=int)
 def check_method_cmd(name: str, overrides: tuple[str, ...], seed: int) -> None:
     """Run the method contract on NAME (base(+modifier)*, any installed method) on two tiny embedded
-    protocols: budget, storage, test isolation, determinism, state round-trip, resume. Exit 2 on a breach."""
+    protocols: budget, storage, test isolation, determinism, state round-trip, resume, each loss term
+    reaching a trainable parameter under the modifiers. Exit 2 on a breach."""
     from .tools.check_method import check_method
     from ..methods.registry import parse_overrides
 
@@ -411,18 +422,17 @@ def check_method_cmd(name: str, overrides: tuple[str, ...], seed: int) -> None:
 
 
 @main.command()
-@click.option("--results", "results", type=click.Path(path_type=Path), envvar="BENCH_RESULTS_DIR",
-              help="results folder to mirror [default: ./bench-results]")
+@results_dir_option("results folder to mirror [default: ./bench-results]", envvar="BENCH_RESULTS_DIR")
 @click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI",
               help="MLflow tracking URI [default: sqlite in the results folder]")
-def sync(results: Path | None, tracking_uri: str | None) -> None:
+def sync(results_dir: Path | None, tracking_uri: str | None) -> None:
     """Mirror stored results that are not yet in MLflow (after a tracking failure, or --no-mlflow).
     Idempotent: a result already mirrored is left alone."""
     from .paths import results_dir as resolve_results
     from .tools.preflight import check_tracking_uri
     from .results.tracking import Store, sync as sync_results
 
-    root = resolve_results(results)
+    root = resolve_results(results_dir)
     if not (root / "runs").is_dir():
         raise BenchError(f"Results folder {root} holds no runs/ folder: nothing to sync.")
     check_tracking_uri(tracking_uri)

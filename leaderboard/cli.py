@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -13,9 +16,37 @@ def _warn(message: str) -> None:
     click.secho(f"warning: {message}", err=True, fg="yellow")
 
 
-_results_option = click.option(
-    "--results", "results", type=click.Path(path_type=Path, file_okay=False),
-    help="results folder written by `bench run` [default: $BENCH_RESULTS_DIR, else ./bench-results]")
+ALIAS_KEY = "bench.results_alias"
+
+
+def results_dir_option(help: str, envvar: str | None = None) -> Callable[[Callable], Callable]:
+    """``--results-dir DIR``, the name every command gives the results folder, with ``--results`` (the
+    old name of ``sync`` and ``leaderboard``) kept as a deprecated alias that warns."""
+
+    def alias(ctx: click.Context, _param: click.Parameter, value: Path | None) -> None:
+        if value is not None:
+            _warn("--results is deprecated; use --results-dir (the name every bench command takes).")
+            ctx.meta[ALIAS_KEY] = value
+
+    def decorate(f: Callable) -> Callable:
+        @functools.wraps(f)
+        def command(*args: Any, results_dir: Path | None = None, **kwargs: Any) -> Any:
+            old = click.get_current_context().meta.get(ALIAS_KEY)
+            if old is not None and results_dir is not None and old != results_dir:
+                raise BenchError(f"--results {old} and --results-dir {results_dir} name two folders; --results "
+                                 f"is the old name of --results-dir: give one.")
+            return f(*args, results_dir=results_dir if results_dir is not None else old, **kwargs)
+
+        command = click.option("--results", type=click.Path(path_type=Path, file_okay=False), hidden=True,
+                               expose_value=False, callback=alias)(command)
+        return click.option("--results-dir", "results_dir", type=click.Path(path_type=Path, file_okay=False),
+                            envvar=envvar, help=help)(command)
+
+    return decorate
+
+
+_results_option = results_dir_option(
+    "results folder written by `bench run` [default: $BENCH_RESULTS_DIR, else ./bench-results]")
 _tracking_option = click.option(
     "--tracking-uri", "tracking_uri", default=None,
     help="read the RunResult JSON artifacts of an MLflow store instead of a folder")
@@ -34,14 +65,14 @@ def leaderboard() -> None:
               help="base URL of an MLflow UI for the per-run links [default: the tracking URI if it is http(s), "
                    "else http://127.0.0.1:5000]")
 @click.option("--title", default="Stability-gap leaderboard", show_default=True)
-def build(results: Path | None, tracking_uri: str | None, out: Path, mlflow_ui: str | None, title: str) -> None:
+def build(results_dir: Path | None, tracking_uri: str | None, out: Path, mlflow_ui: str | None, title: str) -> None:
     """Write a self-contained static site (open OUT/index.html; no server needed)."""
     from .site import build_site
     from .sources import load
 
-    if results is not None and tracking_uri is not None:
-        raise BenchError("Give either --results DIR or --tracking-uri URI, not both.")
-    loaded = load(results, tracking_uri, warn=_warn)
+    if results_dir is not None and tracking_uri is not None:
+        raise BenchError("Give either --results-dir DIR or --tracking-uri URI, not both.")
+    loaded = load(results_dir, tracking_uri, warn=_warn)
     report = build_site(loaded, out, mlflow_ui=mlflow_ui, title=title)
     ranked = sum(len(b.ranked_runs) for b in report.boards)
     unranked = sum(len(b.unranked) for b in report.boards)
@@ -59,17 +90,16 @@ def build(results: Path | None, tracking_uri: str | None, out: Path, mlflow_ui: 
                                       "latex: booktabs, best bold, second underlined; json: every number of the table")
 @click.option("--columns", "extra", default="", metavar="KEYS",
               help="optional columns to add, comma-separated (acc, avg_acc, forgetting, bwt, fwt) or 'all'")
-def table(results: Path | None, tracking_uri: str | None, protocols: tuple[str, ...], fmt: str, extra: str) -> None:
+def table(results_dir: Path | None, tracking_uri: str | None, protocols: tuple[str, ...], fmt: str, extra: str) -> None:
     """Print the leaderboard's aggregated numbers (mean ± std [95 % bootstrap CI] over seeds, the paired
     difference with vanilla) as a Markdown, text, LaTeX or JSON table, or the per-run numbers behind them as CSV."""
     from .aggregate import boards_frame, format_table, summarize, table_columns
     from .sources import load
 
     columns = table_columns(k.strip() for k in extra.split(",") if k.strip())
-
-    if results is not None and tracking_uri is not None:
-        raise BenchError("Give either --results DIR or --tracking-uri URI, not both.")
-    loaded = load(results, tracking_uri, warn=_warn)
+    if results_dir is not None and tracking_uri is not None:
+        raise BenchError("Give either --results-dir DIR or --tracking-uri URI, not both.")
+    loaded = load(results_dir, tracking_uri, warn=_warn)
     boards = summarize(loaded.entries)
     if protocols:
         known = {b.name for b in boards}

@@ -31,9 +31,9 @@ class Context:
     """What the harness lends a method for the run (docs/writing-a-method.md): nothing here leads to the
     test split, the memory's ``add`` or the harness's own random streams."""
 
-    protocol: Protocol
+    protocol: Protocol              # the protocol spec of the run (sessions, budgets, backbone, memory)
     stream: TrainStream             # sessions, train catalog and labels; no test split
-    device: torch.device
+    device: torch.device            # where the model and the batches are (cpu or cuda)
     memory: MemoryView              # read-only: ids, capacity, spec
     inputs: LentInputs              # train inputs by global id, for ids in the memory or the session in progress
     rng: np.random.Generator        # the method's own numpy stream (the harness draws batches from another)
@@ -43,10 +43,12 @@ class Context:
 
 @dataclass
 class TrainBatch:
-    x: Tensor              # inputs (trunk features when the trunk is cached)
-    y: Tensor              # stream labels
-    ids: np.ndarray        # global train ids
-    is_new: Tensor         # bool mask: sample comes from the current session
+    """One update's batch: the session's new samples first, then those the harness drew from the memory."""
+
+    x: Tensor              # inputs, on ctx.device: trunk features when the trunk is cached, else images
+    y: Tensor              # stream labels (int64)
+    ids: np.ndarray        # global train ids (numpy int64), the memory's currency
+    is_new: Tensor         # bool mask: sample comes from the current session (the first rows), not the memory
 
 
 @dataclass
@@ -66,6 +68,9 @@ class Method(ABC):
     # samples' worth of input-shaped data the method may keep outside the harness's memory (a batch it
     # caches, a prototype per class in input space); counted with the memory against the storage cap
     retained_allowance: ClassVar[int] = 0
+    # the modifiers this method works with, when not all do (None: any modifier of the standard step).
+    # A method whose loss term a modifier makes inert (``bench check-method`` says which) lists the others
+    compatible_modifiers: ClassVar[tuple[str, ...] | None] = None
 
     def __init__(self, config: BaseModel, modifiers: list[Modifier] | None = None) -> None:
         self.config = config
@@ -75,6 +80,11 @@ class Method(ABC):
             raise ValueError(f"{self.name} does not use the standard step; modifiers {names} cannot apply")
         for m in self.modifiers:
             m.check_combination(self.modifiers)
+
+    @property
+    def label(self) -> str:
+        """The method string this instance was built from, modifiers included (``vanilla+sgm``)."""
+        return "+".join([self.name, *(m.name for m in self.modifiers)])
 
     @abstractmethod
     def setup(self, model: SplitModel, ctx: Context) -> None: ...
@@ -180,7 +190,23 @@ class StandardMethod(Method):
     uses_standard_step = True
     Config = MethodConfig
 
+    config: MethodConfig
+    """Your settings (the ``Config`` class), resolved from the defaults, the protocol's entries and ``--set``."""
+    modifiers: list[Modifier]
+    """The modifiers of the method string, in order (``vanilla+soft+oocf``: soft, then oocf)."""
+    model: SplitModel
+    """The deployed model (``trunk``, ``body``, ``head``), set by ``setup``; the harness grows ``head`` before each ``begin_session``, and under ``lora`` the body holds adapters during a session (docs: section 13)."""
+    ctx: Context
+    """What the harness lends for the run, set by ``setup`` (the tables below)."""
+    session: Session
+    """The session in progress, set by ``begin_session``."""
+    optimizer: torch.optim.Optimizer | None
+    """AdamW over the parameter groups, built at each ``begin_session`` (after the modifiers' hooks); None between sessions."""
+    scheduler: Any
+    """The learning-rate schedule a modifier returned (``sgm``'s OneCycle), or None."""
+
     def setup(self, model: SplitModel, ctx: Context) -> None:
+        """Keep the model and the context; freeze the body unless ``trainable`` is body+head; the modifiers' setup."""
         self.model, self.ctx = model, ctx
         train_body = self.config.trainable == "body+head"
         for p in model.body.parameters():
@@ -189,6 +215,7 @@ class StandardMethod(Method):
             m.setup(self)
 
     def begin_session(self, session: Session) -> None:
+        """The modifiers' ``begin_session`` (LoRA injects, OOCF hooks the old rows), then a fresh optimizer."""
         self.session = session
         for m in self.modifiers:
             m.begin_session(self, session)
@@ -196,10 +223,12 @@ class StandardMethod(Method):
         self._restore_optimizer()
 
     def session_updates(self, session: Session) -> int:
+        """Updates in ``session``: the protocol's count, or one per sample online."""
         u = self.ctx.protocol.training.updates
         return len(session.train_ids) if u == "per_sample" else u
 
     def build_optimizer(self, total_steps: int):
+        """AdamW with layer-wise lr decay over what has ``requires_grad``, shaped by the modifiers; and their schedule."""
         cfg = self.config
         groups = layerwise_groups(self.model, cfg.lr, cfg.weight_decay, cfg.layer_decay,
                                   train_body=any(p.requires_grad for p in self.model.body.parameters()),
@@ -221,11 +250,24 @@ class StandardMethod(Method):
             self.scheduler.load_state_dict(scheduler_state)
         self._pending_optimizer_state = (None, None)
 
+    def loss_terms(self, batch: TrainBatch, logits: Tensor, targets: Tensor) -> dict[str, Tensor]:
+        """The loss, term by term (their sum is what trains). A method that adds a term (a penalty, a
+        distillation) returns it here under a name of its own, beside the cross-entropy: ``bench
+        check-method`` then checks that each term reaches a trainable parameter once the modifiers are
+        applied, and names the term a modifier makes inert."""
+        return {"cross_entropy": F.cross_entropy(logits, targets)}
+
     def loss(self, batch: TrainBatch, logits: Tensor, targets: Tensor) -> Tensor:
-        """Cross-entropy against class indices or a probability vector (soft targets)."""
-        return F.cross_entropy(logits, targets)
+        """The sum of ``loss_terms`` (cross-entropy against class indices or a probability vector, such
+        as soft targets, unless a method says otherwise)."""
+        terms = iter(self.loss_terms(batch, logits, targets).values())
+        total = next(terms)
+        for term in terms:
+            total = total + term
+        return total
 
     def observe(self, batch: TrainBatch) -> StepStats:
+        """One update: modifiers' ``before_update``, forward, ``targets``, ``loss``, backward, ``after_backward``, step."""
         for m in self.modifiers:
             m.before_update(self, batch)
         self.model.train()
@@ -245,6 +287,7 @@ class StandardMethod(Method):
         return StepStats(loss=float(loss.detach()))
 
     def end_session(self, session: Session) -> None:
+        """The modifiers' ``end_session`` (LoRA folds its adapters), then the optimizer is dropped."""
         for m in self.modifiers:
             m.end_session(self, session)
         # each session builds its own optimizer and schedule: none carries over (nor into a checkpoint
@@ -252,6 +295,7 @@ class StandardMethod(Method):
         self.optimizer, self.scheduler = None, None
 
     def predict(self, x: Tensor) -> Tensor:
+        """Logits of ``self.model`` (called in eval mode under no_grad, on a throwaway copy)."""
         return self.model(x)
 
     def state_dict(self) -> dict[str, Any]:

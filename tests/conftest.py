@@ -39,3 +39,33 @@ def tiny_protocol_file(tmp_path, bench_cache) -> Path:
 @pytest.fixture()
 def tiny_protocol(tiny_protocol_file) -> Protocol:
     return load_protocol(str(tiny_protocol_file))
+
+
+@pytest.fixture(scope="session")
+def mlflow_template(tmp_path_factory) -> Path:
+    """An empty MLflow sqlite store, its schema made once: MLflow's migrations take about 20 s a store on
+    a shared 2-core machine, a copy of the made store well under one."""
+    from mlflow.tracking import MlflowClient
+
+    from bench_stability_gap.harness.results.tracking import import_mlflow
+
+    import_mlflow()
+    db = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
+    MlflowClient(f"sqlite:///{db}").search_experiments()
+    return db
+
+
+@pytest.fixture()
+def seeded_store(mlflow_template):
+    """``seed(results_dir)``: the results folder's default MLflow store starts as a copy of the template
+    (the state MLflow's own first use leaves), for tests of what is logged, not of the store's creation."""
+    import shutil
+
+    def seed(results_dir: Path) -> Path:
+        results_dir.mkdir(parents=True, exist_ok=True)
+        db = results_dir / "mlflow.db"
+        if not db.exists():
+            shutil.copyfile(mlflow_template, db)
+        return results_dir
+
+    return seed

@@ -85,7 +85,7 @@ def test_leaderboard_build_from_stored_results_without_torch(tmp_path) -> None:
         from bench_stability_gap.harness.cli import main
         sys.argv = ["bench", *sys.argv[1:]]
         main()
-    """, "leaderboard", "build", "--results", str(results), "--out", str(site))
+    """, "leaderboard", "build", "--results-dir", str(results), "--out", str(site))
     assert out.returncode == 0, out.stdout + out.stderr
     index = (site / "index.html").read_text()
     methods = {json.loads(p.read_text())["method"]["spec"] for p in FIXTURES.glob("*.json")}

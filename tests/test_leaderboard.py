@@ -277,7 +277,7 @@ def test_unknown_protocol_uses_the_majority_hash(tmp_path: Path) -> None:
 
 def test_build_writes_a_self_contained_site(results_dir: Path, tmp_path: Path) -> None:
     site = tmp_path / "site"
-    result = CliRunner().invoke(main, ["leaderboard", "build", "--results", str(results_dir), "--out", str(site)])
+    result = CliRunner().invoke(main, ["leaderboard", "build", "--results-dir", str(results_dir), "--out", str(site)])
     assert result.exit_code == 0, result.output
     index = (site / "index.html").read_text()
     results = real_results()
@@ -316,17 +316,17 @@ def test_build_writes_a_self_contained_site(results_dir: Path, tmp_path: Path) -
 def test_rebuilds_over_itself_but_never_over_other_files(results_dir: Path, tmp_path: Path) -> None:
     site = tmp_path / "site"
     runner = CliRunner()
-    assert runner.invoke(main, ["leaderboard", "build", "--results", str(results_dir), "--out", str(site)]).exit_code == 0
-    assert runner.invoke(main, ["leaderboard", "build", "--results", str(results_dir), "--out", str(site)]).exit_code == 0
+    assert runner.invoke(main, ["leaderboard", "build", "--results-dir", str(results_dir), "--out", str(site)]).exit_code == 0
+    assert runner.invoke(main, ["leaderboard", "build", "--results-dir", str(results_dir), "--out", str(site)]).exit_code == 0
     other = tmp_path / "precious"
     other.mkdir()
     (other / "thesis.tex").write_text("x")
-    bad = runner.invoke(main, ["leaderboard", "build", "--results", str(results_dir), "--out", str(other)])
+    bad = runner.invoke(main, ["leaderboard", "build", "--results-dir", str(results_dir), "--out", str(other)])
     assert bad.exit_code == 2 and "not empty" in bad.output
     assert (other / "thesis.tex").read_text() == "x"
-    missing = runner.invoke(main, ["leaderboard", "build", "--results", str(tmp_path / "nope"), "--out", str(site)])
+    missing = runner.invoke(main, ["leaderboard", "build", "--results-dir", str(tmp_path / "nope"), "--out", str(site)])
     assert missing.exit_code == 2 and "does not exist" in missing.output
-    both = runner.invoke(main, ["leaderboard", "build", "--results", str(results_dir), "--tracking-uri", "sqlite:///x.db",
+    both = runner.invoke(main, ["leaderboard", "build", "--results-dir", str(results_dir), "--tracking-uri", "sqlite:///x.db",
                                 "--out", str(site)])
     assert both.exit_code == 2 and "not both" in both.output
 
@@ -334,10 +334,10 @@ def test_rebuilds_over_itself_but_never_over_other_files(results_dir: Path, tmp_
 def test_an_empty_results_folder_builds_an_empty_site(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     runner = CliRunner()
-    result = runner.invoke(main, ["leaderboard", "build", "--results", str(tmp_path / "empty"), "--out", str(tmp_path / "s")])
+    result = runner.invoke(main, ["leaderboard", "build", "--results-dir", str(tmp_path / "empty"), "--out", str(tmp_path / "s")])
     assert result.exit_code == 0, result.output
     assert "No results yet" in (tmp_path / "s" / "index.html").read_text()
-    table = runner.invoke(main, ["leaderboard", "table", "--results", str(tmp_path / "empty")])
+    table = runner.invoke(main, ["leaderboard", "table", "--results-dir", str(tmp_path / "empty")])
     assert table.exit_code == 0 and "No results" in table.stdout
 
 
@@ -371,7 +371,7 @@ def test_corrupt_and_foreign_json_are_skipped_with_a_warning(results_dir: Path, 
     binary = folder / "weird.json"
     binary.write_bytes(b"\xff\xfe\x00garbage")
     site = tmp_path / "site"
-    result = CliRunner().invoke(main, ["leaderboard", "build", "--results", str(results_dir), "--out", str(site)])
+    result = CliRunner().invoke(main, ["leaderboard", "build", "--results-dir", str(results_dir), "--out", str(site)])
     assert result.exit_code == 0, result.output
     stderr = result.stderr
     for bad in (corrupt, foreign, binary):
@@ -410,7 +410,7 @@ def test_reported_numbers_sit_beside_measured_ones_never_mixed(tmp_path: Path) -
 
 def test_table_command_prints_the_same_aggregates(results_dir: Path) -> None:
     runner = CliRunner()
-    out = runner.invoke(main, ["leaderboard", "table", "--results", str(results_dir), "--protocol", "tiny_cil"])
+    out = runner.invoke(main, ["leaderboard", "table", "--results-dir", str(results_dir), "--protocol", "tiny_cil"])
     assert out.exit_code == 0, out.output
     (board,) = summarize(load_folder(results_dir).entries)
     lines = out.stdout.splitlines()
@@ -422,22 +422,24 @@ def test_table_command_prints_the_same_aggregates(results_dir: Path) -> None:
         mean = f"{row.stats['S_delta'].mean:.3f}"
         assert mean in line and f"| {len(row.runs)} |" in line
     assert any(line.startswith("| joint (upper bound)") for line in lines)
-    text = runner.invoke(main, ["leaderboard", "table", "--results", str(results_dir), "--format", "text"])
+    text = runner.invoke(main, ["leaderboard", "table", "--results-dir", str(results_dir), "--format", "text"])
     assert text.exit_code == 0 and "S_Δ" in text.stdout and "|" not in text.stdout
     # the tidy per-run frame behind the table: one row per ranked run and joint in use, same means
-    csv = runner.invoke(main, ["leaderboard", "table", "--results", str(results_dir), "--format", "csv"])
+    csv = runner.invoke(main, ["leaderboard", "table", "--results-dir", str(results_dir), "--format", "csv"])
     assert csv.exit_code == 0, csv.output
     frame = pd.read_csv(io.StringIO(csv.stdout))
     assert sorted(frame["run_id"]) == sorted([e.run_id for e in board.ranked_runs] + [e.run_id for e in board.joints.values()])
     for row in board.rows:
         assert frame[frame["method"] == row.method]["S_delta"].mean() == pytest.approx(row.stats["S_delta"].mean)
     assert frame[frame["is_reference"]]["S_delta"].isna().all()
-    unknown = runner.invoke(main, ["leaderboard", "table", "--results", str(results_dir), "--protocol", "tiny_cl"])
+    unknown = runner.invoke(main, ["leaderboard", "table", "--results-dir", str(results_dir), "--protocol", "tiny_cl"])
     assert unknown.exit_code == 2 and "tiny_cil" in unknown.output
 
 
-def test_tracking_uri_reads_the_json_artifacts_from_mlflow(results_dir: Path, tmp_path: Path) -> None:
+def test_tracking_uri_reads_the_json_artifacts_from_mlflow(results_dir: Path, tmp_path: Path, seeded_store) -> None:
     from bench_stability_gap.harness.results.tracking import default_tracking_uri, log_run
+
+    seeded_store(results_dir)
 
     from bench_stability_gap.leaderboard.sources import load_mlflow
 

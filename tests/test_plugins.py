@@ -163,8 +163,10 @@ def test_a_plugin_cannot_shadow_a_builtin(site):
     assert "bench-shadow" in out.output and "bench-stability-gap" in out.output and "'vanilla'" in out.output
 
 
+@pytest.mark.slow  # two whole check-method runs (about a minute each on a shared 2-core machine)
 def test_check_method_passes_both_example_methods(example_installed, bench_cache):
     for name in ("example_replay", "example_head_sgd"):
         out = invoke("check-method", name)
         assert out.exit_code == 0, out.output
-        assert out.output.count("PASS") == 5 and f"{name}: passes the contract." in out.output
+        checks = 6 if name == "example_replay" else 5  # a method with its own step has no loss terms to check
+        assert out.output.count("PASS") == checks and f"{name}: passes the contract." in out.output

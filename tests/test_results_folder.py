@@ -95,7 +95,7 @@ def test_leaderboard_build_survives_junk(junk_folder, tmp_path) -> None:
     from bench_stability_gap.harness.cli import main
 
     root, _, junk = junk_folder
-    out = CliRunner().invoke(main, ["leaderboard", "build", "--results", str(root), "--out", str(tmp_path / "site")])
+    out = CliRunner().invoke(main, ["leaderboard", "build", "--results-dir", str(root), "--out", str(tmp_path / "site")])
     assert out.exit_code == 0, out.output
     assert "Traceback" not in out.output and (tmp_path / "site" / "index.html").is_file()
 

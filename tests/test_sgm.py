@@ -480,3 +480,11 @@ def test_modifier_on_a_non_standard_base_is_an_error(monkeypatch):
     build_method("nonstandard", "tiny_cil")  # alone it is fine
     with pytest.raises(BenchError, match="does not use the standard training step"):
         build_method("nonstandard+lora", "tiny_cil")
+
+
+def test_the_progress_bar_label_is_the_whole_method_string():
+    from bench_stability_gap.methods.registry import build_method
+
+    assert build_method("vanilla+soft+oocf", "tiny_cil")[1].label == "vanilla+soft+oocf"
+    assert build_method("vanilla+sgm", "tiny_cil")[1].label == "vanilla+sgm"
+    assert build_method("vanilla", "tiny_cil")[1].label == "vanilla"

@@ -83,9 +83,12 @@ def test_progress_board_counts_retries_and_estimates_the_time_left():
     assert board.started("b", "n1") == 2  # b's worker died: Ray started it again
     clock.now = 12.0
     states = board.snapshot()
-    # one finished task took 10 s; 3 left (2 pending, 1 running) at 1 at a time: 30 s
-    assert eta_seconds(states) == pytest.approx(30.0)
-    assert overall_line(states, clock.now) == "tasks: 1/4 done, 1 running, 0 failed, 1 retried, elapsed 0m12s, ETA 0m30s"
+    # one finished task took 10 s: 2 pending (10 s each) and b, running for 2 s (8 s to go), 1 at a time
+    assert eta_seconds(states) == pytest.approx(28.0)
+    assert overall_line(states, clock.now) == "tasks: 1/4 done, 1 running, 0 failed, 1 retried, elapsed 0m12s, ETA 0m28s"
+    clock.now = 15.0  # no task ended meanwhile: the estimate counts down all the same
+    assert eta_seconds(board.snapshot()) == pytest.approx(25.0)
+    clock.now = 12.0
     assert running_lines(states) == ["  p vanilla seed 1: preparing (node n1, attempt 2)"]
     board.at("b", "session 3", 101, 600)  # resumed from a checkpoint at update 100
     board.at("b", "session 3", 140, 600)
@@ -94,7 +97,7 @@ def test_progress_board_counts_retries_and_estimates_the_time_left():
     board.finished("c", "failed", "boom")
     board.finished("d", "skipped", "needs c")
     assert overall_line(board.snapshot(), 3725.0).startswith("tasks: 1/4 done, 1 running, 1 failed, 1 skipped")
-    assert overall_line(board.snapshot(), 3725.0).endswith("elapsed 1h02m, ETA 0m10s")
+    assert overall_line(board.snapshot(), 3725.0).endswith("elapsed 1h02m, ETA 0m08s")
 
 
 def test_shared_storage_probe_sees_the_same_folder_and_names_what_a_node_cannot_see(tmp_path):

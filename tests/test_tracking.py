@@ -65,6 +65,7 @@ print(log_run(load_result(json_path), json_path, results))
 """
 
 
+@pytest.mark.slow  # two processes racing to create a real store: 98 s on a shared 2-core machine
 def test_two_concurrent_first_runs_both_land_in_mlflow(tmp_path) -> None:
     """Without the store lock one of the two fails while MLflow initialises the store (seen here in
     2 of 2 tries: an sqlite OperationalError, and a constraint violation)."""
@@ -90,12 +91,12 @@ def test_dead_server_at_the_end_fails_in_seconds_and_keeps_the_json(tmp_path) ->
         log_run_or_explain(result, path, results, uri)
     assert time.perf_counter() - t0 < 20
     message = str(err.value)
-    assert f"The result is kept in {path}" in message and f"bench sync --results {results} --tracking-uri {uri}" in message
+    assert f"The result is kept in {path}" in message and f"bench sync --results-dir {results} --tracking-uri {uri}" in message
     assert load_result(path) == result
 
 
-def test_sync_mirrors_what_is_missing_and_is_idempotent(tmp_path) -> None:
-    results = tmp_path / "results"
+def test_sync_mirrors_what_is_missing_and_is_idempotent(tmp_path, seeded_store) -> None:
+    results = seeded_store(tmp_path / "results")
     stored = [fixture_result(0), fixture_result(1), fixture_result(0, cl=False)]
     for r in stored:
         save_result(results, r)
@@ -107,19 +108,30 @@ def test_sync_mirrors_what_is_missing_and_is_idempotent(tmp_path) -> None:
     assert set(runs) == {r.run_id for r in stored}
     assert all(r.info.status == "FINISHED" and r.data.tags["bench.synced"] == "true" for r in runs.values())
 
-    out = CliRunner().invoke(main, ["sync", "--results", str(results)], catch_exceptions=False)
+    out = CliRunner().invoke(main, ["sync", "--results-dir", str(results)], catch_exceptions=False)
     assert out.exit_code == 0 and "0 added, 3 already there" in out.output, out.output
+    # the old name still works, and says which name to use
+    old = CliRunner().invoke(main, ["sync", "--results", str(results)], catch_exceptions=False)
+    assert old.exit_code == 0 and "0 added, 3 already there" in old.output, old.output
+    assert "--results is deprecated; use --results-dir" in old.output
+    both = CliRunner().invoke(main, ["sync", "--results", str(results), "--results-dir", str(results.parent)])
+    assert both.exit_code == 2 and "name two folders" in both.output
 
 
 def test_sync_cli_refuses_a_folder_without_results(tmp_path) -> None:
-    out = CliRunner().invoke(main, ["sync", "--results", str(tmp_path)], catch_exceptions=False)
+    out = CliRunner().invoke(main, ["sync", "--results-dir", str(tmp_path)], catch_exceptions=False)
     assert out.exit_code == 2 and f"Results folder {tmp_path} holds no runs/ folder" in out.output
 
 
 @pytest.fixture(scope="module")
-def shared_results(tmp_path_factory) -> Path:
+def shared_results(tmp_path_factory, mlflow_template) -> Path:
     """One store for the live-run cases (creating an MLflow schema costs seconds)."""
-    return tmp_path_factory.mktemp("live") / "results"
+    import shutil
+
+    results = tmp_path_factory.mktemp("live") / "results"
+    results.mkdir()
+    shutil.copyfile(mlflow_template, results / "mlflow.db")
+    return results
 
 
 def drive(results: Path, result: RunResult, status: str, saved: bool = True) -> str:
@@ -159,8 +171,8 @@ def test_live_run_shows_running_then_its_end_state(shared_results, status, expec
     assert report.added == [] and report.replaced == []
 
 
-def test_sync_replaces_a_live_run_that_never_finished(tmp_path) -> None:
-    results = tmp_path / "results"
+def test_sync_replaces_a_live_run_that_never_finished(tmp_path, seeded_store) -> None:
+    results = seeded_store(tmp_path / "results")
     result = fixture_result()
     live = LiveRun(results)
     orphan = live.start(result.protocol.name, result.method.spec, result.seed, result.run_id, {})

@@ -20,18 +20,21 @@ from ..spec.protocol import Protocol
 class Catalog:
     """Several splits seen as one: global sample ids 0..n-1 over the concatenation."""
 
-    splits: tuple[Split, ...]
+    splits: tuple[Split, ...]  # the data sources' splits, in order
     labels: np.ndarray  # stream labels (introduction order) per global id
 
     @cached_property
     def offsets(self) -> np.ndarray:
+        """The first global id of each split (and the total at the end)."""
         return np.cumsum([0] + [len(s) for s in self.splits])
 
     def locate(self, gid: int) -> tuple[Split, int]:
+        """The split a global id lies in, and its index there."""
         k = int(np.searchsorted(self.offsets, gid, side="right") - 1)
         return self.splits[k], int(gid - self.offsets[k])
 
     def sample_bytes(self, gid: int) -> int:
+        """Bytes the sample takes as stored (what a memory of raw samples is charged)."""
         split, local = self.locate(gid)
         return split.sample_bytes(local)
 

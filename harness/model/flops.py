@@ -262,6 +262,20 @@ class Tally:
                    dict.fromkeys(PHASES, 0.0))
 
 
+_UNCOUNTED = [False]
+
+
+@contextmanager
+def uncounted() -> Iterator[None]:
+    """Backward passes made inside are not the method's training (``bench check-method`` back-propagates
+    each loss term alone beside the real step): no meter counts them."""
+    before, _UNCOUNTED[0] = _UNCOUNTED[0], True
+    try:
+        yield
+    finally:
+        _UNCOUNTED[0] = before
+
+
 class FlopMeter:
     """Counts samples through trunk | body | head of one SplitModel (and its deep copies) at run time.
 
@@ -345,6 +359,8 @@ class FlopMeter:
         meter = self
 
         def hook(grad: Tensor) -> None:
+            if _UNCOUNTED[0]:
+                return
             n = int(grad.shape[0])
             meter.tally.bwd_samples[phase][part] += n
             meter.tally.macs[phase] += n * per_sample

@@ -22,6 +22,7 @@ from ..atomic import write_or_rescue
 from .curves import ReferenceSession, SessionCurve
 from ..errors import BenchError
 from .metrics import Metrics, best_new_accuracy
+from .threads import thread_problem
 
 SCHEMA_VERSION = 2  # 2: overrides and the references a run was scored with are stored
 
@@ -333,7 +334,8 @@ class Selection(Generic[T]):
     - ``joints``: per seed, the newest valid joint reference made with the protocol's joint settings;
     - ``runs``: per (row label, seed), the newest valid CL run;
     - ``apart``: everything else, with the reason (stale hash, failed, out-of-range values, superseded,
-      a joint with other settings), never ranked and never a reference;
+      a joint with other settings, made on the CPU with another thread count), never ranked and never a
+      reference;
     - A_best(E_j) per seed comes from the protocol's reference methods (default settings, same seed)
       and the scored run itself, so a submitted run never moves another method's P_Δ.
     """
@@ -378,6 +380,8 @@ def select_runs(items: Iterable[T], protocol_hash: str, best_new_methods: Iterab
         elif r.protocol.hash != protocol_hash:
             sel.apart.append((item, f"stale protocol hash {r.protocol.hash} (current: {protocol_hash})"))
         elif (problem := result_problem(r)) is not None:
+            sel.apart.append((item, problem))
+        elif (problem := thread_problem(r.options)) is not None:
             sel.apart.append((item, problem))
         elif weights is not None and r.options.get("weights") not in (None, "", weights):
             sel.apart.append((item, f"made with other backbone weights ({r.options['weights']}, now {weights})"))

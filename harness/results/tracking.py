@@ -249,7 +249,7 @@ def log_run_or_explain(result: RunResult, json_path: Path, results_dir: Path,
     try:
         return log_run(result, json_path, results_dir, tracking_uri, tags, artifacts), store.uri
     except BenchError as err:
-        sync = f"bench sync --results {results_dir}" + (f" --tracking-uri {tracking_uri}" if tracking_uri else "")
+        sync = f"bench sync --results-dir {results_dir}" + (f" --tracking-uri {tracking_uri}" if tracking_uri else "")
         raise BenchError(f"{err} The result is kept in {json_path}; mirror it once the store works with: {sync}") from None
 
 

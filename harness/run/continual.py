@@ -149,14 +149,14 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
         if boundary is not None or mid is not None:
             where = f"update {mid['update']} of session {stream.sessions[mid['next_session']].index}" if mid else \
                 f"the end of session {boundary['next_session'] + 1}"
-            say(options, f"Resuming {p.name} {method.name} (seed {seed}) from its checkpoint at {where}.")
+            say(options, f"Resuming {p.name} {method.label} (seed {seed}) from its checkpoint at {where}.")
         if boundary is not None:
             first = boundary["next_session"]
             grown = stream.sessions[first - 1].seen_classes if first else model.head.num_classes
             model.head.grow(grown - model.head.num_classes, generator)
             progress = _restore(boundary, bench, model, method, memory, ctx, meter, rngs)
             steps[0] = progress.steps
-        bar = tqdm(total=total, initial=progress.observed, desc=f"{p.name} {method.name}", unit="upd",
+        bar = tqdm(total=total, initial=progress.observed, desc=f"{p.name} {method.label}", unit="upd",
                    disable=not options.progress)
         for pos in range(first, len(stream.sessions)):
             session = stream.sessions[pos]

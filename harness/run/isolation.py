@@ -45,15 +45,15 @@ METHOD_STREAM = 1  # SeedSequence spawn key of the method's own generators (the 
 class TrainStream:
     """The stream as a method sees it: sessions, train catalog and labels; no test split."""
 
-    protocol: Protocol
-    seed: int
-    train: Catalog
-    class_names: tuple[str, ...]
-    pretrain_ids: np.ndarray
-    pretrain_classes: int
-    sessions: tuple[Session, ...]
-    task_of_class: np.ndarray
-    lent_to: str = "a method"
+    protocol: Protocol              # the protocol spec (as ctx.protocol)
+    seed: int                       # the run's seed (it chose the class order)
+    train: Catalog                  # the train split: labels of every global id (read-only)
+    class_names: tuple[str, ...]    # by stream label
+    pretrain_ids: np.ndarray        # S1's train ids (the deployed model's data; lent through ctx.inputs until session 2 begins)
+    pretrain_classes: int           # K: the pre-training classes are labels 0..K-1
+    sessions: tuple[Session, ...]   # the learning sessions j = 2..N, in order
+    task_of_class: np.ndarray       # per label: 0 for the pre-training classes, k for those introduced in session k+1
+    lent_to: str = "a method"       # the method's name, for the messages of refused requests
 
     def __getattr__(self, name: str) -> Any:  # only for names the dataclass lacks
         if name in ("test", "test_ids"):
@@ -64,10 +64,12 @@ class TrainStream:
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def classes_before(self, j: int) -> np.ndarray:
+        """Labels seen before session ``j`` (the pre-training classes and sessions 2..j-1)."""
         parts = [np.arange(self.pretrain_classes)] + [s.classes for s in self.sessions if s.index < j]
         return np.unique(np.concatenate(parts))
 
     def session_ids(self, upto: int) -> np.ndarray:
+        """Train ids of S1 and of sessions 2..``upto`` (what exists so far; ctx.inputs lends only some)."""
         parts = [self.pretrain_ids] + [s.train_ids for s in self.sessions if s.index <= upto]
         return np.concatenate(parts)
 
@@ -95,10 +97,12 @@ class MemoryView:
 
     @property
     def ids(self) -> tuple[int, ...]:
+        """Global train ids stored now."""
         return tuple(self._memory.ids)
 
     @property
     def capacity(self) -> int | None:
+        """The cap in samples (None: unlimited)."""
         return self._memory.capacity
 
     @property
@@ -108,13 +112,16 @@ class MemoryView:
 
     @property
     def spec(self):
+        """The protocol's memory section (policy, capacity, storage budget), after the method's own policy."""
         return self._memory.spec
 
     @property
     def labels(self) -> np.ndarray:
+        """Labels of every global train id (index by ``ids``)."""
         return self._memory.labels
 
     def sample_bytes(self, gid: int) -> int:
+        """Bytes one stored sample costs against the storage cap."""
         return self._memory.sample_bytes(gid)
 
     def recount_bytes(self) -> None:
@@ -133,15 +140,21 @@ class LentInputs:
     """Train inputs by id, for ids in the rehearsal memory or the session in progress only (S1 before
     the first session: pre-training data is what a method may fit a codebook or statistics on)."""
 
+    current: np.ndarray
+    """The train ids of the session in progress (S1's before the first session begins)."""
+
     def __init__(self, store: InputStore, memory: Memory, method_name: str, current: np.ndarray) -> None:
         self._store, self._memory, self._method = store, memory, method_name
         self.current = current
 
     @property
     def cached(self) -> bool:
+        """True when ``get`` returns trunk features (the trunk cache), False when it returns images."""
         return self._store.cached
 
     def get(self, ids: np.ndarray) -> Tensor:
+        """Inputs of ``ids`` on the run's device, as ``batch.x`` holds them; an id outside the memory and
+        the session in progress is refused (exit 2)."""
         ids = np.asarray(ids, dtype=np.int64)
         allowed = np.isin(ids, self.current) | np.isin(ids, np.asarray(self._memory.ids, dtype=np.int64))
         if not allowed.all():

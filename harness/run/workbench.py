@@ -35,6 +35,7 @@ from ..spec.protocol import Protocol
 from ..data.stream import Cycler, Session, Stream, build_stream
 from ..model.device import autocast, resolve_device, seed_everything, use_channels_last
 from .options import RunOptions, say
+from .threads import cache_tag, pin_threads
 from ...methods.base import Context, MethodConfig, StandardMethod, TrainBatch
 
 
@@ -104,6 +105,7 @@ class Workbench:
 def prepare(protocol: Protocol, seed: int, options: RunOptions) -> Workbench:
     """Open the data, build the network, cache trunk features, and train or load the deployed model."""
     device = resolve_device(options.device)
+    pin_threads(device)  # before the first float op: the trunk pass, the deployed model and the run inherit it
     stream = build_stream(protocol, seed)
     torch.manual_seed(protocol.pretrain.seed)
     net = create_network(protocol.backbone, options.allow_download)
@@ -127,7 +129,8 @@ def prepare(protocol: Protocol, seed: int, options: RunOptions) -> Workbench:
     # the tuning view evaluates on held-out train samples: their features are cached apart from the test split's
     names = {"train": "train", "test": "test" if protocol.scored_on == "test" else f"validation-{protocol.validation}"}
     keys = {split: feature_cache_key(protocol.backbone, sources, names[split],  # what the trunk saw differs by decoder
-                                     "-".join(v for v in ("cuda-bf16" if amp else "", "nvjpeg" if gpu[split] else "") if v),
+                                     "-".join(v for v in ("cuda-bf16" if amp else "", "nvjpeg" if gpu[split] else "",
+                                                          cache_tag(device)) if v),
                                      weights) for split in pre}
     plan = plan_data_path(protocol, stream, trunk, device, amp, root, keys)  # before any trunk pass
     plan = dataclasses.replace(plan, gpu_decode=tuple(n for n, split in (("eval", "test"), ("train", "train")) if gpu[split]))
@@ -148,7 +151,8 @@ def prepare(protocol: Protocol, seed: int, options: RunOptions) -> Workbench:
 
 
 def _deploy(bench: Workbench, options: RunOptions) -> None:
-    """Fit the deployed model on S1 once per protocol spec and weights; later runs load it from the cache.
+    """Fit the deployed model on S1 once per protocol spec, weights and CPU thread count; later runs load
+    it from the cache.
 
     The cache file carries a sidecar with its sha256 and the spec hash it was made for: a file that fails
     verification is named, moved aside and rebuilt, never loaded. Concurrent runs build it once (a file
@@ -160,7 +164,8 @@ def _deploy(bench: Workbench, options: RunOptions) -> None:
     from ..data.features import move_aside
 
     p = bench.protocol
-    path = cache_dir() / "deployed" / f"{p.name}-{p.spec_hash}-{bench.weights.rpartition(':')[2][:16]}.pt"
+    tag = cache_tag(bench.device)  # a model trained with another thread count differs
+    path = cache_dir() / "deployed" / f"{p.name}-{p.spec_hash}-{bench.weights.rpartition(':')[2][:16]}{'-' * bool(tag)}{tag}.pt"
     sidecar = path.with_name(path.name + ".json")
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock"):

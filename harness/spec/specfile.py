@@ -214,10 +214,15 @@ def parse_spec(model: type[Spec], text: str, what: str, origin: str, folder: str
         raise BenchError(format_validation_error(exc, what, origin)) from None
 
 
+def is_path(name_or_path: str) -> bool:
+    """A spec reference that names a file (a YAML suffix or a folder in it), not a built-in's name."""
+    return Path(name_or_path).suffix in (".yaml", ".yml") or "/" in name_or_path
+
+
 def load_spec(model: type[Spec], name_or_path: str, what: str, folder: str = "") -> Spec:
     """A built-in spec by name (``protocols/<folder>/NAME.yaml``), or a YAML file by path."""
     path = Path(name_or_path)
-    if path.suffix in (".yaml", ".yml") or path.exists():
+    if is_path(name_or_path) or path.exists():
         if not path.is_file():
             raise BenchError(f"{what.capitalize()} file {path} does not exist.")
         try:

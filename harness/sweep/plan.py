@@ -6,16 +6,18 @@ so an interrupted sweep loses at most the run in flight.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..spec.protocol import Protocol, load_protocol
 from ...methods.registry import build_method, method_settings
 from ..results.schema import Selection, TunedStamp, format_setting, row_label
-from ..spec.specfile import load_spec
+from ..errors import BenchError
+from ..spec.specfile import is_path, load_spec
 
 
 class SweepGroup(BaseModel):
@@ -23,8 +25,8 @@ class SweepGroup(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    protocol: str
-    methods: list[str] = Field(min_length=1)
+    protocol: str = Field(description="a built-in protocol name, or a YAML path relative to the sweep file")
+    methods: list[str] = Field(min_length=1, description="method strings, base(+modifier)*")
     set: dict[str, Any] = Field(default_factory=dict, description="overrides, as `bench run --set key=value`")
     tuned: bool = Field(False, description="run each method's settings from `bench tune` under the protocol's "
                                            "tuning ruleset (tuned first where missing)")
@@ -36,13 +38,51 @@ class SweepGroup(BaseModel):
         return self
 
 
+class SweepGrid(BaseModel):
+    """Methods × every combination of ``--set`` values, on one protocol (× the sweep's seeds)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    protocol: str = Field(description="a built-in protocol name, or a YAML path relative to the sweep file")
+    methods: list[str] = Field(min_length=1, description="method strings, base(+modifier)*")
+    set: dict[str, list[Any]] = Field(
+        default_factory=dict, description="per setting, the values to try (`lr: [0.001, 0.0003]`); every "
+                                          "combination of them runs, with every method")
+
+    @field_validator("set")
+    @classmethod
+    def _values_given(cls, value: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        empty = [k for k, v in value.items() if not v]
+        if empty:
+            raise ValueError(f"{', '.join(empty)} lists no value: the grid would hold no run")
+        return value
+
+    def groups(self) -> list[SweepGroup]:
+        keys = list(self.set)
+        return [SweepGroup(protocol=self.protocol, methods=self.methods, set=dict(zip(keys, values)))
+                for values in itertools.product(*(self.set[k] for k in keys))]
+
+
 class Sweep(BaseModel):
+    """A sweep file: runs (groups written out) and grids (expanded), each over every seed."""
+
     model_config = ConfigDict(extra="forbid")
 
     name: str
     description: str = ""
     seeds: list[int] = Field(min_length=1)
-    runs: list[SweepGroup] = Field(min_length=1)
+    runs: list[SweepGroup] = Field(default_factory=list, description="groups of methods, each with its overrides")
+    grid: list[SweepGrid] = Field(default_factory=list, description="methods × --set values, expanded")
+
+    @model_validator(mode="after")
+    def _some_run(self) -> Sweep:
+        if not self.runs and not self.grid:
+            raise ValueError("the sweep holds no run: give `runs:` or a `grid:` with at least one method")
+        return self
+
+    def groups(self) -> list[SweepGroup]:
+        """Every group of runs: those written out, then each grid's combinations."""
+        return [*self.runs, *(g for grid in self.grid for g in grid.groups())]
 
 
 @dataclass(frozen=True)
@@ -67,8 +107,26 @@ class PlannedRun:
 
 
 def load_sweep(name_or_path: str) -> Sweep:
-    """A built-in sweep (protocols/sweeps/NAME.yaml) or a YAML file; every problem names its field."""
-    return load_spec(Sweep, name_or_path, "sweep", folder="sweeps")
+    """A built-in sweep (protocols/sweeps/NAME.yaml) or a YAML file; every problem names its field. A
+    protocol given as a path in a sweep file is read relative to that file, so the sweep runs the same
+    from any working directory."""
+    sweep = load_spec(Sweep, name_or_path, "sweep", folder="sweeps")
+    if not is_path(name_or_path):
+        return sweep
+    folder = Path(name_or_path).parent
+
+    def resolved(protocol: str) -> str:
+        if not is_path(protocol):
+            return protocol
+        path = folder / Path(protocol).expanduser()
+        if not path.is_file():
+            raise BenchError(f"Sweep file {name_or_path}: protocol {protocol!r} is read relative to the sweep "
+                             f"file's folder, and {path} does not exist.")
+        return str(path)
+
+    return sweep.model_copy(update={
+        "runs": [g.model_copy(update={"protocol": resolved(g.protocol)}) for g in sweep.runs],
+        "grid": [g.model_copy(update={"protocol": resolved(g.protocol)}) for g in sweep.grid]})
 
 
 def finished(protocol: Protocol, method: str, overrides: dict[str, Any], seed: int, config: dict[str, Any],
@@ -88,10 +146,11 @@ def plan(sweep: Sweep, results_dir: Path, seeds: list[int] | None = None) -> lis
 
     from ..results.tuned import load_entry, stamp
 
-    protocols = {g.protocol: load_protocol(g.protocol) for g in sweep.runs}
+    groups = sweep.groups()
+    protocols = {g.protocol: load_protocol(g.protocol) for g in groups}
     counted = {name: selection(spec, RunOptions(results_dir=results_dir)) for name, spec in protocols.items()}
     cells = []  # (group, method, overrides, tuned, resolved settings): built once, whatever the number of seeds
-    for group in sweep.runs:
+    for group in groups:
         for method in group.methods:
             check_joint_request(method, dict(group.set))
             overrides, tuned = dict(group.set), None

@@ -3,7 +3,9 @@ task, where it is (protocol, method, seed, phase, update).
 
 ``ProgressBoard`` is plain Python: the Ray executor hosts it in an actor that tasks report to (their
 workers are elsewhere), and the driver renders its snapshot. The ETA is a rough one, said as such:
-the mean time of the tasks finished so far times the tasks left, over the tasks running at once.
+each task not finished is expected to take the mean time of the tasks finished so far, less what a
+running task has already spent, and that work is shared by the tasks running at once; so it counts
+down between two tasks' ends instead of standing still until the next one finishes.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ class TaskState:
     total: int = 0
     started: float | None = None
     finished: float | None = None
+    age: float = 0.0  # seconds since it started, as of the snapshot (the board's clock: workers' may differ)
     note: str = ""  # why it failed
     went_on_from: str = ""  # where this attempt's first update was: after a retry, where it resumed
 
@@ -50,7 +53,9 @@ class ProgressBoard:
         self.tasks[key] = replace(self.tasks[key], status=status, finished=self.clock(), note=note)
 
     def snapshot(self) -> dict[str, TaskState]:
-        return dict(self.tasks)
+        now = self.clock()
+        return {k: replace(t, age=now - t.started) if t.status == "running" and t.started is not None else t
+                for k, t in self.tasks.items()}
 
 
 def count(states: dict[str, TaskState], status: str) -> int:
@@ -58,13 +63,20 @@ def count(states: dict[str, TaskState], status: str) -> int:
 
 
 def eta_seconds(states: dict[str, TaskState]) -> float | None:
-    """Mean duration of the finished tasks x tasks left / tasks running at once; None before any finished."""
+    """Seconds left: each pending task is expected to take the mean duration of the finished ones, each
+    running task that less its age; the sum is shared by the tasks running at once. None before any
+    task finished (nothing to go by)."""
     took = [t.finished - t.started for t in states.values()
             if t.status == "done" and t.started is not None and t.finished is not None]
-    left = count(states, "pending") + count(states, "running")
-    if not took or not left:
-        return None if left else 0.0
-    return sum(took) / len(took) * left / max(1, count(states, "running"))
+    running = [t for t in states.values() if t.status == "running"]
+    pending = count(states, "pending")
+    if not running and not pending:
+        return 0.0
+    if not took:
+        return None
+    mean = sum(took) / len(took)
+    left = pending * mean + sum(max(0.0, mean - t.age) for t in running)
+    return left / max(1, len(running))
 
 
 def _duration(seconds: float) -> str:

@@ -6,9 +6,9 @@ declared resources, and the stages it needs are its arguments, so Ray, not bench
 - A task whose worker dies is retried by Ray (``max_retries``); a re-run sweep skips what is stored.
 - Results land in the shared results folder from the worker that computed them; the driver checks
   first that every node sees that folder and the cache folder (``shared_storage``).
-- Each task trains with ``torch_threads(cpus_per_run)`` intra-op threads. CPU float reductions depend
-  on the thread count, so a local sweep gives bit-identical JSONs when it runs with as many threads
-  (``OMP_NUM_THREADS=N bench sweep ...``).
+- Each task starts with ``torch_threads(cpus_per_run)`` intra-op threads; a run on the CPU then
+  computes with the harness's fixed count (``harness.results.threads``), so a local sweep and a Ray sweep give
+  bit-identical JSONs whatever ``--cpus-per-run`` is.
 
 Ray is an optional extra (``pip install 'bench-stability-gap[ray]'``): only this module imports it.
 """
@@ -35,6 +35,7 @@ except ImportError:  # pragma: no cover - the message is the point
 
 from ..errors import BenchError
 from ..paths import cache_dir
+from ..results.threads import CPU_THREADS
 from ..results.schema import load_result
 from .shared_storage import probe_problems, remove_probes, shared_storage_error, write_probes
 from .progress import ProgressBoard, TaskState, overall_line, running_lines
@@ -206,8 +207,8 @@ def run_ray(graph: list[Stage], options: RunOptions, plan: RayPlan, tracking_uri
         resources = ray.cluster_resources()
         echo(f"Ray cluster: {len([n for n in ray.nodes() if n.get('Alive')])} node(s), "
              f"{resources.get('CPU', 0):g} CPU(s), {resources.get('GPU', 0):g} GPU(s); each task asks for "
-             f"{plan.cpus_per_run:g} CPU(s), {plan.gpus_per_run:g} GPU(s) and trains with "
-             f"{torch_threads(plan.cpus_per_run)} thread(s)")
+             f"{plan.cpus_per_run:g} CPU(s), {plan.gpus_per_run:g} GPU(s); a run on the CPU "
+             f"computes with {CPU_THREADS} intra-op thread(s), on CUDA with {torch_threads(plan.cpus_per_run)}")
         if plan.cpus_per_run > resources.get("CPU", 0) or plan.gpus_per_run > resources.get("GPU", 0):
             raise BenchError(f"Each task asks for {plan.cpus_per_run:g} CPU(s) and {plan.gpus_per_run:g} GPU(s) "
                              f"(--cpus-per-run, --gpus-per-run), but the whole Ray cluster has "

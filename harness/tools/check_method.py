@@ -3,8 +3,10 @@
 The same guards as a real run (harness/run/budget_guards.py, harness/run/isolation.py) on two tiny embedded
 protocols derived from tiny_cil (offline with a storage cap, and online sample by sample), plus what a
 single run cannot show: the same seed giving the same numbers, ``state_dict`` surviving a save and a
-load into a fresh instance, and a run stopped mid-session resuming to the uninterrupted numbers. The project's own tests use the same specs (tests/test_contract.py), so
-a plugin author runs exactly what the built-ins pass.
+load into a fresh instance, a run stopped mid-session resuming to the uninterrupted numbers, and each
+term of the loss reaching a trainable parameter once the modifiers are applied (``loss_terms``). The
+project's own tests use the same specs (tests/test_contract.py), so a plugin author runs exactly what the
+built-ins pass.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ from ..run.isolation import random_streams
 from ..run.memory import Memory
 from ..run.budget_guards import memory_spec
 from ..run.checkpoint import Checkpointer
+from .loss_terms import check_loss_terms
 from ..spec.protocol import Protocol, load_protocol
+from ...methods.base import StandardMethod
 from ...methods.registry import build_method
 from ..run.workbench import Workbench, prepare
 from ..run.options import RunOptions
@@ -181,8 +185,15 @@ def check_method(text: str, overrides: dict[str, Any] | None = None, seed: int =
             record("state round-trip", lambda: (state_round_trip(capped, text, overrides, runs["offline"][0], seed)
                                                 or "state_dict -> torch.save -> load_state_dict -> same state"))
             record("resume", lambda: resume_check(capped, text, overrides, runs["offline"], seed, options))
+            if isinstance(runs["offline"][0], StandardMethod):
+                record("loss terms reach trainable parameters",
+                       lambda: check_loss_terms(capped, text, overrides, seed, options))
+            else:
+                out.append(Outcome("loss terms reach trainable parameters", None,
+                                   "not applicable: the method has its own step (no modifier applies)"))
+                say(out[-1])
         else:
-            for check in ("determinism", "state round-trip", "resume"):
+            for check in ("determinism", "state round-trip", "resume", "loss terms reach trainable parameters"):
                 out.append(Outcome(check, None, "not checked: the offline run failed"))
                 say(out[-1])
     return out

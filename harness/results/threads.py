@@ -1,0 +1,36 @@
+"""The CPU's intra-op thread count runs compute with, and the rule that keeps runs made with another apart.
+
+torch splits a CPU reduction (a convolution, a matmul, a sum) among its intra-op threads, and the
+order in which the partial sums are added depends on how many there are: the same seed on the same
+machine gives other weights under 1 thread than under 2, and every later stage inherits the
+difference (the deployed model, the trunk features, the joint references, every score against them).
+The default count is the machine's core count (or ``OMP_NUM_THREADS``), so left alone two people
+running the same command would get two leaderboards.
+
+So a run on the CPU trains and evaluates with ``CPU_THREADS`` intra-op threads whatever the machine
+offers (``harness.run.threads`` sets it), the count is recorded on every result
+(``options.torch_threads``), the caches a run reuses carry it in their keys, and stored CPU runs made
+with another count are set apart here (never a reference, never ranked). One thread because, on the
+small models the CPU protocols use, a second thread bought little and cost much on a shared machine:
+a reduced tiny_cil pre-training took 11-15 s on one thread and 108 s on two, the machine's two cores
+shared with other jobs. On the CPU, parallelism comes from running several runs at once (``bench sweep``).
+
+On CUDA the numbers come from the GPU, so the CPU's thread count is left as it is (recorded all the same).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+CPU_THREADS = 1
+
+
+def thread_problem(options: dict[str, Any]) -> str | None:
+    """Why a stored run is not comparable with a run made now, as far as the thread count goes: it ran
+    on the CPU with another intra-op thread count. Runs that did not record the count are kept (bench
+    recorded it before it fixed it, so such a run's count is unknown, not known to differ)."""
+    device, threads = str(options.get("device", "")), options.get("torch_threads")
+    if device.startswith("cpu") and threads is not None and threads != CPU_THREADS:
+        return (f"made on the CPU with {threads} intra-op threads (runs now compute with {CPU_THREADS}, "
+                f"and the thread count changes float results)")
+    return None

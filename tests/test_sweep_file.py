@@ -1,0 +1,67 @@
+"""The sweep file: a pydantic schema (printed by ``bench sweep --schema``), protocol paths read relative
+to the file, a ``grid:`` expanded to methods × --set values × seeds; bad input exits 2 before any compute."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+from click.testing import CliRunner
+
+from bench_stability_gap.harness.cli import main
+from bench_stability_gap.harness.sweep.plan import load_sweep
+
+from conftest import reduced_tiny
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def _sweep(folder, body: dict):
+    path = folder / "sweeps" / "mine.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump({"name": "mine", "seeds": [0, 1], **body}))
+    return path
+
+
+def test_schema_lists_every_key_and_forbids_others():
+    out = invoke("sweep", "--schema")
+    assert out.exit_code == 0, out.output
+    schema = json.loads(out.output)
+    assert set(schema["properties"]) == {"name", "description", "seeds", "runs", "grid"}
+    assert schema["additionalProperties"] is False
+    assert set(schema["$defs"]["SweepGrid"]["properties"]) == {"protocol", "methods", "set"}
+
+
+def test_a_grid_expands_methods_by_set_values_by_seeds_and_paths_resolve_from_the_file(tmp_path, monkeypatch,
+                                                                                      bench_cache):
+    (tmp_path / "sweeps" / "protocols").mkdir(parents=True)
+    (tmp_path / "sweeps" / "protocols" / "small.yaml").write_text(yaml.safe_dump(reduced_tiny()))
+    path = _sweep(tmp_path, {"grid": [{"protocol": "protocols/small.yaml", "methods": ["vanilla", "vanilla+sgm"],
+                                       "set": {"lr": [0.001, 0.0003], "weight_decay": [0.0, 0.05]}}]})
+    groups = load_sweep(str(path)).groups()
+    assert [g.set for g in groups] == [{"lr": 0.001, "weight_decay": 0.0}, {"lr": 0.001, "weight_decay": 0.05},
+                                       {"lr": 0.0003, "weight_decay": 0.0}, {"lr": 0.0003, "weight_decay": 0.05}]
+    monkeypatch.chdir(tmp_path.parent)  # another working directory: the protocol is found beside the file
+    out = invoke("sweep", str(path), "--dry-run", "--results-dir", str(tmp_path / "results"))
+    assert out.exit_code == 0, out.output
+    assert "Sweep mine: 16 run(s), 0 already done, 16 to run" in out.output  # 2 methods x 4 settings x 2 seeds
+    assert "tiny_cil_reduced vanilla+sgm seed 1 --set lr=0.0003 --set weight_decay=0.05: to run" in out.output
+
+
+def test_bad_sweep_files_exit_2_naming_the_key_or_path(tmp_path):
+    unknown = _sweep(tmp_path, {"runs": [{"protocol": "tiny_cil", "methods": ["vanilla"], "sett": {"lr": 1}}]})
+    out = invoke("sweep", str(unknown), "--dry-run")
+    assert out.exit_code == 2 and "runs.0.sett" in out.output and "Extra inputs are not permitted" in out.output
+
+    missing = _sweep(tmp_path, {"runs": [{"protocol": "protocols/nope.yaml", "methods": ["vanilla"]}]})
+    out = invoke("sweep", str(missing), "--dry-run")
+    assert out.exit_code == 2
+    assert "protocol 'protocols/nope.yaml'" in out.output and str(tmp_path / "sweeps" / "protocols" / "nope.yaml") in out.output
+
+    for grid, needle in (([{"protocol": "tiny_cil", "methods": [], "set": {}}], "grid.0.methods"),
+                         ([{"protocol": "tiny_cil", "methods": ["vanilla"], "set": {"lr": []}}], "lr lists no value"),
+                         ([], "the sweep holds no run")):
+        out = invoke("sweep", str(_sweep(tmp_path, {"grid": grid})), "--dry-run")
+        assert out.exit_code == 2 and needle in out.output, out.output
