@@ -89,9 +89,14 @@ def test_a_field_added_later_changes_no_hash_until_it_is_set():
 
     spec = load_protocol("tiny_cil")
     data = spec.model_dump(mode="json")
-    data["memory"].pop("pretrain_share")  # the spec as hashed before the field existed
+    data["memory"].pop("pretrain_share")  # the spec as hashed before the fields existed
+    data["backbone"].pop("registered_first")
     before = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
     assert spec.spec_hash == before
     split = spec.model_copy(update={"memory": Memory(policy="split", capacity=500, pretrain_share=0.8)})
     other = spec.model_copy(update={"memory": Memory(policy="split", capacity=500, pretrain_share=0.75)})
     assert len({spec.spec_hash, split.spec_hash, other.spec_hash}) == 3
+    body = spec.backbone.body
+    ordered = spec.model_copy(update={"backbone": spec.backbone.model_copy(update={"registered_first": body[-1:]})})
+    assert ordered.spec_hash != spec.spec_hash
+    assert ordered.backbone.registration_order() == [len(body) - 1, *range(len(body) - 1)]
