@@ -31,7 +31,7 @@ from .reference import joint_settings, train_joint
 from .registry import MethodSpec, build_method, code_hash, method_settings
 from .results import (JOINT, MethodStamp, ProtocolStamp, References, RunResult, Selection, git_commit,
                       library_versions, now_iso, save_result, stored_selection)
-from .workbench import RunOptions, Workbench, prepare, say
+from .workbench import RunOptions, Workbench, prepare, run_precision, say
 from ..methods.base import Method
 
 Stored = tuple[Path, Any]
@@ -81,6 +81,7 @@ def _common(protocol: Protocol, bench: Workbench, seed: int, options: RunOptions
         versions=library_versions(), git_commit=git_commit(), started_at=started,
         # torch's CPU thread count changes float reductions: two runs are bit-identical only with the same count
         options={"device": str(bench.device), "trunk_cache": options.trunk_cache, "weights": bench.weights,
+                 "precision": bench.precision,
                  "torch_threads": torch.get_num_threads(),
                  "data_path": bench.data_path.as_dict() if bench.data_path is not None else None},
     )
@@ -88,9 +89,10 @@ def _common(protocol: Protocol, bench: Workbench, seed: int, options: RunOptions
 
 def selection(protocol: Protocol, options: RunOptions, weights: str | None = None) -> Selection[Stored]:
     """Which stored runs of this protocol spec count (the one rule: ``results.select_runs``); with the
-    backbone weights' digest, runs made with other weights content do not."""
+    backbone weights' digest, runs made with other weights content do not; runs made in another
+    precision than ``options``' (``run_precision``) never do."""
     return stored_selection(options.results_dir, protocol.name, protocol.spec_hash, protocol.best_new_reference,
-                            joint_settings(protocol), weights)
+                            joint_settings(protocol), weights, run_precision(protocol, options))
 
 
 def joint_reference(protocol: Protocol, seed: int, options: RunOptions, bench: Workbench) -> tuple[RunResult, Path]:

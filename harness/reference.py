@@ -123,7 +123,7 @@ def train_joint(bench: Workbench, seed: int, options: RunOptions,
         plan = eval_plan(stream, session)
         n = session.seen_classes
         meter = FL.FlopMeter(model, bench.input_shape, cached)
-        with timed(acc.seconds, "eval"), meter.attached(), meter.evaluating(), autocast(bench.device, options.amp):
+        with timed(acc.seconds, "eval"), meter.attached(), meter.evaluating(), autocast(bench.device, bench.precision):
             result = evaluate(lambda x: model(x)[:, :n], bench.test_inputs, plan, p.eval.batch_size,
                               f"eval joint S1..S{session.index}" if options.progress else None)
         acc.eval_per_session.append(FL.flops(meter.eval_macs()))

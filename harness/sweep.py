@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -16,6 +16,9 @@ from .protocol import Protocol, load_protocol
 from .registry import build_method, format_setting, method_settings
 from .results import Selection, row_label
 from .specfile import load_spec
+
+if TYPE_CHECKING:
+    from .workbench import RunOptions
 
 
 class SweepGroup(BaseModel):
@@ -70,15 +73,18 @@ def finished(protocol: Protocol, method: str, overrides: dict[str, Any], seed: i
     return found[0] if found is not None and found[1].config == config else None
 
 
-def plan(sweep: Sweep, results_dir: Path, seeds: list[int] | None = None) -> list[PlannedRun]:
+def plan(sweep: Sweep, results_dir: Path, seeds: list[int] | None = None,
+         options: RunOptions | None = None) -> list[PlannedRun]:
     """Every run of the sweep in order (seed-major, so a partial sweep has whole seeds), each marked with
     the result that already covers it (``finished``). Every protocol, method string and setting is
-    validated up front, so a typo fails before hours of compute rather than in the middle."""
+    validated up front, so a typo fails before hours of compute rather than in the middle. ``options``:
+    the device and precision the sweep runs with (a run made in another precision does not cover it)."""
     from .pipeline import check_joint_request, selection
     from .workbench import RunOptions
 
     protocols = {g.protocol: load_protocol(g.protocol) for g in sweep.runs}
-    counted = {name: selection(spec, RunOptions(results_dir=results_dir)) for name, spec in protocols.items()}
+    options = options or RunOptions(results_dir=results_dir)
+    counted = {name: selection(spec, options) for name, spec in protocols.items()}
     cells = []  # (group, method, resolved settings): built once, whatever the number of seeds
     for group in sweep.runs:
         for method in group.methods:

@@ -49,7 +49,8 @@ class RunOptions:
     allow_download: bool = False
     overrides: dict = field(default_factory=dict)
     log: bool = True  # print what the harness is doing (references, caches)
-    amp: bool = True  # on CUDA: bf16 autocast and channels_last (no effect on the CPU)
+    # fp32 | tf32 | bf16 (``autocast``); None: the protocol's default (``run_precision``)
+    precision: str | None = None
     # opt-in ($BENCH_CPU_CHANNELS_LAST=1): the body in channels_last on a CPU with oneDNN; faster
     # backward, but float-level differences grow over training, so the curves are not the default's
     cpu_channels_last: bool = field(default_factory=lambda: os.environ.get("BENCH_CPU_CHANNELS_LAST") == "1")
@@ -68,7 +69,7 @@ class RunOptions:
     def device_key(self) -> str:
         """The options that change numbers (device, precision, layout), for checkpoint keys."""
         off = {} if self.gpu_decode else {"gpu_decode": False}  # named only when off: earlier keys stay valid
-        return run_key(device=self.device, amp=self.amp, cpu_channels_last=self.cpu_channels_last,
+        return run_key(device=self.device, precision=self.precision or "default", cpu_channels_last=self.cpu_channels_last,
                        trunk_cache=self.trunk_cache, **off)[:8]
 
 
@@ -108,21 +109,69 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def use_channels_last(model: SplitModel, device: torch.device, options: RunOptions) -> SplitModel:
-    """channels_last where it is faster: the whole model on CUDA (with amp), the body on a CPU with
+def use_channels_last(model: SplitModel, device: torch.device, options: RunOptions, precision: str) -> SplitModel:
+    """channels_last where it is faster: the whole model on CUDA (under bf16), the body on a CPU with
     oneDNN. Parameters keep their values; only their memory layout changes."""
-    if device.type == "cuda" and options.amp:
+    if device.type == "cuda" and precision == "bf16":
         return model.to(memory_format=torch.channels_last)
     if device.type == "cpu" and options.cpu_channels_last and torch.backends.mkldnn.is_available():
         model.body.to(memory_format=torch.channels_last)
     return model
 
 
-def autocast(device: torch.device, amp: bool = True) -> AbstractContextManager:
-    """bf16 autocast on CUDA (when ``amp``), nothing on the CPU."""
-    if amp and device.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return nullcontext()
+PRECISIONS = ("fp32", "tf32", "bf16")
+
+
+def check_precision(precision: str | None, device: torch.device) -> None:
+    """A precision the device has: TF32 is a math mode of NVIDIA tensor cores, so on any other device a
+    ``tf32`` run would be an fp32 run under another name (and another identity)."""
+    if precision is not None and precision not in PRECISIONS:
+        raise BenchError(f"--precision {precision!r} must be one of {', '.join(PRECISIONS)}.")
+    if precision == "tf32" and device.type != "cuda":
+        raise BenchError(f"--precision tf32 needs a CUDA device (TF32 is a tensor-core math mode); on {device} "
+                         f"use fp32, the same arithmetic.")
+
+
+def run_precision(protocol: Protocol, options: RunOptions) -> str:
+    """The precision a run trains and evaluates in: ``options.precision``, else the protocol's default:
+    fp32 on the paper's protocols (the published code trains in float32 under torch 1.12's defaults),
+    bf16 on CUDA for the embedded ones (their default before the switch existed; the CPU always ran
+    them in fp32, so their CPU numbers stay as they were)."""
+    device = resolve_device(options.device)
+    check_precision(options.precision, device)
+    if options.precision is not None:
+        return options.precision
+    return "bf16" if protocol.embedded and device.type == "cuda" else "fp32"
+
+
+def set_tf32(precision: str) -> tuple[bool, bool]:
+    """Set the TF32 switches for ``precision``; returns the values they had. fp32 and bf16: torch's
+    defaults, which are torch 1.12's (the published environment): matmuls in full float32, cuDNN
+    convolutions allowed TF32; tf32: matmuls allowed TF32 as well. No effect without tensor cores."""
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+    torch.backends.cudnn.allow_tf32 = True
+    return before
+
+
+class autocast(AbstractContextManager):  # noqa: N801 - used as a function, as torch.autocast
+    """The run's arithmetic for a block: the TF32 switches of ``precision`` (restored after it) and, under
+    bf16, autocast to bfloat16 on the device. Reusable: the runner enters one object at every update."""
+
+    def __init__(self, device: torch.device, precision: str) -> None:
+        self.device, self.precision = device, precision
+        self._saved: list[tuple[tuple[bool, bool], AbstractContextManager]] = []
+
+    def __enter__(self) -> autocast:
+        cast = torch.autocast(self.device.type, dtype=torch.bfloat16) if self.precision == "bf16" else nullcontext()
+        self._saved.append((set_tf32(self.precision), cast))
+        cast.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        (matmul, cudnn), cast = self._saved.pop()
+        cast.__exit__(*exc)
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
 
 
 @dataclass
@@ -137,6 +186,7 @@ class Workbench:
     deployed: SplitModel
     data_path: DataPathPlan | None = None  # how the inputs are held (printed, stamped on the result)
     weights: str = ""  # backbone.weights_digest: what the weights are, whatever path they came from
+    precision: str = "fp32"  # run_precision: what every training and evaluation pass computes in
 
     def batch(self, ids: np.ndarray, n_new: int) -> TrainBatch:
         is_new = torch.zeros(len(ids), dtype=torch.bool)
@@ -162,12 +212,13 @@ class Workbench:
 def prepare(protocol: Protocol, seed: int, options: RunOptions) -> Workbench:
     """Open the data, build the network, cache trunk features, and train or load the deployed model."""
     device = resolve_device(options.device)
+    precision = run_precision(protocol, options)
     stream = build_stream(protocol, seed)
     torch.manual_seed(protocol.pretrain.seed)
     net = create_network(protocol.backbone, options.allow_download)
     num_classes = None if protocol.pretrain.mode == "weights" else stream.pretrain_classes
     model = split_network(net, protocol.backbone, num_classes).to(device)
-    if device.type == "cuda" and options.amp:  # before the trunk pass that fills the cache
+    if device.type == "cuda" and precision == "bf16":  # before the trunk pass that fills the cache
         model = model.to(memory_format=torch.channels_last)
     if model.head.num_classes != stream.pretrain_classes:
         raise BenchError(
@@ -179,27 +230,29 @@ def prepare(protocol: Protocol, seed: int, options: RunOptions) -> Workbench:
     root.mkdir(parents=True, exist_ok=True)
     trunk = model.trunk if options.trunk_cache else None
     pre = {"test": Preprocess(protocol.backbone), "train": Preprocess(protocol.backbone, augment=protocol.training.augment)}
-    amp = options.amp and device.type == "cuda"
+    amp = precision == "bf16" and device.type == "cuda"  # the trunk pass under bf16 autocast (CUDA only)
     gpu = {split: options.gpu_decode and gpu_decodable(getattr(stream, split), pre[split], device) for split in pre}
     weights = weights_digest(protocol.backbone)
     keys = {split: feature_cache_key(protocol.backbone, sources, split,  # what the trunk saw differs by decoder
-                                     "-".join(v for v in ("cuda-bf16" if amp else "", "nvjpeg" if gpu[split] else "") if v),
+                                     "-".join(v for v in (f"cuda-{precision}" if device.type == "cuda" and precision != "fp32"
+                                                          else "", "nvjpeg" if gpu[split] else "") if v),
                                      weights) for split in pre}
     plan = plan_data_path(protocol, stream, trunk, device, amp, root, keys)  # before any trunk pass
     plan = dataclasses.replace(plan, gpu_decode=tuple(n for n, split in (("eval", "test"), ("train", "train")) if gpu[split]))
     say(options, plan.describe())
     t0 = time.perf_counter()
-    test_inputs = InputStore(stream.test, pre["test"], trunk, device, keys["test"], root, desc="trunk (eval)",
-                             amp=amp, progress=options.progress, mode=plan.test.mode, gpu_decode=gpu["test"])
-    t1 = time.perf_counter()
-    train_inputs = InputStore(stream.train, pre["train"], trunk, device, keys["train"], root, desc="trunk (train)",
-                              amp=amp, progress=options.progress, mode=plan.train.mode, gpu_decode=gpu["train"])
+    with autocast(device, "fp32" if precision == "bf16" else precision):  # the TF32 switches; bf16: the store's own
+        test_inputs = InputStore(stream.test, pre["test"], trunk, device, keys["test"], root, desc="trunk (eval)",
+                                 amp=amp, progress=options.progress, mode=plan.test.mode, gpu_decode=gpu["test"])
+        t1 = time.perf_counter()
+        train_inputs = InputStore(stream.train, pre["train"], trunk, device, keys["train"], root, desc="trunk (train)",
+                                  amp=amp, progress=options.progress, mode=plan.train.mode, gpu_decode=gpu["train"])
     say(options, f"inputs ready: eval {t1 - t0:.1f} s, train {time.perf_counter() - t1:.1f} s")
     model.trunk_cached = options.trunk_cache
-    bench = Workbench(protocol, stream, device, train_inputs, test_inputs, model, plan, weights)
+    bench = Workbench(protocol, stream, device, train_inputs, test_inputs, model, plan, weights, precision)
     if protocol.pretrain.mode == "train":
         _deploy(bench, options)
-    use_channels_last(model, device, options)  # after pre-training: the deployed model is as before
+    use_channels_last(model, device, options, precision)  # after pre-training: the deployed model is as before
     return bench
 
 
@@ -216,7 +269,8 @@ def _deploy(bench: Workbench, options: RunOptions) -> None:
     from .features import move_aside
 
     p = bench.protocol
-    path = cache_dir() / "deployed" / f"{p.name}-{p.spec_hash}-{bench.weights.rpartition(':')[2][:16]}.pt"
+    apart = "" if bench.precision == "fp32" else f"-{bench.precision}"  # trained in another precision: its own file
+    path = cache_dir() / "deployed" / f"{p.name}-{p.spec_hash}-{bench.weights.rpartition(':')[2][:16]}{apart}.pt"
     sidecar = path.with_name(path.name + ".json")
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock"):
@@ -286,7 +340,7 @@ def train_offline(bench: Workbench, model: SplitModel, config: MethodConfig, ids
     # all batches drawn now (the same draws as one by one), so the input store can decode them ahead
     planned = deque(pending if pending is not None else (cycler.take(batch_size) for _ in range(start, updates)))
     bench.train_inputs.plan(list(planned))
-    with autocast(bench.device, options.amp):
+    with autocast(bench.device, bench.precision):
         for u in tqdm(range(start, updates), desc=desc, unit="upd", leave=False, disable=not options.progress,
                       initial=start, total=updates):
             if checkpoint is not None:

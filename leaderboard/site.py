@@ -58,14 +58,14 @@ def protocol_slug(name: str, i: int) -> str:
     return name if _SLUG.match(name) else f"protocol-{i}"
 
 
-def _cell(stat: Stat, key: str, mark: str = "", runs: int = 0) -> dict:
+def _cell(stat: Stat, key: str, mark: str = "", runs: int = 0, note: str | None = None) -> dict:
     """One table cell; ``partial`` says how many of the row's runs had the value, when not all did."""
     column = COLUMN_BY_KEY[key]
     std = format_std(stat.std, column)
     value = rank_value(stat, column)
     return {"key": key, "text": format_value(stat.mean, column), "std": std, "mark": mark,
             "value": "" if value is None else repr(value),
-            "partial": f"{stat.n} of {runs} runs" if 0 < stat.n < runs else None}
+            "partial": f"{stat.n} of {runs} runs" if 0 < stat.n < runs else None, "note": note}
 
 
 SVG_DASHES = {"dashed": "6 3", "dotted": "1.5 2.5", "dashdot": "6 2 1.5 2"}  # the plots' line styles, for the swatch
@@ -77,7 +77,8 @@ def _row_view(row: MethodRow, run_href: dict[int, str], reference: bool = False)
         "reference": reference,
         "n": len(row.runs), "distribution": row.distribution,
         "runs": [{"seed": e.result.seed, "href": run_href[id(e)]} for e in row.runs],
-        "cells": [_cell(row.stats[c.key], c.key, "" if reference else row.marks.get(c.key, ""), len(row.runs))
+        "cells": [_cell(row.stats[c.key], c.key, "" if reference else row.marks.get(c.key, ""), len(row.runs),
+                        row.params_reading if c.key == "params" else None)
                   for c in COLUMNS],
     }
 
