@@ -9,7 +9,7 @@ from .base import Context, StandardMethod
 from .configs import OutputOnlyConfig, VanillaConfig
 
 if TYPE_CHECKING:
-    from ..harness.backbone import SplitModel
+    from ..harness.model.backbone import SplitModel
 
 
 class Vanilla(StandardMethod):

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from bench_stability_gap.harness.curves import ReferenceSession
-from bench_stability_gap.harness.metrics import compute_metrics, omega
-from bench_stability_gap.harness.protocol import load_protocol
+from bench_stability_gap.harness.results.curves import ReferenceSession
+from bench_stability_gap.harness.results.metrics import compute_metrics, omega
+from bench_stability_gap.harness.spec.protocol import load_protocol
 from results_factory import curve
 
 # one session, dense start: points at updates 0, 10, 20, 100

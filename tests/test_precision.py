@@ -11,9 +11,9 @@ from click.testing import CliRunner
 
 from bench_stability_gap.harness.cli import main
 from bench_stability_gap.harness.errors import BenchError
-from bench_stability_gap.harness.protocol import load_protocol
-from bench_stability_gap.harness.results import result_precision, select_runs
-from bench_stability_gap.harness.workbench import RunOptions, autocast, run_precision
+from bench_stability_gap.harness.spec.protocol import load_protocol
+from bench_stability_gap.harness.results.schema import result_precision, select_runs
+from bench_stability_gap.harness.run.workbench import RunOptions, autocast, run_precision
 from bench_stability_gap.leaderboard.aggregate import Entry, summarize
 
 from results_factory import joint_run, two_session_run

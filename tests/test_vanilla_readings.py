@@ -9,9 +9,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from bench_stability_gap.harness.backbone import SplitModel, create_network, split_network
-from bench_stability_gap.harness.protocol import load_protocol
-from bench_stability_gap.harness.registry import build_method
+from bench_stability_gap.harness.model.backbone import SplitModel, create_network, split_network
+from bench_stability_gap.harness.spec.protocol import load_protocol
+from bench_stability_gap.methods.registry import build_method
 
 LR = 1e-3
 
