@@ -134,3 +134,47 @@ def test_embedded_and_other_backbones_keep_full_fine_tuning():
     for method in ("derpp", "gdumb", "lwf", "remind"):
         cfg = build_method(method, "cil_places_lt")[1].config
         assert not hasattr(cfg, "pointwise") and cfg.layer_decay_order == "body", method
+
+
+def test_registered_first_must_name_body_entries(tmp_path):
+    from bench_stability_gap.harness.errors import BenchError
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("extends: cil_places_lt\nname: bad\nbackbone: {registered_first: [stages.1]}\n")
+    with pytest.raises(BenchError, match="registered_first names stages.1"):
+        load_protocol(str(bad))
+
+
+def test_code_reading_adapters_train_and_are_never_folded():
+    # a tiny body: Linear pointwise layer (the published pwconv) between two trainable tensors
+    import numpy as np
+    from torch import nn
+
+    from bench_stability_gap.harness.model.backbone import GrowingHead
+    from bench_stability_gap.harness.data.stream import Session
+    from bench_stability_gap.methods.base import TrainBatch
+    from bench_stability_gap.methods.baselines import Vanilla
+    from bench_stability_gap.methods.sgm.lora import lora_modules
+
+    torch.manual_seed(0)
+    body = nn.Sequential(nn.Sequential(nn.LayerNorm(4), nn.Linear(4, 4)))
+    model = SplitModel(nn.Sequential(nn.Identity()), body, GrowingHead(4, 3))
+    method = Vanilla(Vanilla.Config(pointwise="lora", pointwise_rank=2, lr=1e-2))
+    protocol = SimpleNamespace(name="t", backbone=SimpleNamespace(lora_targets=["1"]),
+                               training=SimpleNamespace(updates=3))
+    method.setup(model, SimpleNamespace(protocol=protocol, generator=torch.Generator().manual_seed(0)))
+    (_, layer), = lora_modules(model.body)
+    w0 = layer.get_base_layer().weight.detach().clone()
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable == {"body.0.0.weight", "body.0.0.bias", "body.0.1.base_layer.bias",
+                         "body.0.1.lora_A.default.weight", "body.0.1.lora_B.default.weight",
+                         "head.fc.weight", "head.fc.bias"}
+    session = Session(index=2, train_ids=np.arange(4), classes=np.arange(3), new_classes=np.arange(3), seen_classes=3)
+    for _ in range(2):  # two sessions: the adapters carry over, nothing folds
+        method.begin_session(session)
+        for _ in range(3):
+            method.observe(TrainBatch(torch.randn(4, 4), torch.tensor([0, 1, 2, 0]), np.arange(4),
+                                      torch.ones(4, dtype=torch.bool)))
+        method.end_session(session)
+        assert lora_modules(model.body) and torch.equal(layer.get_base_layer().weight, w0)
+    assert layer.lora_B["default"].weight.abs().sum() > 0  # the adapter learnt (B starts at 0)
