@@ -69,8 +69,8 @@ class RunOptions:
     def device_key(self) -> str:
         """The options that change numbers (device, precision, layout), for checkpoint keys."""
         off = {} if self.gpu_decode else {"gpu_decode": False}  # named only when off: earlier keys stay valid
-        return run_key(device=self.device, precision=self.precision or "default", cpu_channels_last=self.cpu_channels_last,
-                       trunk_cache=self.trunk_cache, **off)[:8]
+        return run_key(device=self.device, precision=self.precision or "default",
+                       cpu_channels_last=self.cpu_channels_last, trunk_cache=self.trunk_cache, **off)[:8]
 
 
 @contextmanager
@@ -233,9 +233,9 @@ def prepare(protocol: Protocol, seed: int, options: RunOptions) -> Workbench:
     amp = precision == "bf16" and device.type == "cuda"  # the trunk pass under bf16 autocast (CUDA only)
     gpu = {split: options.gpu_decode and gpu_decodable(getattr(stream, split), pre[split], device) for split in pre}
     weights = weights_digest(protocol.backbone)
+    arithmetic = f"cuda-{precision}" if device.type == "cuda" and precision != "fp32" else ""  # the trunk pass's
     keys = {split: feature_cache_key(protocol.backbone, sources, split,  # what the trunk saw differs by decoder
-                                     "-".join(v for v in (f"cuda-{precision}" if device.type == "cuda" and precision != "fp32"
-                                                          else "", "nvjpeg" if gpu[split] else "") if v),
+                                     "-".join(v for v in (arithmetic, "nvjpeg" if gpu[split] else "") if v),
                                      weights) for split in pre}
     plan = plan_data_path(protocol, stream, trunk, device, amp, root, keys)  # before any trunk pass
     plan = dataclasses.replace(plan, gpu_decode=tuple(n for n, split in (("eval", "test"), ("train", "train")) if gpu[split]))

@@ -89,7 +89,8 @@ def measure(protocol, model, device, batch: int, images: int, repeats: int) -> C
         model = model.to(device).eval()
         if device.type == "cuda":  # as the harness runs it there: bf16 autocast, channels_last
             model, x = model.to(memory_format=torch.channels_last), x.contiguous(memory_format=torch.channels_last)
-        with torch.no_grad(), autocast(device, "bf16" if device.type == "cuda" else "fp32"):  # the forwards as the harness makes them (CPU: 16-row chunks)
+        # the forwards as the harness makes them (CPU: 16-row chunks; CUDA: bf16, the embedded protocols' default)
+        with torch.no_grad(), autocast(device, "bf16" if device.type == "cuda" else "fp32"):
             trunk = _per_image(lambda: (in_cpu_chunks(model.trunk, x), sync()), batch, repeats)
             feats = model.trunk(x)
             body_eval = _per_image(lambda: (in_cpu_chunks(lambda f: model.head(model.body(f)), feats), sync()),
