@@ -27,11 +27,13 @@ from .continual import Diverged, run_cl
 from .checkpoint import Checkpointer, checkpointer, run_key
 from ..errors import BenchError
 from ..spec.protocol import Protocol
-from .joint import joint_settings, train_joint
+from .joint import train_joint
+from ...methods.configs import joint_settings
 from ...methods.registry import MethodSpec, build_method, code_hash, method_settings
 from ..results.schema import (JOINT, MethodStamp, ProtocolStamp, References, RunResult, Selection, git_commit,
                       library_versions, now_iso, save_result, stored_selection)
-from .workbench import RunOptions, Workbench, prepare, run_precision, say
+from .workbench import Workbench, prepare
+from .options import RunOptions, run_precision, say
 from ...methods.base import Method
 
 Stored = tuple[Path, Any]

@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..spec.protocol import Protocol, load_protocol
-from ...methods.registry import build_method, format_setting, method_settings
-from ..results.schema import Selection, row_label
+from ...methods.registry import build_method, method_settings
+from ..results.schema import Selection, format_setting, row_label
 from ..spec.specfile import load_spec
 
 if TYPE_CHECKING:
-    from ..run.workbench import RunOptions
+    from ..run.options import RunOptions
 
 
 class SweepGroup(BaseModel):
@@ -80,7 +80,7 @@ def plan(sweep: Sweep, results_dir: Path, seeds: list[int] | None = None,
     validated up front, so a typo fails before hours of compute rather than in the middle. ``options``:
     the device and precision the sweep runs with (a run made in another precision does not cover it)."""
     from ..run.pipeline import check_joint_request, selection
-    from ..run.workbench import RunOptions
+    from ..run.options import RunOptions
 
     protocols = {g.protocol: load_protocol(g.protocol) for g in sweep.runs}
     options = options or RunOptions(results_dir=results_dir)

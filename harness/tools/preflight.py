@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BenchError
+from ..results.tracking import sqlite_path
 from ..spec.protocol import MAX_SEED, Protocol
 
 # Space the outputs need at least: a result JSON is tens of KB and the MLflow store grows by about as
@@ -63,15 +64,6 @@ def check_writable_folder(path: Path, what: str, min_free: int) -> None:
     if free < min_free:
         raise BenchError(f"The {what} {path} has {free / 2**20:.0f} MiB free; a run needs at least "
                          f"{min_free / 2**20:.0f} MiB there. Free some space or pass another path; nothing has run.")
-
-
-def sqlite_path(uri: str) -> Path:
-    """The database file of a ``sqlite:///`` URI (MLflow takes SQLAlchemy's form)."""
-    rest = uri[len("sqlite://"):]
-    if not rest.startswith("/"):
-        raise BenchError(f"Tracking URI {uri!r} is malformed: write sqlite:///relative/path.db or "
-                         f"sqlite:////absolute/path.db.")
-    return Path(urllib.parse.unquote(rest[1:].split("?", 1)[0])).expanduser()
 
 
 def _check_sqlite(uri: str) -> None:
