@@ -109,6 +109,11 @@ def _run_options(f):
         click.option("--gpu-decode/--no-gpu-decode", default=True, show_default=True, expose_value=False,
                      callback=_remember, help="on CUDA, decode JPEG files on the GPU (nvJPEG); the trunk cache "
                                               "keeps the two decoders' features apart"),
+        click.option("--precision", type=click.Choice(["fp32", "tf32", "bf16"]), default=None, expose_value=False,
+                     callback=_remember, help="arithmetic of training and evaluation: fp32 (torch 1.12's defaults, "
+                                              "as the published code), tf32 (CUDA: TF32 matmuls too) or bf16 "
+                                              "autocast [default: fp32 on the paper's protocols; embedded ones: "
+                                              "bf16 on CUDA, fp32 on the CPU]; part of a run's identity"),
         click.option("--restart", is_flag=True, expose_value=False, callback=_remember,
                      help="discard the stored checkpoint of this run instead of resuming from it"),
         click.option("--checkpoint-every", type=click.IntRange(min=0), expose_value=False, callback=_remember,
@@ -138,17 +143,18 @@ def _options(overrides: dict, results_dir: Path | None, device: str, trunk_cache
              allow_download: bool):
     from .paths import results_dir as resolve_results
     from .run.options import RunOptions
-    from .model.device import resolve_device
+    from .model.device import check_precision, resolve_device
 
     chosen = resolve_device(device)
+    meta = click.get_current_context().meta
+    check_precision(meta.get("bench.precision"), chosen)
     how = " (auto: " + ("a CUDA device is present)" if chosen.type == "cuda" else "torch sees no CUDA device)") \
         if device == "auto" else ""
     click.echo(f"device: {chosen}{how}", err=True)
-    meta = click.get_current_context().meta
     return RunOptions(results_dir=resolve_results(results_dir), device=str(chosen), trunk_cache=trunk_cache,
                       progress=progress, allow_download=allow_download, overrides=overrides,
                       restart=bool(meta.get("bench.restart")), checkpoint_every=meta.get("bench.checkpoint_every"),
-                      gpu_decode=meta.get("bench.gpu_decode", True))
+                      gpu_decode=meta.get("bench.gpu_decode", True), precision=meta.get("bench.precision"))
 
 
 @main.command()
@@ -249,7 +255,7 @@ def sweep(sweep: str | None, schema: bool, seeds: str | None, dry_run: bool, tab
             click.echo(f"\nTuning {method} on {protocol.name} ({ruleset(protocol, None, None).trials} trials on its "
                        f"validation split) before its tuned rows")
             ensure_tuned(protocol, method, dataclasses.replace(options, progress=False), ray_plan, click.echo)
-    runs = plan(spec, options.results_dir, chosen)  # builds every method: names and settings checked
+    runs = plan(spec, options.results_dir, chosen, options)  # builds every method: names and settings checked
     todo = [r for r in runs if r.done is None]
     if not dry_run:
         for protocol in {r.protocol.spec_hash: r.protocol for r in todo}.values():
@@ -261,7 +267,7 @@ def sweep(sweep: str | None, schema: bool, seeds: str | None, dry_run: bool, tab
             click.echo(f"  [{i}/{len(runs)}] {r.label}: " + (f"done ({r.done})" if r.done else "to run"))
     if dry_run:
         return
-    graph = stage_graph(runs, options.results_dir)
+    graph = stage_graph(runs, options.results_dir, options)
     if ray_plan is None:
         from .tools.api import run_local_sweep
 
@@ -404,7 +410,9 @@ def ls(what: str) -> None:
 @click.argument("name")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="override a method setting")
 @click.option("--seed", "-s", default=0, show_default=True, type=int)
-def check_method_cmd(name: str, overrides: tuple[str, ...], seed: int) -> None:
+@click.option("--precision", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True,
+              help="arithmetic of the check's runs (on the CPU: fp32, or bf16 autocast)")
+def check_method_cmd(name: str, overrides: tuple[str, ...], seed: int, precision: str) -> None:
     """Run the method contract on NAME (base(+modifier)*, any installed method) on two tiny embedded
     protocols: budget, storage, test isolation, determinism, state round-trip, resume, each loss term
     reaching a trainable parameter under the modifiers. Exit 2 on a breach."""
@@ -412,7 +420,7 @@ def check_method_cmd(name: str, overrides: tuple[str, ...], seed: int) -> None:
     from ..methods.registry import parse_overrides
 
     mark = {True: "PASS", False: "FAIL", None: "----"}
-    outcomes = check_method(name, parse_overrides(list(overrides)), seed,
+    outcomes = check_method(name, parse_overrides(list(overrides)), seed, precision=precision,
                             say=lambda o: click.echo(f"{mark[o.passed]}  {o.check}: {o.detail}"))
     failed = [o for o in outcomes if o.passed is False]
     if failed:

@@ -32,7 +32,7 @@ from ..harness.errors import BenchError
 from ..harness.results.catalog import (METRICS, OPTIONAL_KEYS, TABLE_KEYS, Direction, MetricInfo, displayed,
                                       format_std, format_value)
 from ..harness.results.metrics import Metrics, best_new_accuracy, compute_metrics, plasticity_gap
-from ..harness.results.schema import RunResult, select_runs
+from ..harness.results.schema import RunResult, result_precision, select_runs
 from ..harness.results.tidy import runs_frame, seed_stats
 from ..harness.results.uncertainty import Interval, Paired, bootstrap_ci, paired_difference
 
@@ -200,6 +200,12 @@ class MethodRow:
         m = self.runs[0].result.method
         return f"{m.distribution} {m.version}"
 
+    @property
+    def params_reading(self) -> str | None:
+        """Which of vanilla's two readings the row's #P counts (``vanilla_reading``), when it has one."""
+        readings = {vanilla_reading(e.result) for e in self.runs}
+        return readings.pop() if len(readings) == 1 else None
+
     @classmethod
     def of(cls, entries: list[Entry]) -> MethodRow:
         """The row of one method's runs: mean ± std of every column over them (``seed_stats``)."""
@@ -216,6 +222,16 @@ class MethodRow:
 
 def _with_ci(stat: Stat, values: Iterable[float | None]) -> Stat:
     return Stat(stat.mean, stat.std, stat.n, bootstrap_ci([v for v in values if v is not None]))
+
+
+def vanilla_reading(result: RunResult) -> str | None:
+    """``code: LoRA blocks`` or ``text: full fine-tuning`` for a run of vanilla's body (its ``pointwise``
+    setting), None where the setting is absent or a LoRA modifier owns the pointwise layers."""
+    pointwise = result.config.get("pointwise")
+    sgm = result.config.get("sgm") or {}
+    if pointwise is None or "lora" in result.method.modifiers or "lora" in sgm.get("use", []):
+        return None
+    return "code: LoRA blocks" if pointwise == "lora" else "text: full fine-tuning"
 
 
 def entry_frame(entries: Sequence[Entry]) -> pd.DataFrame:
@@ -243,6 +259,7 @@ class Board:
     best_new_methods: tuple[str, ...]  # the protocol's A_best reference set
     unranked: list[Entry]
     entries: list[Entry]
+    precision: str = "fp32"  # what every run on the board computed in (two precisions: two boards)
 
     @property
     def ranked_runs(self) -> list[Entry]:
@@ -299,7 +316,7 @@ def _current_hash(name: str, entries: Sequence[Entry]) -> tuple[str, str, object
     return newest.result.protocol.hash, origin, None
 
 
-def summarize_protocol(name: str, entries: list[Entry]) -> Board:
+def summarize_protocol(name: str, entries: list[Entry], precision: str = "fp32") -> Board:
     """Rank one protocol's runs: which runs count is ``harness.results.select_runs`` (the rule the runner
     and the sweep use too); here only the leaderboard's own rule is added: a method is ranked when it has
     as many seeds as the best-covered method."""
@@ -311,7 +328,7 @@ def summarize_protocol(name: str, entries: list[Entry]) -> Board:
         e.__dict__.pop("method", None)  # the row name split_by_code may have given it last time
     reference_set = spec.best_new_reference if spec is not None else _stored_reference_set(entries)
     sel = select_runs(entries, current, reference_set, joint_settings(spec) if spec is not None else None,
-                      result_of=lambda e: e.result)
+                      result_of=lambda e: e.result, precision=precision)
     for e, reason in sel.apart:
         e.reason = reason
     joints = dict(sel.joints)
@@ -385,7 +402,7 @@ def summarize_protocol(name: str, entries: list[Entry]) -> Board:
         version=getattr(first, "version", None),
         rows=rows, reference_row=reference_row, joints=joints, best_new=best_new, best_new_from=best_from,
         best_new_methods=sel.best_new_methods,
-        unranked=unranked, entries=entries,
+        unranked=unranked, entries=entries, precision=precision,
     )
 
 
@@ -408,11 +425,12 @@ def _stored_reference_set(entries: Sequence[Entry]) -> list[str]:
 
 
 def summarize(entries: Iterable[Entry]) -> list[Board]:
-    """One board per protocol name found in the results, sorted by name."""
-    groups: dict[str, list[Entry]] = defaultdict(list)
+    """One board per protocol name and precision found in the results, sorted by name: runs made in
+    two precisions never share a row, a joint reference or an A_best."""
+    groups: dict[tuple[str, str], list[Entry]] = defaultdict(list)
     for e in entries:
-        groups[e.result.protocol.name].append(e)
-    return [summarize_protocol(name, groups[name]) for name in sorted(groups)]
+        groups[(e.result.protocol.name, result_precision(e.result))].append(e)
+    return [summarize_protocol(name, groups[(name, precision)], precision) for name, precision in sorted(groups)]
 
 
 def boards_frame(boards: Sequence[Board]) -> pd.DataFrame:
@@ -488,7 +506,7 @@ def format_table(boards: Sequence[Board], fmt: TableFormat = "markdown",
     out: list[str] = []
     headers = ["method", "seeds", "settings"] + [_header(c) for c in columns] + [f"Δ{order.symbol} vs {BASELINE} [95% CI]"]
     for board in boards:
-        title = f"{board.name} (protocol hash {board.current_hash})"
+        title = f"{board.name} (protocol hash {board.current_hash}, {board.precision})"
         out.append(f"## {title}" if fmt == "markdown" else title)
         out.append("")
         body: list[list[str]] = []
@@ -499,6 +517,8 @@ def format_table(boards: Sequence[Board], fmt: TableFormat = "markdown",
                 mark = row.marks.get(c.key)
                 if fmt == "markdown" and text != "–":
                     text = f"**{text}**" if mark == "best" else f"_{text}_" if mark == "second" else text
+                if c.key == "params" and row.params_reading:
+                    text += f" ({row.params_reading})"
                 cells.append(text)
             cells.append(paired_text(row.paired.get(order.key), order, len(row.runs)) if row.method != BASELINE
                          else "(baseline)")

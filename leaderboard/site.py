@@ -58,7 +58,7 @@ def protocol_slug(name: str, i: int) -> str:
     return name if _SLUG.match(name) else f"protocol-{i}"
 
 
-def _cell(stat: Stat, key: str, mark: str = "", runs: int = 0) -> dict:
+def _cell(stat: Stat, key: str, mark: str = "", runs: int = 0, note: str | None = None) -> dict:
     """One table cell; ``partial`` says how many of the row's runs had the value, when not all did."""
     column = COLUMN_BY_KEY[key]
     std = format_std(stat.std, column)
@@ -67,7 +67,7 @@ def _cell(stat: Stat, key: str, mark: str = "", runs: int = 0) -> dict:
           if stat.ci is not None and stat.ci.low < stat.ci.high else None)
     return {"key": key, "text": format_value(stat.mean, column), "std": std, "mark": mark, "ci": ci,
             "optional": column.optional, "value": "" if value is None else repr(value),
-            "partial": f"{stat.n} of {runs} runs" if 0 < stat.n < runs else None}
+            "partial": f"{stat.n} of {runs} runs" if 0 < stat.n < runs else None, "note": note}
 
 
 SVG_DASHES = {"dashed": "6 3", "dotted": "1.5 2.5", "dashdot": "6 2 1.5 2"}  # the plots' line styles, for the swatch
@@ -81,7 +81,8 @@ def _row_view(row: MethodRow, run_href: dict[int, str], reference: bool = False,
         "reference": reference, "effort": row.effort, "partial": row.partial, "most": most,
         "n": len(row.runs), "distribution": row.distribution,
         "runs": [{"seed": e.result.seed, "href": run_href[id(e)]} for e in row.runs],
-        "cells": [_cell(row.stats[c.key], c.key, "" if reference else row.marks.get(c.key, ""), len(row.runs))
+        "cells": [_cell(row.stats[c.key], c.key, "" if reference else row.marks.get(c.key, ""), len(row.runs),
+                        row.params_reading if c.key == "params" else None)
                   for c in ALL_COLUMNS],
         "paired": None if reference or row.method == BASELINE else {
             "text": paired_text(paired, order, len(row.runs)), "inconclusive": paired is None or paired.inconclusive},

@@ -152,7 +152,7 @@ class Modifier:
 
 
 def layerwise_groups(model: SplitModel, lr: float, weight_decay: float, layer_decay: float,
-                     train_body: bool, unit: str = "module") -> list[dict]:
+                     train_body: bool, unit: str = "module", order: list[int] | None = None) -> list[dict]:
     """Parameter groups with the lr decayed by ``layer_decay`` per step below the head.
 
     ``unit="module"``: the head is one group at ``lr``, each body module (``backbone.body`` entry) one
@@ -161,9 +161,13 @@ def layerwise_groups(model: SplitModel, lr: float, weight_decay: float, layer_de
     body then head, in ``named_parameters`` order, reversed, tensor ``i`` from the end at
     ``lr * layer_decay**i``; frozen tensors (LoRA's base weights) count as steps but get no group. So the
     head's bias trains at ``lr``, its weight at ``0.9 lr``, and a body a hundred tensors deep barely moves.
+    ``order``: the body entries' indices in the order the walk meets them from the bottom (the published
+    model's registration order, ``Backbone.registration_order``); unset: the body's own order.
     """
     if unit == "tensor":
-        named = [(f"body.{n}", p) for n, p in model.body.named_parameters()] if train_body else []
+        named = []
+        for k in (order if order is not None else range(len(model.body))) if train_body else []:
+            named += [(f"body.{k}.{n}", p) for n, p in model.body[k].named_parameters()]
         named += [(f"head.{n}", p) for n, p in model.head.named_parameters()]
         return [{"name": name, "params": [p], "lr": lr * layer_decay**i, "weight_decay": weight_decay}
                 for i, (name, p) in enumerate(reversed(named)) if p.requires_grad]
@@ -232,7 +236,7 @@ class StandardMethod(Method):
         cfg = self.config
         groups = layerwise_groups(self.model, cfg.lr, cfg.weight_decay, cfg.layer_decay,
                                   train_body=any(p.requires_grad for p in self.model.body.parameters()),
-                                  unit=cfg.layer_decay_unit)
+                                  unit=cfg.layer_decay_unit, order=self.decay_order())
         for m in self.modifiers:
             groups = m.param_groups(self, groups)
         groups = [g for g in groups if g["params"]]
@@ -241,6 +245,12 @@ class StandardMethod(Method):
         for m in self.modifiers:
             scheduler = m.scheduler(self, optimizer, total_steps) or scheduler
         return optimizer, scheduler
+
+    def decay_order(self) -> list[int] | None:
+        """The body entries' order for the per-tensor lr decay (None: forward order)."""
+        if getattr(self.config, "layer_decay_order", "body") == "registration":
+            return self.ctx.protocol.backbone.registration_order()
+        return None
 
     def _restore_optimizer(self) -> None:
         optimizer_state, scheduler_state = getattr(self, "_pending_optimizer_state", (None, None))

@@ -54,10 +54,23 @@ class MethodConfig(Settings):
     layer_decay_unit: Literal["tensor", "module"] = Field(
         "tensor", description="what one step of layer_decay is: a parameter tensor, walking named_parameters "
                               "from the head down (the published code), or a body module (one per backbone.body entry)")
+    layer_decay_order: Literal["body", "registration"] = Field(
+        "body", description="order of the per-tensor walk: the body's forward order, or the published model's "
+                            "registration order (backbone.registered_first entries deepest)")
     trainable: str = Field("body+head", pattern="^(head|body\\+head)$")
 
     # around the paper's AdamW settings (lr 1e-3 at batch 256, weight decay 0.05), a decade or more each way
     search_space: ClassVar[SearchSpace] = {"lr": Dim(1e-5, 1e-2, log=True), "weight_decay": Dim(1e-3, 0.3, log=True)}
+
+
+class VanillaConfig(MethodConfig):
+    pointwise: Literal["trained", "lora"] = Field(
+        "trained", description="the body's pointwise layers (backbone.lora_targets): trained (full fine-tuning, "
+                               "the paper's text) or loralib LoRA layers as the published code builds them "
+                               "(weight frozen, a rank-r adapter at scale alpha/r trained beside it, never folded)")
+    pointwise_rank: int = Field(48, gt=0, le=MAX_LORA_RANK, description="r of the adapters when pointwise: lora")
+    pointwise_alpha: float = Field(1.0, gt=0, le=1e6, description="adapter scale alpha/r when pointwise: lora "
+                                                                   "(loralib's default alpha 1: 1/48 at r 48)")
 
 
 class NoConfig(Settings):
@@ -244,7 +257,7 @@ _PKG = "bench_stability_gap.methods"
 CONFIGS: dict[str, type[BaseModel]] = {
     f"{_PKG}.baselines:Finetune": MethodConfig,
     f"{_PKG}.baselines:OutputOnly": OutputOnlyConfig,
-    f"{_PKG}.baselines:Vanilla": MethodConfig,
+    f"{_PKG}.baselines:Vanilla": VanillaConfig,
     f"{_PKG}.derpp:DERpp": DERppConfig,
     f"{_PKG}.gdumb:GDumb": MethodConfig,
     f"{_PKG}.lwf:LwF": LwFConfig,

@@ -92,6 +92,7 @@ def test_a_field_added_later_changes_no_hash_until_it_is_set():
     data["memory"].pop("pretrain_share")  # the spec as hashed before the fields existed
     for name in ("validation", "tuning", "scored_on"):
         data.pop(name)
+    data["backbone"].pop("registered_first")
     before = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
     assert spec.spec_hash == before
     split = spec.model_copy(update={"memory": Memory(policy="split", capacity=500, pretrain_share=0.8)})
@@ -100,3 +101,7 @@ def test_a_field_added_later_changes_no_hash_until_it_is_set():
     # a validation split and a tuning ruleset change no test run, hence not its hash; the tuning view differs
     tunable = spec.model_copy(update={"validation": Validation(per_class=5), "tuning": TuningRules(trials=3)})
     assert tunable.spec_hash == spec.spec_hash != tunable.tuning_view().spec_hash
+    body = spec.backbone.body
+    ordered = spec.model_copy(update={"backbone": spec.backbone.model_copy(update={"registered_first": body[-1:]})})
+    assert ordered.spec_hash != spec.spec_hash
+    assert ordered.backbone.registration_order() == [len(body) - 1, *range(len(body) - 1)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from contextlib import AbstractContextManager, nullcontext
+from typing import Any
 
 import numpy as np
 import torch
@@ -28,18 +29,54 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def use_channels_last(model: SplitModel, device: torch.device, amp: bool, cpu_channels_last: bool) -> SplitModel:
-    """channels_last where it is faster: the whole model on CUDA (with amp), the body on a CPU with
+def use_channels_last(model: SplitModel, device: torch.device, precision: str, cpu_channels_last: bool) -> SplitModel:
+    """channels_last where it is faster: the whole model on CUDA (under bf16), the body on a CPU with
     oneDNN. Parameters keep their values; only their memory layout changes."""
-    if device.type == "cuda" and amp:
+    if device.type == "cuda" and precision == "bf16":
         return model.to(memory_format=torch.channels_last)
     if device.type == "cpu" and cpu_channels_last and torch.backends.mkldnn.is_available():
         model.body.to(memory_format=torch.channels_last)
     return model
 
 
-def autocast(device: torch.device, amp: bool = True) -> AbstractContextManager:
-    """bf16 autocast on CUDA (when ``amp``), nothing on the CPU."""
-    if amp and device.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return nullcontext()
+PRECISIONS = ("fp32", "tf32", "bf16")
+
+
+def check_precision(precision: str | None, device: torch.device) -> None:
+    """A precision the device has: TF32 is a math mode of NVIDIA tensor cores, so on any other device a
+    ``tf32`` run would be an fp32 run under another name (and another identity)."""
+    if precision is not None and precision not in PRECISIONS:
+        raise BenchError(f"--precision {precision!r} must be one of {', '.join(PRECISIONS)}.")
+    if precision == "tf32" and device.type != "cuda":
+        raise BenchError(f"--precision tf32 needs a CUDA device (TF32 is a tensor-core math mode); on {device} "
+                         f"use fp32, the same arithmetic.")
+
+
+def set_tf32(precision: str) -> tuple[bool, bool]:
+    """Set the TF32 switches for ``precision``; returns the values they had. fp32 and bf16: torch's
+    defaults, which are torch 1.12's (the published environment): matmuls in full float32, cuDNN
+    convolutions allowed TF32; tf32: matmuls allowed TF32 as well. No effect without tensor cores."""
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+    torch.backends.cudnn.allow_tf32 = True
+    return before
+
+
+class autocast(AbstractContextManager):  # noqa: N801 - used as a function, as torch.autocast
+    """The run's arithmetic for a block: the TF32 switches of ``precision`` (restored after it) and, under
+    bf16, autocast to bfloat16 on the device. Reusable: the runner enters one object at every update."""
+
+    def __init__(self, device: torch.device, precision: str) -> None:
+        self.device, self.precision = device, precision
+        self._saved: list[tuple[tuple[bool, bool], AbstractContextManager]] = []
+
+    def __enter__(self) -> autocast:
+        cast = torch.autocast(self.device.type, dtype=torch.bfloat16) if self.precision == "bf16" else nullcontext()
+        self._saved.append((set_tf32(self.precision), cast))
+        cast.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        (matmul, cudnn), cast = self._saved.pop()
+        cast.__exit__(*exc)
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn

@@ -25,6 +25,11 @@ RecoveryOn = Literal["pretrain", "old"]
 # ``"all_runs"`` measures against A_best(E_j), the best of every run (P_Δ's scale).
 BEST_NEW_FRACTION = 0.99
 SpeedReference = Literal["own", "all_runs"]
+# How Ω weights a session's eval points (the paper averages every update 1..L, l. 161-173; the curves hold
+# eval points only): "interval" (bench) weights point p by the updates since the previous point, update 0
+# left out; "points" is the plain mean of the points after update 0; "points_with_start" the plain mean
+# of every point, update 0 included. They agree on evenly spaced points without update 0 counted.
+EvalWeighting = Literal["interval", "points", "points_with_start"]
 
 _T = TypeVar("_T")
 
@@ -77,7 +82,8 @@ def _gap(omegas: Sequence[float]) -> float:
 # ------------------------------------------------------------------------------ the paper's gaps
 
 
-def omega(updates: Sequence[int], acc: Sequence[float], reference: float) -> float:
+def omega(updates: Sequence[int], acc: Sequence[float], reference: float,
+          weighting: EvalWeighting = "interval") -> float:
     """Ω_j: mean accuracy over a session's eval points relative to a reference (paper eq. 1-3).
 
     The paper averages A_i / A_ref over every update i = 1..L. We only have eval points
@@ -86,7 +92,7 @@ def omega(updates: Sequence[int], acc: Sequence[float], reference: float) -> flo
     updates since the previous point, so it is weighted by ``(u_p - u_{p-1}) / u_L`` (a
     left-Riemann sum of the per-update curve). With evenly spaced points (u_p = p*c) every weight
     is 1/L and this is the plain mean; a denser start (where the gap is deepest) then does not
-    over-count the first updates.
+    over-count the first updates. ``weighting``: the other readings (see ``EvalWeighting``).
     """
     if len(updates) != len(acc):
         raise ValueError(f"{len(updates)} eval points but {len(acc)} accuracies")
@@ -98,34 +104,43 @@ def omega(updates: Sequence[int], acc: Sequence[float], reference: float) -> flo
         raise ValueError("eval points must be strictly increasing")
     if not reference > 0:
         raise ValueError(f"the reference accuracy must be positive, got {reference}")
+    if weighting == "points":
+        return _mean(acc[1:]) / reference
+    if weighting == "points_with_start":
+        return _mean(acc) / reference
+    if weighting != "interval":
+        raise ValueError(f"unknown eval-point weighting {weighting!r}")
     total = updates[-1]
     weighted = sum((updates[p] - updates[p - 1]) * acc[p] for p in range(1, len(updates)))
     return weighted / total / reference
 
 
-def stability_gap(curves: Sequence[SessionCurve], joint: Sequence[ReferenceSession]) -> float:
+def stability_gap(curves: Sequence[SessionCurve], joint: Sequence[ReferenceSession],
+                  weighting: EvalWeighting = "interval") -> float:
     """S_Δ = 1 − mean_j Ω_j(old / A_joint(E_1:j−1)): how much old-class accuracy is missing."""
     refs = _by_session(joint)
     return _gap(
         [
-            omega(c.updates, c.old, _reference(refs, c.session, "joint reference").old)
+            omega(c.updates, c.old, _reference(refs, c.session, "joint reference").old, weighting)
             for c in _ordered(curves)
         ]
     )
 
 
-def continual_knowledge_gap(curves: Sequence[SessionCurve], joint: Sequence[ReferenceSession]) -> float:
+def continual_knowledge_gap(curves: Sequence[SessionCurve], joint: Sequence[ReferenceSession],
+                            weighting: EvalWeighting = "interval") -> float:
     """CK_Δ = 1 − mean_j Ω_j(all / A_joint(E_1:j)): the balance of old and new knowledge."""
     refs = _by_session(joint)
     return _gap(
         [
-            omega(c.updates, c.all, _reference(refs, c.session, "joint reference").all)
+            omega(c.updates, c.all, _reference(refs, c.session, "joint reference").all, weighting)
             for c in _ordered(curves)
         ]
     )
 
 
-def plasticity_gap(curves: Sequence[SessionCurve], best_new: Mapping[int, float]) -> float | None:
+def plasticity_gap(curves: Sequence[SessionCurve], best_new: Mapping[int, float],
+                   weighting: EvalWeighting = "interval") -> float | None:
     """P_Δ = 1 − mean_j Ω_j(new / A_best(E_j)): how slowly new classes are learned.
 
     Normalized by the best CL accuracy on E_j (see ``best_new_accuracy``), not by the joint model,
@@ -136,7 +151,7 @@ def plasticity_gap(curves: Sequence[SessionCurve], best_new: Mapping[int, float]
     best = [float(_reference(best_new, c.session, "best new-class accuracy")) for c in ordered]
     if not all(b > 0 for b in best):
         return None
-    return _gap([omega(c.updates, c.new, b) for c, b in zip(ordered, best)])
+    return _gap([omega(c.updates, c.new, b, weighting) for c, b in zip(ordered, best)])
 
 
 def best_new_accuracy(runs: Iterable[Sequence[SessionCurve]]) -> dict[int, float]:
@@ -362,11 +377,13 @@ def compute_metrics(
     best_new: Mapping[int, float],
     recovery_on: RecoveryOn = "pretrain",
     speed_reference: SpeedReference = "own",
+    eval_weighting: EvalWeighting = "interval",
 ) -> Metrics:
     """All metrics of one run from its curves, the joint references and A_best per session.
 
     FLOP-based entries are None overall when no curve recorded FLOPs, and None for a session whose
-    curve did not. ``recovery_on`` and ``speed_reference``: see RECOVERY_FRACTIONS / BEST_NEW_FRACTION.
+    curve did not. ``recovery_on`` and ``speed_reference``: see RECOVERY_FRACTIONS / BEST_NEW_FRACTION;
+    ``eval_weighting``: how Ω weights the eval points of S_Δ, P_Δ and CK_Δ (see ``EvalWeighting``).
     """
     ordered = _ordered(curves)
     refs = _by_session(joint)
@@ -376,9 +393,9 @@ def compute_metrics(
             for c in ordered]
     has_flops = any(c.train_flops is not None for c in ordered)
     return Metrics(
-        S_delta=stability_gap(ordered, joint),
-        P_delta=plasticity_gap(ordered, best_new),
-        CK_delta=continual_knowledge_gap(ordered, joint),
+        S_delta=stability_gap(ordered, joint, eval_weighting),
+        P_delta=plasticity_gap(ordered, best_new, eval_weighting),
+        CK_delta=continual_knowledge_gap(ordered, joint, eval_weighting),
         sigma=sigma(ordered),
         mu=mu(ordered),
         alpha=alpha(ordered),

@@ -320,6 +320,15 @@ def result_problem(r: RunResult) -> str | None:
     return None
 
 
+def result_precision(r: RunResult) -> str:
+    """The precision a run computed in (``run.options.run_precision``). A result from before the setting
+    was recorded ran as bench's only mode then: bf16 autocast on CUDA, float32 elsewhere."""
+    recorded = r.options.get("precision")
+    if recorded:
+        return str(recorded)
+    return "bf16" if str(r.options.get("device", "cpu")).startswith("cuda") else "fp32"
+
+
 def _same_settings(stored: dict[str, Any], expected: dict[str, Any]) -> bool:
     """Every setting a joint run recorded equals the protocol's (a setting added to bench later, absent
     from an older run's record, does not make it another reference), and the optimizer's are there."""
@@ -366,11 +375,12 @@ class Selection(Generic[T]):
 def select_runs(items: Iterable[T], protocol_hash: str, best_new_methods: Iterable[str],
                 joint_config: dict[str, Any] | None = None,
                 result_of: Callable[[T], RunResult | BenchError] = lambda item: item,  # type: ignore[assignment,return-value]
-                weights: str | None = None) -> Selection[T]:
+                weights: str | None = None, precision: str | None = None) -> Selection[T]:
     """Sort stored runs of one protocol into what counts and what is set apart (see ``Selection``).
     ``joint_config``: the settings the protocol's joint reference trains with, when known; ``weights``: the
     content digest of the backbone weights in use, when known (a weights file replaced at the same path
-    leaves the spec hash as it was, so runs made with the old content are set apart by this)."""
+    leaves the spec hash as it was, so runs made with the old content are set apart by this); ``precision``:
+    the run's precision, when known (runs made in another precision are neither references nor rows)."""
     sel: Selection[T] = Selection(protocol_hash, tuple(best_new_methods), result_of=result_of)  # type: ignore[arg-type]
     live: list[tuple[T, RunResult]] = []
     for item in items:
@@ -385,6 +395,8 @@ def select_runs(items: Iterable[T], protocol_hash: str, best_new_methods: Iterab
             sel.apart.append((item, problem))
         elif weights is not None and r.options.get("weights") not in (None, "", weights):
             sel.apart.append((item, f"made with other backbone weights ({r.options['weights']}, now {weights})"))
+        elif precision is not None and result_precision(r) != precision:
+            sel.apart.append((item, f"made in precision {result_precision(r)} (this selection: {precision})"))
         elif r.is_reference and (r.method.spec != JOINT or r.overrides
                                  or (joint_config is not None and not _same_settings(r.config, joint_config))):
             sel.apart.append((item, f"a joint run with other settings than the protocol's joint section "
@@ -410,7 +422,8 @@ def select_runs(items: Iterable[T], protocol_hash: str, best_new_methods: Iterab
 
 def stored_selection(root: Path, protocol_name: str, protocol_hash: str, best_new_methods: Iterable[str],
                      joint_config: dict[str, Any] | None = None,
-                     weights: str | None = None) -> Selection[tuple[Path, RunResult | BenchError]]:
+                     weights: str | None = None,
+                     precision: str | None = None) -> Selection[tuple[Path, RunResult | BenchError]]:
     """``select_runs`` over the result files of one protocol in a results folder."""
     return select_runs(iter_results(root, protocol_name), protocol_hash, best_new_methods, joint_config,
-                       result_of=lambda pr: pr[1], weights=weights)
+                       result_of=lambda pr: pr[1], weights=weights, precision=precision)

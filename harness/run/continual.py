@@ -119,7 +119,7 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
         b_new, b_old = b_new + b_old, 0
     limit = b_new + b_old
     total = sum(session_updates(p, s) for s in stream.sessions)
-    accel = autocast(bench.device, options.amp)
+    accel = autocast(bench.device, bench.precision)
     progress = Progress()
 
     def closing() -> Budget:

@@ -13,6 +13,8 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from ..model.device import check_precision, resolve_device
+from ..spec.protocol import Protocol
 from .checkpoint import run_key
 
 
@@ -25,7 +27,8 @@ class RunOptions:
     allow_download: bool = False
     overrides: dict = field(default_factory=dict)
     log: bool = True  # print what the harness is doing (references, caches)
-    amp: bool = True  # on CUDA: bf16 autocast and channels_last (no effect on the CPU)
+    # fp32 | tf32 | bf16 (``model.device.autocast``); None: the protocol's default (``run_precision``)
+    precision: str | None = None
     # opt-in ($BENCH_CPU_CHANNELS_LAST=1): the body in channels_last on a CPU with oneDNN; faster
     # backward, but float-level differences grow over training, so the curves are not the default's
     cpu_channels_last: bool = field(default_factory=lambda: os.environ.get("BENCH_CPU_CHANNELS_LAST") == "1")
@@ -44,8 +47,20 @@ class RunOptions:
     def device_key(self) -> str:
         """The options that change numbers (device, precision, layout), for checkpoint keys."""
         off = {} if self.gpu_decode else {"gpu_decode": False}  # named only when off: earlier keys stay valid
-        return run_key(device=self.device, amp=self.amp, cpu_channels_last=self.cpu_channels_last,
-                       trunk_cache=self.trunk_cache, **off)[:8]
+        return run_key(device=self.device, precision=self.precision or "default",
+                       cpu_channels_last=self.cpu_channels_last, trunk_cache=self.trunk_cache, **off)[:8]
+
+
+def run_precision(protocol: Protocol, options: RunOptions) -> str:
+    """The precision a run trains and evaluates in: ``options.precision``, else the protocol's default:
+    fp32 on the paper's protocols (the published code trains in float32 under torch 1.12's defaults),
+    bf16 on CUDA for the embedded ones (their default before the switch existed; the CPU always ran
+    them in fp32, so their CPU numbers stay as they were)."""
+    device = resolve_device(options.device)
+    check_precision(options.precision, device)
+    if options.precision is not None:
+        return options.precision
+    return "bf16" if protocol.embedded and device.type == "cuda" else "fp32"
 
 
 @contextmanager

@@ -33,7 +33,7 @@ from ...methods.registry import MethodSpec, build_method, code_hash, method_sett
 from ..results.schema import (JOINT, MethodStamp, ProtocolStamp, References, RunResult, Selection, TunedStamp, git_commit,
                       library_versions, now_iso, save_result, stored_selection)
 from .workbench import Workbench, prepare
-from .options import RunOptions, say
+from .options import RunOptions, run_precision, say
 from ...methods.base import Method
 
 Stored = tuple[Path, Any]
@@ -83,18 +83,18 @@ def _common(protocol: Protocol, bench: Workbench, seed: int, options: RunOptions
         versions=library_versions(), git_commit=git_commit(), started_at=started,
         # torch's CPU thread count changes float reductions: two runs are bit-identical only with the same count
         options={"device": str(bench.device), "trunk_cache": options.trunk_cache, "weights": bench.weights,
+                 "precision": bench.precision,
                  "torch_threads": torch.get_num_threads(),
-                 # what the arithmetic ran in (bf16 autocast on CUDA unless --no-amp; float32 on the CPU)
-                 "precision": "bf16-autocast" if options.amp and bench.device.type == "cuda" else "float32",
                  "data_path": bench.data_path.as_dict() if bench.data_path is not None else None},
     )
 
 
 def selection(protocol: Protocol, options: RunOptions, weights: str | None = None) -> Selection[Stored]:
     """Which stored runs of this protocol spec count (the one rule: ``results.select_runs``); with the
-    backbone weights' digest, runs made with other weights content do not."""
+    backbone weights' digest, runs made with other weights content do not; runs made in another
+    precision than ``options``' (``run_precision``) never do."""
     return stored_selection(options.results_dir, protocol.name, protocol.spec_hash, protocol.best_new_reference,
-                            joint_settings(protocol), weights)
+                            joint_settings(protocol), weights, run_precision(protocol, options))
 
 
 def joint_reference(protocol: Protocol, seed: int, options: RunOptions, bench: Workbench) -> tuple[RunResult, Path]:

@@ -34,7 +34,7 @@ from ..paths import cache_dir
 from ..spec.protocol import Protocol
 from ..data.stream import Cycler, Session, Stream, build_stream
 from ..model.device import autocast, resolve_device, seed_everything, use_channels_last
-from .options import RunOptions, say
+from .options import RunOptions, run_precision, say
 from .threads import cache_tag, pin_threads
 from ...methods.base import Context, MethodConfig, StandardMethod, TrainBatch
 
@@ -75,6 +75,7 @@ class Workbench:
     deployed: SplitModel
     data_path: DataPathPlan | None = None  # how the inputs are held (printed, stamped on the result)
     weights: str = ""  # backbone.weights_digest: what the weights are, whatever path they came from
+    precision: str = "fp32"  # run_precision: what every training and evaluation pass computes in
 
     def batch(self, ids: np.ndarray, n_new: int) -> TrainBatch:
         is_new = torch.zeros(len(ids), dtype=torch.bool)
@@ -106,12 +107,13 @@ def prepare(protocol: Protocol, seed: int, options: RunOptions) -> Workbench:
     """Open the data, build the network, cache trunk features, and train or load the deployed model."""
     device = resolve_device(options.device)
     pin_threads(device)  # before the first float op: the trunk pass, the deployed model and the run inherit it
+    precision = run_precision(protocol, options)
     stream = build_stream(protocol, seed)
     torch.manual_seed(protocol.pretrain.seed)
     net = create_network(protocol.backbone, options.allow_download)
     num_classes = None if protocol.pretrain.mode == "weights" else stream.pretrain_classes
     model = split_network(net, protocol.backbone, num_classes).to(device)
-    if device.type == "cuda" and options.amp:  # before the trunk pass that fills the cache
+    if device.type == "cuda" and precision == "bf16":  # before the trunk pass that fills the cache
         model = model.to(memory_format=torch.channels_last)
     if model.head.num_classes != stream.pretrain_classes:
         raise BenchError(
@@ -123,30 +125,32 @@ def prepare(protocol: Protocol, seed: int, options: RunOptions) -> Workbench:
     root.mkdir(parents=True, exist_ok=True)
     trunk = model.trunk if options.trunk_cache else None
     pre = {"test": Preprocess(protocol.backbone), "train": Preprocess(protocol.backbone, augment=protocol.training.augment)}
-    amp = options.amp and device.type == "cuda"
+    amp = precision == "bf16" and device.type == "cuda"  # the trunk pass under bf16 autocast (CUDA only)
     gpu = {split: options.gpu_decode and gpu_decodable(getattr(stream, split), pre[split], device) for split in pre}
     weights = weights_digest(protocol.backbone)
+    arithmetic = f"cuda-{precision}" if device.type == "cuda" and precision != "fp32" else ""  # the trunk pass's
     # the tuning view evaluates on held-out train samples: their features are cached apart from the test split's
     names = {"train": "train", "test": "test" if protocol.scored_on == "test" else f"validation-{protocol.validation}"}
     keys = {split: feature_cache_key(protocol.backbone, sources, names[split],  # what the trunk saw differs by decoder
-                                     "-".join(v for v in ("cuda-bf16" if amp else "", "nvjpeg" if gpu[split] else "",
-                                                          cache_tag(device)) if v),
+                                     "-".join(v for v in (arithmetic, "nvjpeg" if gpu[split] else "", cache_tag(device))
+                                              if v),
                                      weights) for split in pre}
     plan = plan_data_path(protocol, stream, trunk, device, amp, root, keys)  # before any trunk pass
     plan = dataclasses.replace(plan, gpu_decode=tuple(n for n, split in (("eval", "test"), ("train", "train")) if gpu[split]))
     say(options, plan.describe())
     t0 = time.perf_counter()
-    test_inputs = InputStore(stream.test, pre["test"], trunk, device, keys["test"], root, desc="trunk (eval)",
-                             amp=amp, progress=options.progress, mode=plan.test.mode, gpu_decode=gpu["test"])
-    t1 = time.perf_counter()
-    train_inputs = InputStore(stream.train, pre["train"], trunk, device, keys["train"], root, desc="trunk (train)",
-                              amp=amp, progress=options.progress, mode=plan.train.mode, gpu_decode=gpu["train"])
+    with autocast(device, "fp32" if precision == "bf16" else precision):  # the TF32 switches; bf16: the store's own
+        test_inputs = InputStore(stream.test, pre["test"], trunk, device, keys["test"], root, desc="trunk (eval)",
+                                 amp=amp, progress=options.progress, mode=plan.test.mode, gpu_decode=gpu["test"])
+        t1 = time.perf_counter()
+        train_inputs = InputStore(stream.train, pre["train"], trunk, device, keys["train"], root, desc="trunk (train)",
+                                  amp=amp, progress=options.progress, mode=plan.train.mode, gpu_decode=gpu["train"])
     say(options, f"inputs ready: eval {t1 - t0:.1f} s, train {time.perf_counter() - t1:.1f} s")
     model.trunk_cached = options.trunk_cache
-    bench = Workbench(protocol, stream, device, train_inputs, test_inputs, model, plan, weights)
+    bench = Workbench(protocol, stream, device, train_inputs, test_inputs, model, plan, weights, precision)
     if protocol.pretrain.mode == "train":
         _deploy(bench, options)
-    use_channels_last(model, device, options.amp, options.cpu_channels_last)  # after pre-training: the deployed model is as before
+    use_channels_last(model, device, precision, options.cpu_channels_last)  # after pre-training: the deployed model is as before
     return bench
 
 
@@ -165,7 +169,9 @@ def _deploy(bench: Workbench, options: RunOptions) -> None:
 
     p = bench.protocol
     tag = cache_tag(bench.device)  # a model trained with another thread count differs
-    path = cache_dir() / "deployed" / f"{p.name}-{p.spec_hash}-{bench.weights.rpartition(':')[2][:16]}{'-' * bool(tag)}{tag}.pt"
+    apart = "" if bench.precision == "fp32" else f"-{bench.precision}"  # trained in another precision: its own file
+    path = (cache_dir() / "deployed"
+            / f"{p.name}-{p.spec_hash}-{bench.weights.rpartition(':')[2][:16]}{apart}{'-' * bool(tag)}{tag}.pt")
     sidecar = path.with_name(path.name + ".json")
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock"):
@@ -240,5 +246,5 @@ def train_offline(bench: Workbench, model: SplitModel, config: MethodConfig, ids
                       draw=lambda: cycler.take(batch_size),
                       step=lambda u, ids_: learner.observe(bench.batch(ids_, batch_size)),
                       start=start, pending=pending, save=save if checkpoint is not None else None)
-    with autocast(bench.device, options.amp):
+    with autocast(bench.device, bench.precision):
         train_stretch(stretch, None if checkpoint is None else checkpoint.checkpointer, bench.train_inputs, options)

@@ -106,6 +106,22 @@ class Backbone(Spec):
     body: list[str] = Field(min_length=1, description="module paths that stay plastic")
     head: str = Field(description="module path of the pretrained classifier (replaced by a growing head)")
     lora_targets: list[str] = Field(default_factory=list, description="names of the body's 1x1 convs")
+    registered_first: list[str] | None = Field(
+        None, description="body entries the published model registers before the others (its ConvNeXt keeps "
+                          "every downsample layer in one list ahead of the stages), so a per-tensor lr decay "
+                          "that walks registration order reaches them last; unset: the body's own order")
+
+    @model_validator(mode="after")
+    def _registered_first_in_body(self) -> Backbone:
+        unknown = [m for m in self.registered_first or [] if m not in self.body]
+        if unknown:
+            raise ValueError(f"backbone.registered_first names {', '.join(unknown)}, not entries of backbone.body")
+        return self
+
+    def registration_order(self) -> list[int]:
+        """Indices of the body entries in the published model's registration order."""
+        first = [self.body.index(m) for m in self.registered_first or []]
+        return first + [i for i in range(len(self.body)) if i not in first]
 
 
 class Pretrain(Spec):
@@ -342,7 +358,7 @@ def _size_problems(p: Protocol) -> list[str]:
     return problems
 
 
-HASHED_WHEN_SET: tuple[tuple[str, str], ...] = (("memory", "pretrain_share"),)
+HASHED_WHEN_SET: tuple[tuple[str, str], ...] = (("memory", "pretrain_share"), ("backbone", "registered_first"))
 
 
 def parse_protocol(text: str, origin: str) -> Protocol:

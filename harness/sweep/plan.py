@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -18,6 +18,9 @@ from ...methods.registry import build_method, method_settings
 from ..results.schema import Selection, TunedStamp, format_setting, row_label
 from ..errors import BenchError
 from ..spec.specfile import is_path, load_spec
+
+if TYPE_CHECKING:
+    from ..run.options import RunOptions
 
 
 class SweepGroup(BaseModel):
@@ -137,10 +140,12 @@ def finished(protocol: Protocol, method: str, overrides: dict[str, Any], seed: i
     return found[0] if found is not None and found[1].config == config else None
 
 
-def plan(sweep: Sweep, results_dir: Path, seeds: list[int] | None = None) -> list[PlannedRun]:
+def plan(sweep: Sweep, results_dir: Path, seeds: list[int] | None = None,
+         options: RunOptions | None = None) -> list[PlannedRun]:
     """Every run of the sweep in order (seed-major, so a partial sweep has whole seeds), each marked with
     the result that already covers it (``finished``). Every protocol, method string and setting is
-    validated up front, so a typo fails before hours of compute rather than in the middle."""
+    validated up front, so a typo fails before hours of compute rather than in the middle. ``options``:
+    the device and precision the sweep runs with (a run made in another precision does not cover it)."""
     from ..run.pipeline import check_joint_request, selection
     from ..run.options import RunOptions
 
@@ -148,7 +153,8 @@ def plan(sweep: Sweep, results_dir: Path, seeds: list[int] | None = None) -> lis
 
     groups = sweep.groups()
     protocols = {g.protocol: load_protocol(g.protocol) for g in groups}
-    counted = {name: selection(spec, RunOptions(results_dir=results_dir)) for name, spec in protocols.items()}
+    options = options or RunOptions(results_dir=results_dir)
+    counted = {name: selection(spec, options) for name, spec in protocols.items()}
     cells = []  # (group, method, overrides, tuned, resolved settings): built once, whatever the number of seeds
     for group in groups:
         for method in group.methods:

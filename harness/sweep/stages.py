@@ -68,7 +68,7 @@ def made_by_references(run: PlannedRun, counted: Selection) -> bool:
     return not run.overrides and run.method in run.protocol.best_new_reference and (run.method, run.seed) not in counted.runs
 
 
-def stage_graph(runs: list[PlannedRun], results_dir: Path) -> list[Stage]:
+def stage_graph(runs: list[PlannedRun], results_dir: Path, options: RunOptions | None = None) -> list[Stage]:
     """The stages still to do for ``runs``, in an order that runs every stage after those it needs (the
     runs' own order otherwise, so a local sweep goes seed by seed as before). A joint or references stage
     whose results are already stored is left out; the deployed-model stage stays (when cached, it loads)."""
@@ -88,7 +88,7 @@ def stage_graph(runs: list[PlannedRun], results_dir: Path) -> list[Stage]:
         p, seed = run.protocol, run.seed
         spec = f"{p.name}@{p.spec_hash}"
         if spec not in chosen:
-            chosen[spec] = selection(p, RunOptions(results_dir=results_dir))
+            chosen[spec] = selection(p, options or RunOptions(results_dir=results_dir))
         counted = chosen[spec]
         needs = (add(Stage("deployed", p, seed)),)
         if seed not in counted.joints:

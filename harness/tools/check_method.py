@@ -134,7 +134,7 @@ def state_round_trip(bench: Workbench, text: str, overrides: dict[str, Any], tra
 
 
 def check_method(text: str, overrides: dict[str, Any] | None = None, seed: int = 0,
-                 say: Callable[[Outcome], None] = lambda o: None) -> list[Outcome]:
+                 say: Callable[[Outcome], None] = lambda o: None, precision: str = "fp32") -> list[Outcome]:
     """Every check on ``text``; each outcome is reported through ``say`` as it comes."""
     overrides = dict(overrides or {})
     build_method(text, Protocol.model_validate(capped_spec()), overrides)  # a typo or bad --set: before any compute
@@ -150,7 +150,7 @@ def check_method(text: str, overrides: dict[str, Any] | None = None, seed: int =
         return outcome.passed
 
     with tempfile.TemporaryDirectory(prefix="bench-check-") as tmp:
-        options = RunOptions(results_dir=Path(tmp), progress=False, log=False)
+        options = RunOptions(results_dir=Path(tmp), progress=False, log=False, precision=precision)
         capped = prepare(Protocol.model_validate(capped_spec()), seed, options)
         online = prepare(Protocol.model_validate(online_spec()), seed, options)
         runs: dict[str, Any] = {}

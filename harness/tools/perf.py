@@ -174,9 +174,10 @@ def perf(protocol: str, device: str, updates: int, warmup: int, repeats: int, ev
     if table.device != dev:
         table = table.to(dev)
     labels_t = torch.from_numpy(labels_np).to(dev)
-    accel = autocast(dev, amp)
+    accel = autocast(dev, "bf16" if fast else "fp32")
     stream = SimpleNamespace(train=train_catalog)
-    bench = Workbench(spec, stream, dev, train_store, train_store, shared)  # type: ignore[arg-type]
+    bench = Workbench(spec, stream, dev, train_store, train_store, shared,  # type: ignore[arg-type]
+                      precision="bf16" if fast else "fp32")
     ctx = Context(spec, stream, dev, None, train_store, np.random.default_rng(0),  # type: ignore[arg-type]
                   torch.Generator().manual_seed(0))
     method.setup(shared, ctx)

@@ -89,7 +89,8 @@ def measure(protocol, model, device, batch: int, images: int, repeats: int) -> C
         model = model.to(device).eval()
         if device.type == "cuda":  # as the harness runs it there: bf16 autocast, channels_last
             model, x = model.to(memory_format=torch.channels_last), x.contiguous(memory_format=torch.channels_last)
-        with torch.no_grad(), autocast(device):  # the forwards as the harness makes them (CPU: 16-row chunks)
+        # the forwards as the harness makes them (CPU: 16-row chunks; CUDA: bf16, the embedded protocols' default)
+        with torch.no_grad(), autocast(device, "bf16" if device.type == "cuda" else "fp32"):
             trunk = _per_image(lambda: (in_cpu_chunks(model.trunk, x), sync()), batch, repeats)
             feats = model.trunk(x)
             body_eval = _per_image(lambda: (in_cpu_chunks(lambda f: model.head(model.body(f)), feats), sync()),
@@ -100,7 +101,7 @@ def measure(protocol, model, device, batch: int, images: int, repeats: int) -> C
         y = torch.zeros(batch, dtype=torch.long, device=device)
 
         def step() -> None:
-            with autocast(device):
+            with autocast(device, "bf16" if device.type == "cuda" else "fp32"):
                 loss = F.cross_entropy(model.head(model.body(feats)), y)
             opt.zero_grad(set_to_none=True)
             loss.backward()

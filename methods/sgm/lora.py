@@ -64,6 +64,24 @@ def lora_param_count(module: nn.Module) -> int:
     return sum(p.numel() for n, p in module.named_parameters() if "lora_" in n)
 
 
+def inject_adapters(body: nn.Module, targets: list[str], rank: int, alpha: float, init: str,
+                    generator: torch.Generator) -> None:
+    """peft adapters on the ``targets`` modules of ``body``, delta zero (B = 0), A drawn from ``generator``:
+    ``kaiming_uniform`` as loralib (the published code), or ``gaussian`` N(0, 1/r^2) (the text)."""
+    cfg = LoraConfig(r=rank, lora_alpha=alpha, target_modules=targets, lora_dropout=0.0, bias="none",
+                     init_lora_weights="gaussian")
+    inject_adapter_in_model(cfg, body, adapter_name=ADAPTER)
+    with torch.no_grad():
+        for _, layer in lora_modules(body):
+            a = layer.lora_A[ADAPTER].weight
+            if init == "gaussian":
+                a.copy_(torch.randn(a.shape, generator=generator) / rank)
+            else:  # loralib: kaiming_uniform_(A, a=sqrt(5)) = U(-b, b), b = 1/sqrt(fan_in)
+                fan_in = a[0].numel()
+                a.copy_((torch.rand(a.shape, generator=generator) * 2 - 1) / fan_in**0.5)
+            layer.lora_B[ADAPTER].weight.zero_()
+
+
 class LoRA(Modifier):
     name = "lora"
     summary = "LoRA (peft) on the body's 1x1 convs; only adapters and head train; folded at session end."
@@ -102,20 +120,8 @@ class LoRA(Modifier):
         if lora_modules(body):
             raise BenchError("Modifier lora: the body still holds adapters from an unfinished session.")
         self._requires_grad = {n: p.requires_grad for n, p in body.named_parameters()}
-        r = self.config.rank
-        cfg = LoraConfig(r=r, lora_alpha=self.scaling_alpha, target_modules=self.target_names(method),
-                         lora_dropout=0.0, bias="none", init_lora_weights="gaussian")
-        inject_adapter_in_model(cfg, body, adapter_name=ADAPTER)
-        gen = method.ctx.generator
-        with torch.no_grad():
-            for _, layer in lora_modules(body):
-                a = layer.lora_A[ADAPTER].weight
-                if self.config.init == "gaussian":
-                    a.copy_(torch.randn(a.shape, generator=gen) / r)
-                else:  # loralib: kaiming_uniform_(A, a=sqrt(5)) = U(-b, b), b = 1/sqrt(fan_in)
-                    fan_in = a[0].numel()
-                    a.copy_((torch.rand(a.shape, generator=gen) * 2 - 1) / fan_in**0.5)
-                layer.lora_B[ADAPTER].weight.zero_()
+        inject_adapters(body, self.target_names(method), self.config.rank, self.scaling_alpha, self.config.init,
+                        method.ctx.generator)
         for n, p in body.named_parameters():
             p.requires_grad_("lora_" in n)
         if self.config.norm == "frozen":
