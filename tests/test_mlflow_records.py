@@ -39,7 +39,7 @@ def test_bench_run_logs_complete_records_to_a_live_server(tiny_protocol_file: Pa
     _flat("config", result.config, flat)
     assert "config.lr" in flat and "config.oocf" in {k.rsplit(".", 1)[0] for k in flat}  # the modifier's own settings
     assert {k: params.get(k) for k in flat} == flat  # every setting, base method's and modifier's
-    for key, value in {"options.precision": "float32", "options.device": "cpu", "spec_hash": result.protocol.hash,
+    for key, value in {"options.precision": "fp32", "options.device": "cpu", "spec_hash": result.protocol.hash,
                        "method_modifiers": "oocf", "version.torch": result.versions["torch"],
                        "options.torch_threads": str(result.options["torch_threads"]),
                        "budget.batch_new": str(result.budget.batch_new),
