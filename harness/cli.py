@@ -25,18 +25,48 @@ DEFAULT_PROTOCOL = "tiny_cil"
 DEFAULT_METHOD = "vanilla"
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a scheduler's or `kill`'s stop): handled as Ctrl-C is, so both end the same way."""
+
+
+def _on_sigterm(signum: int, frame) -> None:
+    raise Terminated()
+
+
+INTERRUPTED = ("Interrupted: nothing was written for the unfinished run; stored results and its last checkpoint "
+               "are kept. Run the same command again to resume from that checkpoint.")
+
+
 class BenchGroup(click.Group):
-    """Turns BenchError into a one-paragraph message and exit code 2 (never a traceback)."""
+    """Turns BenchError into a one-paragraph message and its exit code (2 for bad input, 75 for a storage
+    fault; never a traceback), and SIGTERM into what Ctrl-C does."""
 
     def invoke(self, ctx: click.Context):
+        import signal
+
+        from .atomic import StorageFault, fault_message, storage_error
+
+        before = signal.getsignal(signal.SIGTERM)
+        if before is signal.SIG_DFL:  # never over a handler someone installed on purpose
+            signal.signal(signal.SIGTERM, _on_sigterm)
         try:
             return super().invoke(ctx)
         except BenchError as err:
             click.secho(f"Error: {err}", err=True, fg="red")
             ctx.exit(err.exit_code)
-        except KeyboardInterrupt:
-            click.echo("\nInterrupted: nothing was written for the unfinished run.", err=True)
-            ctx.exit(130)
+        except KeyboardInterrupt as stop:
+            click.echo(f"\n{INTERRUPTED}", err=True)
+            ctx.exit(143 if isinstance(stop, Terminated) else 130)
+        except Exception as exc:  # a write outside the atomic path (a cache shard, a library's file)
+            fault = storage_error(exc)
+            if fault is None:
+                raise
+            message = fault_message(fault, "a file", None, "Stored results and checkpoints are kept.")
+            click.secho(f"Error: {message}", err=True, fg="red")
+            ctx.exit(StorageFault.exit_code)
+        finally:
+            if before is signal.SIG_DFL:
+                signal.signal(signal.SIGTERM, before)
 
 
 @click.group(cls=BenchGroup, context_settings={"help_option_names": ["-h", "--help"]})

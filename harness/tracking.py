@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, nullcontext
@@ -59,8 +60,11 @@ def import_mlflow():
     import mlflow
 
     # after the import, which configures mlflow's loggers: no schema-migration chatter per run
-    for name in ("mlflow", "mlflow.store.db.utils", "alembic"):
+    for name in ("mlflow", "alembic"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    # it logs every database error with its SQLAlchemy traceback before raising it; ``Store.session``
+    # turns the raised error into one paragraph, so the log would only repeat it as a traceback
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
     return mlflow
 
 
@@ -146,7 +150,9 @@ def _log_artifacts(client, rid: str, result: RunResult, json_path: Path) -> None
 
 def _first_line(text: str, limit: int = 300) -> str:
     """MLflow's messages carry whole tracebacks of the HTTP layer: one line of it is the paragraph."""
-    line = text.strip().splitlines()[0] if text.strip() else "(no message)"
+    # SQLAlchemy puts a note on how the query was flushed before the database's own message
+    lines = [ln for ln in text.strip().splitlines() if ln.strip() and not ln.startswith("(raised as a result of")]
+    line = lines[0] if lines else "(no message)"
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
@@ -216,8 +222,8 @@ class LiveRun:
     """An MLflow run that follows a run while it trains: RUNNING from ``start``, accuracy logged at each
     eval point, ended by ``finish`` as FINISHED, FAILED or KILLED with the final metrics and JSON.
 
-    Tracking must never stop training: the first error disables the object (``error`` says why) and
-    later calls do nothing; ``bench sync`` mirrors the stored JSON afterwards.
+    Tracking must never stop training: the first error disables the object (``error`` says why), is
+    reported once as a warning, and later calls do nothing; ``bench sync`` mirrors the stored JSON afterwards.
     """
 
     def __init__(self, results_dir: Path, tracking_uri: str | None = None) -> None:
@@ -236,6 +242,8 @@ class LiveRun:
                 return action(client)
         except BenchError as err:
             self.error = str(err)
+            print(f"Warning: {err} Training goes on; the result is still written as JSON, and `bench sync` "
+                  f"mirrors it once the store works.", file=sys.stderr)
             return None
 
     def start(self, protocol: str, method: str, seed: int, run_id: str | None = None,

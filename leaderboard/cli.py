@@ -36,11 +36,12 @@ def leaderboard() -> None:
 @click.option("--title", default="Stability-gap leaderboard", show_default=True)
 def build(results: Path | None, tracking_uri: str | None, out: Path, mlflow_ui: str | None, title: str) -> None:
     """Write a self-contained static site (open OUT/index.html; no server needed)."""
-    from .site import build_site
+    from .site import build_site, check_out
     from .sources import load
 
     if results is not None and tracking_uri is not None:
         raise BenchError("Give either --results DIR or --tracking-uri URI, not both.")
+    check_out(out.expanduser())  # before any result is read
     loaded = load(results, tracking_uri, warn=_warn)
     report = build_site(loaded, out, mlflow_ui=mlflow_ui, title=title)
     ranked = sum(len(b.ranked_runs) for b in report.boards)
