@@ -18,11 +18,11 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from bench_stability_gap.harness.checkpoint import Checkpointer  # noqa: E402
-from bench_stability_gap.harness.continual import run_cl  # noqa: E402
-from bench_stability_gap.harness.protocol import load_protocol  # noqa: E402
-from bench_stability_gap.harness.registry import build_method  # noqa: E402
-from bench_stability_gap.harness.workbench import RunOptions, prepare  # noqa: E402
+from bench_stability_gap.harness.run.checkpoint import Checkpointer  # noqa: E402
+from bench_stability_gap.harness.run.continual import run_cl  # noqa: E402
+from bench_stability_gap.harness.spec.protocol import load_protocol  # noqa: E402
+from bench_stability_gap.methods.registry import build_method  # noqa: E402
+from bench_stability_gap.harness.run.workbench import RunOptions, prepare  # noqa: E402
 
 
 def main() -> None:

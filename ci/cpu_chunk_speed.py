@@ -9,7 +9,7 @@ import time
 import timm
 import torch
 
-from bench_stability_gap.harness.inputs import CPU_FORWARD_CHUNK
+from bench_stability_gap.harness.data.inputs import CPU_FORWARD_CHUNK
 
 m = timm.create_model("convnextv2_femto", pretrained=False).eval()
 parts = {

@@ -24,7 +24,7 @@ listing=$(venv/bin/bench ls methods)  # captured first: grep -q closing the pipe
 grep -q "^  vanilla " <<<"$listing" || { echo "wheel: bench ls methods lacks vanilla:" >&2; echo "$listing" >&2; exit 1; }
 venv/bin/python - <<'PY'
 import yaml
-from bench_stability_gap.harness.protocol import load_protocol
+from bench_stability_gap.harness.spec.protocol import load_protocol
 spec = load_protocol("tiny_cil").model_dump(mode="json")
 spec["name"] = "tiny_cil_smoke"
 spec["pretrain_data"].update(train_per_class=60, test_per_class=10)

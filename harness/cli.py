@@ -90,8 +90,8 @@ def print_summary(result, path: Path) -> None:
         for r in result.reference:
             click.echo(f"  {r.session:>7} {r.old:>7.3f} {r.new:>7.3f} {r.all:>7.3f}")
         return
-    from .metric_catalog import METRICS, SUMMARY_KEYS, format_value
-    from .tidy import run_values
+    from .results.catalog import METRICS, SUMMARY_KEYS, format_value
+    from .results.tidy import run_values
 
     values = run_values(result, m)
     for key in SUMMARY_KEYS:  # each row as the catalog describes it (the leaderboard's columns read it too)
@@ -155,14 +155,14 @@ def _remember(ctx: click.Context, param: click.Parameter, value: object) -> obje
 def _run_one(protocol, method: str, seed: int, options, tracking_uri: str | None, no_mlflow: bool) -> None:
     """One run: execute (the JSON is written atomically first), print its summary, mirror it to MLflow.
     A tracking failure never costs the result: the JSON stays, and the error says how to sync it later."""
-    from .pipeline import execute, new_run_id
+    from .run.pipeline import execute, new_run_id
 
     if no_mlflow:
         result, path = execute(protocol, method, seed, options)
         print_summary(result, path)
         click.echo(resource_note())
         return
-    from .tracking import LiveRun
+    from .results.tracking import LiveRun
 
     run_id = new_run_id()  # known before training, so the live MLflow run carries it from the start
     live = LiveRun(options.results_dir, tracking_uri)
@@ -190,7 +190,7 @@ def _run_one(protocol, method: str, seed: int, options, tracking_uri: str | None
 def _options(overrides: dict, results_dir: Path | None, device: str, trunk_cache: bool, progress: bool,
              allow_download: bool):
     from .paths import results_dir as resolve_results
-    from .workbench import RunOptions, resolve_device
+    from .run.workbench import RunOptions, resolve_device
 
     chosen = resolve_device(device)
     how = " (auto: " + ("a CUDA device is present)" if chosen.type == "cuda" else "torch sees no CUDA device)") \
@@ -214,9 +214,9 @@ def run(protocol: str, method: str, seed: int, overrides: tuple[str, ...], resul
         no_mlflow: bool) -> None:
     """Run METHOD on PROTOCOL (default: vanilla on the embedded tiny_cil) and print its gap metrics."""
     from .paths import results_dir as resolve_results
-    from .preflight import check_backbone, check_run
-    from .protocol import load_protocol
-    from .registry import parse_overrides
+    from .tools.preflight import check_backbone, check_run
+    from .spec.protocol import load_protocol
+    from ..methods.registry import parse_overrides
 
     spec = load_protocol(protocol)
     settings = parse_overrides(list(overrides))
@@ -248,9 +248,9 @@ def sweep(sweep: str, seeds: str | None, dry_run: bool, table_path: Path | None,
     runs already in the results folder, then print the mean ± std table of what it covers. Shared
     prerequisites (deployed model, joint and A_best references of each seed) are built once, first."""
     from .paths import results_dir as resolve_results
-    from .preflight import check_backbone, check_outputs, check_seed
-    from .sweep import load_sweep, plan
-    from .sweep_stages import run_local, stage_graph
+    from .tools.preflight import check_backbone, check_outputs, check_seed
+    from .sweep.plan import load_sweep, plan
+    from .sweep.stages import run_local, stage_graph
 
     ray_plan = _ray_plan(executor, address, cpus_per_run, gpus_per_run, max_retries, device)
     spec = load_sweep(sweep)
@@ -288,7 +288,7 @@ def sweep(sweep: str, seeds: str | None, dry_run: bool, table_path: Path | None,
             for result, path in made:
                 print_summary(result, path)
                 if not no_mlflow:
-                    from .tracking import log_run_or_explain
+                    from .results.tracking import log_run_or_explain
 
                     rid, uri = log_run_or_explain(result, path, options.results_dir, tracking_uri)
                     click.echo(f"  MLflow run {rid} in {uri}")
@@ -323,13 +323,13 @@ def _ray_plan(executor: str, address: str | None, cpus: float | None, gpus: floa
     if device.startswith("cuda") and gpus == 0:
         raise BenchError(f"--device {device} on Ray needs --gpus-per-run (e.g. 1, or 0.5 for two runs per GPU): "
                          f"Ray hides the GPUs from a task that reserved none.")
-    from .sweep_ray import RayPlan  # the one import of Ray: a clear error when the extra is missing
+    from .sweep.ray_executor import RayPlan  # the one import of Ray: a clear error when the extra is missing
 
     return RayPlan(address, cpus, gpus, retries)
 
 
 def _sweep_on_ray(graph, options, ray_plan, tracking_uri: str | None, no_mlflow: bool) -> None:
-    from .sweep_ray import run_ray
+    from .sweep.ray_executor import run_ray
 
     states = run_ray(graph, options, ray_plan, tracking_uri, not no_mlflow, click.echo)
     for state in states.values():
@@ -350,14 +350,14 @@ def _sweep_on_ray(graph, options, ray_plan, tracking_uri: str | None, no_mlflow:
 def ls(what: str) -> None:
     """List built-in and installed protocols or methods (with the package that supplied each)."""
     if what == "protocols":
-        from .protocol import builtin_protocol_names, load_protocol
+        from .spec.protocol import builtin_protocol_names, load_protocol
 
         for name in builtin_protocol_names():
             p = load_protocol(name)
             tag = "embedded" if p.embedded else "needs data"
             click.echo(f"{name:<28} v{p.version}  {tag:<10}  {p.description}")
         return
-    from .registry import METHOD_GROUP, MODIFIER_GROUP, entries
+    from ..methods.registry import METHOD_GROUP, MODIFIER_GROUP, entries
 
     for title, group in (("methods", METHOD_GROUP), ("modifiers (compose as base+modifier)", MODIFIER_GROUP)):
         click.echo(f"{title}:")
@@ -378,8 +378,8 @@ def ls(what: str) -> None:
 def check_method_cmd(name: str, overrides: tuple[str, ...], seed: int) -> None:
     """Run the method contract on NAME (base(+modifier)*, any installed method) on two tiny embedded
     protocols: budget, storage, test isolation, determinism, state round-trip, resume. Exit 2 on a breach."""
-    from .check_method import check_method
-    from .registry import parse_overrides
+    from .tools.check_method import check_method
+    from ..methods.registry import parse_overrides
 
     mark = {True: "PASS", False: "FAIL", None: "----"}
     outcomes = check_method(name, parse_overrides(list(overrides)), seed,
@@ -400,8 +400,8 @@ def sync(results: Path | None, tracking_uri: str | None) -> None:
     """Mirror stored results that are not yet in MLflow (after a tracking failure, or --no-mlflow).
     Idempotent: a result already mirrored is left alone."""
     from .paths import results_dir as resolve_results
-    from .preflight import check_tracking_uri
-    from .tracking import Store, sync as sync_results
+    from .tools.preflight import check_tracking_uri
+    from .results.tracking import Store, sync as sync_results
 
     root = resolve_results(results)
     if not (root / "runs").is_dir():
@@ -427,7 +427,7 @@ def show_protocol(name: str) -> None:
     """Print the validated spec (defaults filled in) and its hash."""
     import yaml
 
-    from .protocol import load_protocol
+    from .spec.protocol import load_protocol
 
     p = load_protocol(name)
     click.echo(f"# {p.name} v{p.version}  hash {p.spec_hash}")
@@ -439,17 +439,17 @@ def show_protocol(name: str) -> None:
 def validate(file: Path) -> None:
     """Validate a protocol YAML file (or a result JSON) without running anything."""
     if file.suffix == ".json":
-        from .results import load_result
+        from .results.schema import load_result
 
         r = load_result(file)
         click.echo(f"OK: result {r.run_id} ({r.protocol.name}, {r.method.spec}, seed {r.seed}, {r.status})")
         return
-    from .protocol import load_protocol
+    from .spec.protocol import load_protocol
 
     if not file.is_file():
         raise BenchError(f"Protocol file {file} does not exist.")
     p = load_protocol(str(file))
-    from .preflight import check_backbone
+    from .tools.preflight import check_backbone
 
     check_backbone(p)
     click.echo(f"OK: protocol {p.name} v{p.version}, hash {p.spec_hash}")
@@ -475,7 +475,7 @@ def sweep_table(spec, runs, results_dir: Path) -> str:
 
 def _register_subcommands() -> None:
     """Command groups that live beside their package (the leaderboard builder, the perf benchmark)."""
-    from .perf import perf
+    from .tools.perf import perf
     from ..leaderboard.cli import leaderboard
 
     main.add_command(leaderboard)

@@ -27,11 +27,11 @@ from typing import Literal
 import pandas as pd
 
 from ..harness.errors import BenchError
-from ..harness.metric_catalog import (METRICS, TABLE_KEYS, Direction, MetricInfo, displayed, format_std,
+from ..harness.results.catalog import (METRICS, TABLE_KEYS, Direction, MetricInfo, displayed, format_std,
                                       format_value)
-from ..harness.metrics import Metrics, best_new_accuracy, compute_metrics, plasticity_gap
-from ..harness.results import RunResult, select_runs
-from ..harness.tidy import runs_frame, seed_stats
+from ..harness.results.metrics import Metrics, best_new_accuracy, compute_metrics, plasticity_gap
+from ..harness.results.schema import RunResult, select_runs
+from ..harness.results.tidy import runs_frame, seed_stats
 
 # The table's columns: the paper's Table 1 plus the budget figures, each described once in the catalog.
 COLUMNS: tuple[MetricInfo, ...] = tuple(METRICS[k] for k in TABLE_KEYS)
@@ -242,7 +242,7 @@ def assign_styles(rows: Sequence[MethodRow]) -> None:
 
 def _current_hash(name: str, entries: Sequence[Entry]) -> tuple[str, str, object | None]:
     """The hash results must carry to be ranked: the built-in spec's, else the majority's."""
-    from ..harness.protocol import builtin_protocol_names, load_protocol
+    from ..harness.spec.protocol import builtin_protocol_names, load_protocol
 
     if name in builtin_protocol_names():
         try:
@@ -265,7 +265,7 @@ def summarize_protocol(name: str, entries: list[Entry]) -> Board:
     """Rank one protocol's runs: which runs count is ``harness.results.select_runs`` (the rule the runner
     and the sweep use too); here only the leaderboard's own rule is added: a method is ranked when it has
     as many seeds as the best-covered method."""
-    from ..harness.reference import joint_settings
+    from ..harness.run.joint import joint_settings
 
     current, origin, spec = _current_hash(name, entries)
     for e in entries:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from markupsafe import Markup
 
-from ..harness.metric_catalog import CATALOG, MetricInfo
+from ..harness.results.catalog import CATALOG, MetricInfo
 
 
 @dataclass(frozen=True)
@@ -20,7 +20,7 @@ class Term:
 
 
 def _m(html: str) -> Markup:
-    return Markup(html)  # noqa: S704 - constant HTML written in harness/metric_catalog.py or here, never user data
+    return Markup(html)  # noqa: S704 - constant HTML written in harness/results/catalog.py or here, never user data
 
 
 def term(info: MetricInfo) -> Term:

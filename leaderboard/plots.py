@@ -24,7 +24,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter
 
-from ..harness.tidy import curves_frame, references_frame
+from ..harness.results.tidy import curves_frame, references_frame
 
 from .aggregate import JOINT_COLOR, PALETTE, Board, Entry
 

@@ -19,9 +19,9 @@ from urllib.parse import quote
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from ..harness.errors import BenchError
-from ..harness.metric_catalog import METRICS, format_std, format_value
-from ..harness.metrics import RECOVERY_FRACTIONS
-from ..harness.tidy import VALUE_KEYS, run_values
+from ..harness.results.catalog import METRICS, format_std, format_value
+from ..harness.results.metrics import RECOVERY_FRACTIONS
+from ..harness.results.tidy import VALUE_KEYS, run_values
 
 from .aggregate import (COLUMN_BY_KEY, COLUMNS, Board, Entry, MethodRow, Stat, assign_slugs, column_marks, rank_value,
                         summarize)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..harness.errors import BenchError
-from ..harness.results import RunResult, iter_results, load_result, scan_results
+from ..harness.results.schema import RunResult, iter_results, load_result, scan_results
 
 from .aggregate import Entry, MlflowLink
 
@@ -113,7 +113,7 @@ def load_mlflow(tracking_uri: str, warn: Warn = _ignore) -> Loaded:
     file); a joint run named by a CL run's ``references.joint_run`` that is not in MLflow is read from
     the results folder the CL run's ``bench.json`` tag points into, when that folder is reachable.
     """
-    from ..harness.tracking import import_mlflow
+    from ..harness.results.tracking import import_mlflow
 
     mlflow = import_mlflow()  # configured to fail fast: a dead server errors in seconds, not minutes
     from mlflow.entities import ViewType

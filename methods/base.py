@@ -20,10 +20,10 @@ from torch import Tensor, nn
 from .configs import MethodConfig, NoConfig  # noqa: F401 - re-exported: plugins subclass MethodConfig from here
 
 if TYPE_CHECKING:
-    from ..harness.backbone import SplitModel
-    from ..harness.isolation import LentInputs, MemoryView, TrainStream
-    from ..harness.protocol import Protocol
-    from ..harness.stream import Session
+    from ..harness.model.backbone import SplitModel
+    from ..harness.run.isolation import LentInputs, MemoryView, TrainStream
+    from ..harness.spec.protocol import Protocol
+    from ..harness.data.stream import Session
 
 
 @dataclass

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ..harness.protocol import MAX_BATCH, MAX_LR, Decay, LearningRate, Seed
+from ..harness.spec.protocol import MAX_BATCH, MAX_LR, Decay, LearningRate, Seed
 
 MAX_WEIGHT = 1_000.0       # loss weights, temperatures, scale factors
 MAX_SAMPLES = 10**9

@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..harness.stream import Session
+from ..harness.data.stream import Session
 from .base import StandardMethod, TrainBatch
 from .configs import DERppConfig
 

@@ -57,7 +57,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..harness.errors import BenchError
-from ..harness.stream import Session
+from ..harness.data.stream import Session
 from .base import StandardMethod, StepStats, TrainBatch
 from .configs import REMINDConfig
 from .derpp import recount_memory_bytes

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bench_stability_gap.harness.check_method import reduced_spec
-from bench_stability_gap.harness.protocol import Protocol, load_protocol
+from bench_stability_gap.harness.tools.check_method import reduced_spec
+from bench_stability_gap.harness.spec.protocol import Protocol, load_protocol
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 

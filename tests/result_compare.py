@@ -24,7 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bench_stability_gap.harness.results import RunResult, iter_results
+from bench_stability_gap.harness.results.schema import RunResult, iter_results
 
 VOLATILE = ("run_id", "started_at", "wall_time_s", "stage_seconds", "git_commit")
 

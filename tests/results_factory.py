@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from bench_stability_gap.harness.curves import ReferenceSession, SessionCurve
-from bench_stability_gap.harness.results import Budget, MethodStamp, ProtocolStamp, RunResult
+from bench_stability_gap.harness.results.curves import ReferenceSession, SessionCurve
+from bench_stability_gap.harness.results.schema import Budget, MethodStamp, ProtocolStamp, RunResult
 
 
 def curve(session: int, total: int, updates: list[int], old: list[float], new: list[float], all_: list[float],

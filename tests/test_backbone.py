@@ -7,10 +7,10 @@ import timm
 import torch
 from torch import nn
 
-from bench_stability_gap.harness.backbone import GrowingHead, create_network, split_network
+from bench_stability_gap.harness.model.backbone import GrowingHead, create_network, split_network
 from bench_stability_gap.harness.errors import BenchError
-from bench_stability_gap.harness.fastconv import CroppingDepthwiseConv2d, crop_depthwise_convs
-from bench_stability_gap.harness.protocol import load_protocol
+from bench_stability_gap.harness.model.fastconv import CroppingDepthwiseConv2d, crop_depthwise_convs
+from bench_stability_gap.harness.spec.protocol import load_protocol
 
 
 def test_packaged_imagenet_weights_load_into_timm_and_split_is_exact():

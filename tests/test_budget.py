@@ -11,13 +11,13 @@ import pytest
 import torch
 import yaml
 
-from bench_stability_gap.harness import flops as FL
+from bench_stability_gap.harness.model import flops as FL
 from bench_stability_gap.harness.errors import BenchError
-from bench_stability_gap.harness.inputs import InputStore, Preprocess
-from bench_stability_gap.harness.protocol import Memory as MemorySpec
-from bench_stability_gap.harness.protocol import load_protocol
-from bench_stability_gap.harness.continual import run_cl
-from bench_stability_gap.harness.workbench import RunOptions, prepare
+from bench_stability_gap.harness.data.inputs import InputStore, Preprocess
+from bench_stability_gap.harness.spec.protocol import Memory as MemorySpec
+from bench_stability_gap.harness.spec.protocol import load_protocol
+from bench_stability_gap.harness.run.continual import run_cl
+from bench_stability_gap.harness.run.workbench import RunOptions, prepare
 from bench_stability_gap.methods.base import MethodConfig, StepStats
 from bench_stability_gap.methods.baselines import Vanilla
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import torch
 
-from bench_stability_gap.harness import features as FS
-from bench_stability_gap.harness.continual import run_cl
-from bench_stability_gap.harness.protocol import load_protocol
-from bench_stability_gap.harness.registry import build_method
-from bench_stability_gap.harness.workbench import RunOptions, prepare
+from bench_stability_gap.harness.data import features as FS
+from bench_stability_gap.harness.run.continual import run_cl
+from bench_stability_gap.harness.spec.protocol import load_protocol
+from bench_stability_gap.methods.registry import build_method
+from bench_stability_gap.harness.run.workbench import RunOptions, prepare
 
 
 def test_a_corrupt_deployed_model_or_feature_shard_is_moved_aside_and_rebuilt(tiny_protocol_file, tmp_path,

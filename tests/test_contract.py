@@ -5,7 +5,7 @@ runner enforces it; we check the totals), keep the memory within the protocol's 
 the same numbers twice under one seed. A combination a method cannot support must be a clear
 ``BenchError`` naming it, never a silent no-op. Installed third-party plugins are not collected here
 (``bench check-method`` checks them), so none can turn this suite red. Kept cheap: a reduced protocol
-(harness/check_method.py), one deployed model per module, a few updates per session.
+(harness/tools/check_method.py), one deployed model per module, a few updates per session.
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 import torch
 
-from bench_stability_gap.harness.check_method import CAP, capped_spec, online_spec
+from bench_stability_gap.harness.tools.check_method import CAP, capped_spec, online_spec
 from bench_stability_gap.harness.errors import BenchError
-from bench_stability_gap.harness.protocol import Protocol
-from bench_stability_gap.harness.registry import METHOD_GROUP, build_method, entries
-from bench_stability_gap.harness.continual import run_cl
-from bench_stability_gap.harness.workbench import RunOptions, prepare
+from bench_stability_gap.harness.spec.protocol import Protocol
+from bench_stability_gap.methods.registry import METHOD_GROUP, build_method, entries
+from bench_stability_gap.harness.run.continual import run_cl
+from bench_stability_gap.harness.run.workbench import RunOptions, prepare
 
 try:
     importlib.import_module("bench_stability_gap.methods.sgm.combined")
@@ -151,8 +151,8 @@ def test_remind_stores_pq_codes_and_counts_their_bytes(online, options):
 
 def test_remind_reconstruction_is_close_and_deterministic(capped, options):
     _, method = build_method("remind", capped.protocol.name)
-    from bench_stability_gap.harness.memory import Memory
-    from bench_stability_gap.harness.budget_guards import memory_spec
+    from bench_stability_gap.harness.run.memory import Memory
+    from bench_stability_gap.harness.run.budget_guards import memory_spec
 
     rng = np.random.default_rng(0)
     memory = Memory(memory_spec(capped.protocol, method), capped.stream.train.labels,
@@ -170,8 +170,8 @@ def test_remind_reconstruction_is_close_and_deterministic(capped, options):
 def test_remind_per_class_lr_scales_one_step_and_is_restored(capped, options):
     import copy
 
-    from bench_stability_gap.harness.memory import Memory
-    from bench_stability_gap.harness.budget_guards import memory_spec
+    from bench_stability_gap.harness.run.memory import Memory
+    from bench_stability_gap.harness.run.budget_guards import memory_spec
 
     # the decay over a class's own samples (not REMIND's default), so one class's stream count ends it
     _, method = build_method("remind", capped.protocol.name, {"lr_step": 1, "lr_decay_samples": None})
@@ -323,7 +323,7 @@ def test_split_memory_keeps_its_s1_share_through_a_run(capped, options, text):
     the stream part (10) stays class-balanced, and GDumb's own policy does not replace the split."""
     import dataclasses
 
-    from bench_stability_gap.harness.protocol import Memory as MemorySpec
+    from bench_stability_gap.harness.spec.protocol import Memory as MemorySpec
 
     spec = MemorySpec(policy="split", capacity=CAP, pretrain_share=0.75, include_pretrain=True)
     bench = dataclasses.replace(capped, protocol=capped.protocol.model_copy(update={"memory": spec}))

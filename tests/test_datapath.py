@@ -9,14 +9,14 @@ import torch
 import yaml
 from click.testing import CliRunner
 
-from bench_stability_gap.harness import features as FS
-from bench_stability_gap.harness.backbone import create_network, split_network
+from bench_stability_gap.harness.data import features as FS
+from bench_stability_gap.harness.model.backbone import create_network, split_network
 from bench_stability_gap.harness.cli import main
-from bench_stability_gap.harness.datapath import GB, plan_data_path
+from bench_stability_gap.harness.data.datapath import GB, plan_data_path
 from bench_stability_gap.harness.errors import BenchError
-from bench_stability_gap.harness.protocol import Protocol, load_protocol
-from bench_stability_gap.harness.workbench import RunOptions, prepare
-from bench_stability_gap.harness.stream import build_stream
+from bench_stability_gap.harness.spec.protocol import Protocol, load_protocol
+from bench_stability_gap.harness.run.workbench import RunOptions, prepare
+from bench_stability_gap.harness.data.stream import build_stream
 from tests.conftest import reduced_tiny
 
 
@@ -105,8 +105,8 @@ def _small(bench_cache) -> Protocol:
 
 
 def test_streaming_gives_the_features_and_curves_of_the_disk_cache(bench_cache, tmp_path, monkeypatch):
-    from bench_stability_gap.harness.registry import build_method
-    from bench_stability_gap.harness.continual import run_cl
+    from bench_stability_gap.methods.registry import build_method
+    from bench_stability_gap.harness.run.continual import run_cl
 
     protocol = _small(bench_cache)
     opts = RunOptions(results_dir=tmp_path, progress=False, log=False)
@@ -157,7 +157,7 @@ def test_cpu_forwards_in_chunks_equal_the_whole_batch():
     size), and the same predictions."""
     import timm
 
-    from bench_stability_gap.harness.inputs import CPU_FORWARD_CHUNK, in_cpu_chunks
+    from bench_stability_gap.harness.data.inputs import CPU_FORWARD_CHUNK, in_cpu_chunks
 
     torch.manual_seed(0)
     net = timm.create_model("convnextv2_atto", pretrained=False, num_classes=10).eval()
@@ -188,8 +188,8 @@ def _synthetic_small(bench_cache) -> Protocol:
 
 def test_planned_batches_decoded_ahead_by_workers_give_the_same_run(bench_cache, tmp_path, monkeypatch):
     """DataLoader workers decode a session's planned batches ahead; the run is the one decoded in step."""
-    from bench_stability_gap.harness.continual import run_cl
-    from bench_stability_gap.harness.registry import build_method
+    from bench_stability_gap.harness.run.continual import run_cl
+    from bench_stability_gap.methods.registry import build_method
 
     protocol = _synthetic_small(bench_cache)
     opts = RunOptions(results_dir=tmp_path, progress=False, log=False)

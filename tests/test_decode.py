@@ -13,11 +13,11 @@ import pytest
 import torch
 from PIL import Image
 
-from bench_stability_gap.harness import inputs
+from bench_stability_gap.harness.data import inputs
 from bench_stability_gap.harness.data.sources import FileSplit
-from bench_stability_gap.harness.inputs import InputStore, Preprocess, decode_on, gpu_decodable
-from bench_stability_gap.harness.protocol import Backbone
-from bench_stability_gap.harness.stream import Catalog
+from bench_stability_gap.harness.data.inputs import InputStore, Preprocess, decode_on, gpu_decodable
+from bench_stability_gap.harness.spec.protocol import Backbone
+from bench_stability_gap.harness.data.stream import Catalog
 
 
 def _jpegs(tmp_path, n: int = 10, suffix: str = ".JPEG") -> FileSplit:

@@ -30,7 +30,7 @@ import yaml
 from click.testing import CliRunner
 
 from bench_stability_gap.harness.cli import main
-from bench_stability_gap.harness.results import iter_results
+from bench_stability_gap.harness.results.schema import iter_results
 from result_compare import differences
 
 pytest.importorskip("ray")  # the `ray` extra; ci/install.sh installs it, so CI runs these tests

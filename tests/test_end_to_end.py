@@ -10,7 +10,7 @@ import yaml
 from click.testing import CliRunner
 
 from bench_stability_gap.harness.cli import main
-from bench_stability_gap.harness.results import iter_results
+from bench_stability_gap.harness.results.schema import iter_results
 
 
 def run_cli(*args: str):
@@ -91,7 +91,7 @@ def test_interrupted_run_leaves_no_result(tiny_protocol_file, tmp_path, monkeypa
 
 
 def test_joint_reference_takes_the_protocols_optimizer_settings_only(tiny_protocol):
-    from bench_stability_gap.harness.reference import joint_config
+    from bench_stability_gap.harness.run.joint import joint_config
 
     spec = tiny_protocol.model_copy(update={"joint": tiny_protocol.joint.model_copy(update={"lr": 0.0123})})
     config = joint_config(spec)
@@ -110,7 +110,7 @@ def test_a_variant_of_the_joint_reference_is_refused_before_any_compute(tiny_pro
 
 @pytest.mark.slow
 def test_a_run_trains_its_references_first_and_stores_what_it_was_scored_with(tiny_protocol_file, tmp_path):
-    from bench_stability_gap.harness.metrics import best_new_accuracy
+    from bench_stability_gap.harness.results.metrics import best_new_accuracy
     from bench_stability_gap.leaderboard.aggregate import summarize
     from bench_stability_gap.leaderboard.sources import load_folder
 

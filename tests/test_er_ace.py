@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from bench_stability_gap.harness.protocol import load_protocol
-from bench_stability_gap.harness.registry import build_method
+from bench_stability_gap.harness.spec.protocol import load_protocol
+from bench_stability_gap.methods.registry import build_method
 from bench_stability_gap.methods.base import TrainBatch
 from tests.test_plugins import install_folder, invoke, site  # noqa: F401 - site is a fixture
 

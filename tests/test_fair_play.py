@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from bench_stability_gap.harness.check_method import capped_spec
-from bench_stability_gap.harness.continual import run_cl
-from bench_stability_gap.harness.protocol import Protocol
-from bench_stability_gap.harness.registry import build_method
-from bench_stability_gap.harness.workbench import RunOptions, prepare
+from bench_stability_gap.harness.tools.check_method import capped_spec
+from bench_stability_gap.harness.run.continual import run_cl
+from bench_stability_gap.harness.spec.protocol import Protocol
+from bench_stability_gap.methods.registry import build_method
+from bench_stability_gap.harness.run.workbench import RunOptions, prepare
 from bench_stability_gap.methods.base import MethodConfig, StandardMethod
 from tests.test_plugins import install_folder, invoke, site, small_protocol  # noqa: F401 - site is a fixture
 

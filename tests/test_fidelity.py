@@ -12,10 +12,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bench_stability_gap.harness.backbone import GrowingHead, SplitModel, create_network, split_network
-from bench_stability_gap.harness.protocol import load_protocol
-from bench_stability_gap.harness.registry import build_method
-from bench_stability_gap.harness.stream import Session
+from bench_stability_gap.harness.model.backbone import GrowingHead, SplitModel, create_network, split_network
+from bench_stability_gap.harness.spec.protocol import load_protocol
+from bench_stability_gap.methods.registry import build_method
+from bench_stability_gap.harness.data.stream import Session
 from bench_stability_gap.methods.base import TrainBatch, layerwise_groups
 from bench_stability_gap.methods.baselines import Vanilla
 from bench_stability_gap.methods.lwf import LwF
@@ -347,8 +347,8 @@ def test_batch_protocols_keep_the_session_start_init():
 
 
 def _split(capacity: int, share: float, labels, seed: int = 0):
-    from bench_stability_gap.harness.memory import Memory
-    from bench_stability_gap.harness.protocol import Memory as MemorySpec
+    from bench_stability_gap.harness.run.memory import Memory
+    from bench_stability_gap.harness.spec.protocol import Memory as MemorySpec
 
     spec = MemorySpec(policy="split", capacity=capacity, pretrain_share=share)
     return Memory(spec, np.asarray(labels), lambda gid: 1, np.random.default_rng(seed))
@@ -380,7 +380,7 @@ def test_split_memory_keeps_a_fixed_pretrain_share_and_a_class_balanced_stream_p
 def test_split_policy_needs_its_share_and_a_stored_s1():
     from pydantic import ValidationError
 
-    from bench_stability_gap.harness.protocol import Memory as MemorySpec
+    from bench_stability_gap.harness.spec.protocol import Memory as MemorySpec
 
     with pytest.raises(ValidationError, match="pretrain_share"):
         MemorySpec(policy="split", capacity=10)
@@ -412,7 +412,7 @@ def test_remind_default_schedule_steps_every_100_samples_of_a_class():
 def test_session_curve_holds_one_training_loss_per_update_or_none():
     from pydantic import ValidationError
 
-    from bench_stability_gap.harness.curves import SessionCurve
+    from bench_stability_gap.harness.results.curves import SessionCurve
 
     base = dict(session=2, total_updates=3, updates=[0, 3], old=[0.9, 0.8], new=[0.0, 0.5], all=[0.8, 0.7],
                 tasks=[[0.9, 0.8], [0.0, 0.5]])

@@ -10,9 +10,9 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from bench_stability_gap.harness import flops as FL
-from bench_stability_gap.harness.backbone import GrowingHead, SplitModel, create_network, split_network
-from bench_stability_gap.harness.protocol import load_protocol
+from bench_stability_gap.harness.model import flops as FL
+from bench_stability_gap.harness.model.backbone import GrowingHead, SplitModel, create_network, split_network
+from bench_stability_gap.harness.spec.protocol import load_protocol
 
 
 class SmallNet(nn.Module):

@@ -1,4 +1,4 @@
-"""Unit tests of what a method is lent and what it may keep (harness/isolation.py), on tiny objects."""
+"""Unit tests of what a method is lent and what it may keep (harness/run/isolation.py), on tiny objects."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import torch
 from torch import nn
 
 from bench_stability_gap.harness.errors import BenchError
-from bench_stability_gap.harness.isolation import (LentInputs, MemoryView, check_retained_samples,
+from bench_stability_gap.harness.run.isolation import (LentInputs, MemoryView, check_retained_samples,
                                                     isolated_predict, random_streams, retained_samples,
                                                     train_view)
-from bench_stability_gap.harness.memory import Memory
-from bench_stability_gap.harness.protocol import Memory as MemorySpec
+from bench_stability_gap.harness.run.memory import Memory
+from bench_stability_gap.harness.spec.protocol import Memory as MemorySpec
 
 SHAPE = (4, 2, 2)
 
@@ -57,7 +57,7 @@ def test_memory_view_is_read_only_and_hides_the_harness_generator():
 
 
 def test_train_view_has_no_test_split_and_refuses_writes(tiny_protocol):
-    from bench_stability_gap.harness.stream import build_stream
+    from bench_stability_gap.harness.data.stream import build_stream
 
     stream = build_stream(tiny_protocol, 0)
     view = train_view(stream, "peeker")

@@ -27,9 +27,9 @@ import pytest
 from click.testing import CliRunner
 
 from bench_stability_gap.harness.cli import main
-from bench_stability_gap.harness.metrics import best_new_accuracy, compute_metrics, plasticity_gap
-from bench_stability_gap.harness.protocol import load_protocol
-from bench_stability_gap.harness.results import RunResult, load_result, save_result
+from bench_stability_gap.harness.results.metrics import best_new_accuracy, compute_metrics, plasticity_gap
+from bench_stability_gap.harness.spec.protocol import load_protocol
+from bench_stability_gap.harness.results.schema import RunResult, load_result, save_result
 
 from bench_stability_gap.leaderboard.aggregate import COLUMN_BY_KEY, COLUMNS, Stat, format_table, marks, rank_value, summarize
 from bench_stability_gap.leaderboard.reported import load_reported
@@ -48,7 +48,7 @@ def real_results(protocol: str = "tiny_cil") -> list[RunResult]:
     """The stored real results, stamped with ``protocol``'s current name and spec hash (and the joint runs
     with its current joint settings: a setting added to MethodConfig since they were made is not a reason
     to set the fixtures' joint apart)."""
-    from bench_stability_gap.harness.reference import joint_settings
+    from bench_stability_gap.harness.run.joint import joint_settings
 
     spec = load_protocol(protocol)
     out = []
@@ -431,7 +431,7 @@ def test_table_command_prints_the_same_aggregates(results_dir: Path) -> None:
 
 
 def test_tracking_uri_reads_the_json_artifacts_from_mlflow(results_dir: Path, tmp_path: Path) -> None:
-    from bench_stability_gap.harness.tracking import default_tracking_uri, log_run
+    from bench_stability_gap.harness.results.tracking import default_tracking_uri, log_run
 
     from bench_stability_gap.leaderboard.sources import load_mlflow
 

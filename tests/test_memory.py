@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from bench_stability_gap.harness.memory import Memory
-from bench_stability_gap.harness.protocol import Memory as MemorySpec
+from bench_stability_gap.harness.run.memory import Memory
+from bench_stability_gap.harness.spec.protocol import Memory as MemorySpec
 
 
 def _memory(policy: str, capacity: int | None, labels, seed: int = 0) -> Memory:

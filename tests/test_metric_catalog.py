@@ -8,7 +8,7 @@ import pytest
 from results_factory import joint_run, two_session_run
 
 from bench_stability_gap.harness.cli import print_summary
-from bench_stability_gap.harness.metric_catalog import (
+from bench_stability_gap.harness.results.catalog import (
     CATALOG,
     METRICS,
     SUMMARY_KEYS,
@@ -16,7 +16,7 @@ from bench_stability_gap.harness.metric_catalog import (
     format_std,
     format_value,
 )
-from bench_stability_gap.harness.metrics import best_new_accuracy, compute_metrics
+from bench_stability_gap.harness.results.metrics import best_new_accuracy, compute_metrics
 from bench_stability_gap.leaderboard.aggregate import COLUMNS, Board, MethodRow, Stat, format_table
 from bench_stability_gap.leaderboard.glossary import TERMS
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pydantic
 import pytest
 
-from bench_stability_gap.harness.curves import ReferenceSession, SessionCurve
-from bench_stability_gap.harness.metrics import (
+from bench_stability_gap.harness.results.curves import ReferenceSession, SessionCurve
+from bench_stability_gap.harness.results.metrics import (
     Metrics,
     alpha,
     best_new_accuracy,

@@ -27,9 +27,9 @@ def test_image_files_decode_through_loader_workers_to_the_same_tensors(tmp_path,
     from PIL import Image
 
     from bench_stability_gap.harness.data.sources import ArraySplit, FileSplit
-    from bench_stability_gap.harness.inputs import InputStore, Preprocess
-    from bench_stability_gap.harness.protocol import load_protocol
-    from bench_stability_gap.harness.stream import Catalog
+    from bench_stability_gap.harness.data.inputs import InputStore, Preprocess
+    from bench_stability_gap.harness.spec.protocol import load_protocol
+    from bench_stability_gap.harness.data.stream import Catalog
 
     rng = np.random.default_rng(0)
     for i in range(6):
@@ -51,7 +51,7 @@ def test_image_files_decode_through_loader_workers_to_the_same_tensors(tmp_path,
 
 
 def test_paper_projection_multiplies_per_image_costs_by_stage_images():
-    from bench_stability_gap.harness.perf_scale import Costs, project
+    from bench_stability_gap.harness.tools.perf_scale import Costs, project
 
     costs = Costs(decode=0.01, trunk=0.002, body_eval=0.001, train_step=0.004, write_gbs=1, read_gbs=1,
                   flops_trunk=1, flops_body=1)
@@ -69,9 +69,9 @@ def test_paper_projection_multiplies_per_image_costs_by_stage_images():
 
 
 def test_paper_stage_images_count_a_full_run(tiny_protocol):
-    from bench_stability_gap.harness.evaluation import eval_plan
-    from bench_stability_gap.harness.perf_scale import stage_images
-    from bench_stability_gap.harness.stream import build_stream
+    from bench_stability_gap.harness.run.evaluation import eval_plan
+    from bench_stability_gap.harness.tools.perf_scale import stage_images
+    from bench_stability_gap.harness.data.stream import build_stream
 
     stream = build_stream(tiny_protocol, 0)
     st = stage_images(tiny_protocol, stream)

@@ -8,8 +8,8 @@ import xml.etree.ElementTree as ET
 import pytest
 from results_factory import curve, hand_result, joint_run, two_session_run
 
-from bench_stability_gap.harness.results import RunResult
-from bench_stability_gap.harness.tidy import curves_frame
+from bench_stability_gap.harness.results.schema import RunResult
+from bench_stability_gap.harness.results.tidy import curves_frame
 from bench_stability_gap.leaderboard.aggregate import Board, Entry, summarize
 from bench_stability_gap.leaderboard.plots import board_plots, first_updates, mean_band, run_plot
 

@@ -15,10 +15,10 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from bench_stability_gap.harness import preflight
+from bench_stability_gap.harness.tools import preflight
 from bench_stability_gap.harness.cli import main
-from bench_stability_gap.harness.protocol import load_protocol
-from bench_stability_gap.harness.registry import METHOD_GROUP, MODIFIER_GROUP, entries
+from bench_stability_gap.harness.spec.protocol import load_protocol
+from bench_stability_gap.methods.registry import METHOD_GROUP, MODIFIER_GROUP, entries
 from bench_stability_gap.methods.configs import CONFIGS
 
 

@@ -4,7 +4,7 @@ import pytest
 import yaml
 
 from bench_stability_gap.harness.errors import BenchError
-from bench_stability_gap.harness.protocol import Evaluation, builtin_protocol_names, load_protocol, parse_protocol
+from bench_stability_gap.harness.spec.protocol import Evaluation, builtin_protocol_names, load_protocol, parse_protocol
 
 PAPER_PROTOCOLS = {"cil_places_lt", "iid_places_lt", "cil_places_lt_balanced", "cil_places_std_192k",
                    "cil_places_std_24k", "online_cub_80k", "online_cub_20k", "cil_places_lt_norehearsal"}
@@ -85,7 +85,7 @@ def test_a_field_added_later_changes_no_hash_until_it_is_set():
     import hashlib
     import json
 
-    from bench_stability_gap.harness.protocol import Memory
+    from bench_stability_gap.harness.spec.protocol import Memory
 
     spec = load_protocol("tiny_cil")
     data = spec.model_dump(mode="json")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench_stability_gap.harness.registry import Entry, _tree_hash, code_hash, code_root
+from bench_stability_gap.methods.registry import Entry, _tree_hash, code_hash, code_root
 from bench_stability_gap.leaderboard.aggregate import summarize
 from bench_stability_gap.leaderboard.sources import load_folder
 from tests.test_leaderboard import clone, real_results, write_results

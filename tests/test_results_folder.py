@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from bench_stability_gap.harness import atomic
 from bench_stability_gap.harness.errors import BenchError
-from bench_stability_gap.harness.results import RunResult, iter_results, load_result, result_path, save_result
+from bench_stability_gap.harness.results.schema import RunResult, iter_results, load_result, result_path, save_result
 from bench_stability_gap.leaderboard.sources import load_folder
 
 FIXTURES = Path(__file__).parent / "browser" / "fixtures"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bench_stability_gap.harness.results import iter_results
+from bench_stability_gap.harness.results.schema import iter_results
 
 pytestmark = pytest.mark.slow
 

@@ -15,11 +15,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bench_stability_gap.harness.backbone import GrowingHead, SplitModel
+from bench_stability_gap.harness.model.backbone import GrowingHead, SplitModel
 from bench_stability_gap.harness.errors import BenchError
-from bench_stability_gap.harness.protocol import load_protocol
-from bench_stability_gap.harness.registry import Entry, build_method, protocol_defaults
-from bench_stability_gap.harness.stream import Session
+from bench_stability_gap.harness.spec.protocol import load_protocol
+from bench_stability_gap.methods.registry import Entry, build_method, protocol_defaults
+from bench_stability_gap.harness.data.stream import Session
 from bench_stability_gap.methods.base import Method, MethodConfig, StandardMethod, TrainBatch, layerwise_groups
 from bench_stability_gap.methods.baselines import OutputOnly, Vanilla
 from bench_stability_gap.methods.sgm.combined import SGM, OneCycleConfig, SGMConfig, one_cycle
@@ -462,7 +462,7 @@ class FakeEntry(Entry):
 
 
 def test_modifier_on_a_non_standard_base_is_an_error(monkeypatch):
-    import bench_stability_gap.harness.registry as registry
+    import bench_stability_gap.methods.registry as registry
 
     real = registry.entries
 

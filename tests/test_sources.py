@@ -23,7 +23,7 @@ from bench_stability_gap.harness.data.sources import (
     subsample_per_class,
 )
 from bench_stability_gap.harness.errors import BenchError
-from bench_stability_gap.harness.protocol import DataSource
+from bench_stability_gap.harness.spec.protocol import DataSource
 
 
 def _img(path: Path, size: tuple[int, int], mode: str = "RGB", fmt: str | None = None) -> Path:

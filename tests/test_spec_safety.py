@@ -12,8 +12,8 @@ import yaml
 from click.testing import CliRunner
 
 from bench_stability_gap.harness.cli import main
-from bench_stability_gap.harness.protocol import load_protocol
-from bench_stability_gap.harness.specfile import MAX_DEPTH, MAX_NODES
+from bench_stability_gap.harness.spec.protocol import load_protocol
+from bench_stability_gap.harness.spec.specfile import MAX_DEPTH, MAX_NODES
 
 TINY = load_protocol("tiny_cil").model_dump(mode="json")
 
@@ -48,7 +48,8 @@ def test_hostile_yaml_is_refused_fast_with_the_place_named(tmp_path, content, ne
     path.write_text(content)
     t0 = time.perf_counter()
     code, output = validate(path)
-    assert time.perf_counter() - t0 < 5, "refused quickly, never expanded"
+    # a bound on a hang, not a speed target: an expanded alias bomb never finishes; a loaded machine takes seconds
+    assert time.perf_counter() - t0 < 60, "refused without expanding"
     assert code == 2 and one_paragraph(output), output
     assert str(path) in output
     for needle in needles:

@@ -3,8 +3,8 @@ from __future__ import annotations
 import numpy as np
 import yaml
 
-from bench_stability_gap.harness.protocol import parse_protocol
-from bench_stability_gap.harness.stream import build_stream
+from bench_stability_gap.harness.spec.protocol import parse_protocol
+from bench_stability_gap.harness.data.stream import build_stream
 from tests.conftest import reduced_tiny
 
 

@@ -8,13 +8,13 @@ import pytest
 from click.testing import CliRunner
 
 from bench_stability_gap.harness.cli import main
-from bench_stability_gap.harness.reference import joint_settings
-from bench_stability_gap.harness.results import ProtocolStamp, save_result
-from bench_stability_gap.harness.shared_storage import (probe_problems, remove_probes, shared_storage_error,
+from bench_stability_gap.harness.run.joint import joint_settings
+from bench_stability_gap.harness.results.schema import ProtocolStamp, save_result
+from bench_stability_gap.harness.sweep.shared_storage import (probe_problems, remove_probes, shared_storage_error,
                                                         write_probes)
-from bench_stability_gap.harness.sweep import Sweep, SweepGroup, plan
-from bench_stability_gap.harness.sweep_progress import ProgressBoard, eta_seconds, overall_line, running_lines
-from bench_stability_gap.harness.sweep_stages import stage_graph
+from bench_stability_gap.harness.sweep.plan import Sweep, SweepGroup, plan
+from bench_stability_gap.harness.sweep.progress import ProgressBoard, eta_seconds, overall_line, running_lines
+from bench_stability_gap.harness.sweep.stages import stage_graph
 from results_factory import joint_run, two_session_run
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from bench_stability_gap.harness.data.sources import long_tail_counts, open_source
 from bench_stability_gap.harness.errors import BenchError
-from bench_stability_gap.harness.protocol import DataSource, LongTail, load_protocol
+from bench_stability_gap.harness.spec.protocol import DataSource, LongTail, load_protocol
 
 
 def _source(**synthetic) -> DataSource:

@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 from results_factory import hand_result, joint_run, two_session_run
 
-from bench_stability_gap.harness.metrics import best_new_accuracy, compute_metrics
-from bench_stability_gap.harness.tidy import curves_frame, references_frame, run_values, runs_frame, seed_stats
-from bench_stability_gap.harness.tracking import curves_csv
+from bench_stability_gap.harness.results.metrics import best_new_accuracy, compute_metrics
+from bench_stability_gap.harness.results.tidy import curves_frame, references_frame, run_values, runs_frame, seed_stats
+from bench_stability_gap.harness.results.tracking import curves_csv
 
 
 def test_curves_frame_has_one_row_per_run_session_and_eval_point() -> None:

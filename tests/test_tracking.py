@@ -17,8 +17,8 @@ from click.testing import CliRunner
 
 from bench_stability_gap.harness.cli import main
 from bench_stability_gap.harness.errors import BenchError
-from bench_stability_gap.harness.results import RunResult, load_result, save_result
-from bench_stability_gap.harness.tracking import LiveRun, default_tracking_uri, log_run_or_explain, sync
+from bench_stability_gap.harness.results.schema import RunResult, load_result, save_result
+from bench_stability_gap.harness.results.tracking import LiveRun, default_tracking_uri, log_run_or_explain, sync
 
 FIXTURES = Path(__file__).parent / "browser" / "fixtures"
 
@@ -54,8 +54,8 @@ def closed_port() -> int:
 CONCURRENT = """
 import sys, time
 from pathlib import Path
-from bench_stability_gap.harness.results import load_result
-from bench_stability_gap.harness.tracking import log_run
+from bench_stability_gap.harness.results.schema import load_result
+from bench_stability_gap.harness.results.tracking import log_run
 import mlflow  # import first, so both processes reach the store at the same moment
 results, json_path, gate = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
 (gate / json_path.name).touch()

@@ -14,11 +14,11 @@ import pytest
 import torch
 import yaml
 
-from bench_stability_gap.harness.backbone import create_network, weights_digest
+from bench_stability_gap.harness.model.backbone import create_network, weights_digest
 from bench_stability_gap.harness.errors import BenchError
-from bench_stability_gap.harness.protocol import Backbone, Protocol, load_protocol
-from bench_stability_gap.harness.pipeline import joint_reference
-from bench_stability_gap.harness.workbench import RunOptions, prepare
+from bench_stability_gap.harness.spec.protocol import Backbone, Protocol, load_protocol
+from bench_stability_gap.harness.run.pipeline import joint_reference
+from bench_stability_gap.harness.run.workbench import RunOptions, prepare
 from tests.conftest import reduced_tiny
 
 

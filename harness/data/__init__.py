@@ -1,5 +1,5 @@
-"""Datasets: sources (one dataset as train/test splits) and, built on them, the stream."""
+"""The data path: dataset sources, the stream (class order, sessions), input stores and trunk-feature caches."""
 
-from ..data.sources import ArraySplit, FileSplit, Split, expand_root, open_source
+from .sources import ArraySplit, FileSplit, Split, expand_root, open_source
 
 __all__ = ["ArraySplit", "FileSplit", "Split", "expand_root", "open_source"]

@@ -28,7 +28,7 @@ import numpy as np
 from PIL import Image
 
 from ..errors import BenchError
-from ..protocol import DataSource, LongTail
+from ..spec.protocol import DataSource, LongTail
 
 __all__ = [
     "ArraySplit",

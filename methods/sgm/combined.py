@@ -28,13 +28,13 @@ import torch
 from pydantic import BaseModel
 
 from ...harness.errors import BenchError
-from ...harness.stream import Session
+from ...harness.data.stream import Session
 from ..base import Modifier, StandardMethod, TrainBatch
 from ..configs import OneCycleConfig, SGMConfig
-from ..sgm.init import DataDrivenInit
-from ..sgm.lora import LoRA
-from ..sgm.oocf import OldClassFreezing
-from ..sgm.soft import SoftTargets
+from .init import DataDrivenInit
+from .lora import LoRA
+from .oocf import OldClassFreezing
+from .soft import SoftTargets
 
 
 class OneCycle(Modifier):

@@ -44,7 +44,7 @@ from pydantic import BaseModel
 import torch.nn.functional as F
 from torch import Tensor
 
-from ...harness.stream import Session
+from ...harness.data.stream import Session
 from ..base import Modifier, StandardMethod, TrainBatch
 from ..configs import InitConfig
 

@@ -36,7 +36,7 @@ from pydantic import BaseModel
 from torch import nn
 
 from ...harness.errors import BenchError
-from ...harness.stream import Session
+from ...harness.data.stream import Session
 from ..base import Modifier, StandardMethod
 from ..configs import LoRAConfig
 

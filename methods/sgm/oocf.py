@@ -22,7 +22,7 @@ from torch import Tensor
 
 from ..base import Modifier, StandardMethod
 from ..configs import OOCFConfig
-from ...harness.stream import Session
+from ...harness.data.stream import Session
 
 
 class OldClassFreezing(Modifier):

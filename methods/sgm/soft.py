@@ -31,7 +31,7 @@ import torch
 from pydantic import BaseModel
 from torch import Tensor
 
-from ...harness.stream import Session
+from ...harness.data.stream import Session
 from ..base import Modifier, StandardMethod, TrainBatch
 from ..configs import SoftTargetsConfig
 

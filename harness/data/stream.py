@@ -1,0 +1,177 @@
+"""The data stream of a protocol: class order, sessions S1..SN and the eval sets, from a seed.
+
+Labels are renumbered in order of introduction (pre-training classes first), so the head's first
+K units are always exactly the K classes seen so far.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+from .sources import Split, open_source
+from ..errors import BenchError
+from ..spec.protocol import Protocol
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """Several splits seen as one: global sample ids 0..n-1 over the concatenation."""
+
+    splits: tuple[Split, ...]
+    labels: np.ndarray  # stream labels (introduction order) per global id
+
+    @cached_property
+    def offsets(self) -> np.ndarray:
+        return np.cumsum([0] + [len(s) for s in self.splits])
+
+    def locate(self, gid: int) -> tuple[Split, int]:
+        k = int(np.searchsorted(self.offsets, gid, side="right") - 1)
+        return self.splits[k], int(gid - self.offsets[k])
+
+    def sample_bytes(self, gid: int) -> int:
+        split, local = self.locate(gid)
+        return split.sample_bytes(local)
+
+    def __len__(self) -> int:
+        return int(self.offsets[-1])
+
+
+@dataclass(frozen=True)
+class Session:
+    """One learning session j >= 2: its training samples and the classes it brings."""
+
+    index: int                      # j
+    train_ids: np.ndarray           # global train ids, in arrival order
+    classes: np.ndarray             # stream labels present in S_j
+    new_classes: np.ndarray         # labels first introduced in S_j (the head grows by these)
+    seen_classes: int               # number of classes seen once S_j has arrived
+
+
+@dataclass(frozen=True)
+class Stream:
+    protocol: Protocol
+    seed: int
+    train: Catalog
+    test: Catalog
+    class_names: list[str]          # by stream label
+    pretrain_ids: np.ndarray        # S1 training ids
+    pretrain_classes: int           # K: labels 0..K-1
+    sessions: list[Session]
+    task_of_class: np.ndarray = field(repr=False)  # 0 = pre-training classes, k = introduced in session k+1
+
+    def classes_before(self, j: int) -> np.ndarray:
+        """Labels of S_1..S_{j-1}: the 'old' classes of session j."""
+        parts = [np.arange(self.pretrain_classes)] + [s.classes for s in self.sessions if s.index < j]
+        return np.unique(np.concatenate(parts))
+
+    def test_ids(self, classes: np.ndarray) -> np.ndarray:
+        return np.flatnonzero(np.isin(self.test.labels, classes))
+
+    def session_ids(self, upto: int) -> np.ndarray:
+        """Training ids of S_1..S_upto (joint training data)."""
+        parts = [self.pretrain_ids] + [s.train_ids for s in self.sessions if s.index <= upto]
+        return np.concatenate(parts)
+
+
+def build_stream(protocol: Protocol, seed: int) -> Stream:
+    """Open the protocol's sources and lay out the sessions for this seed (CIL or IID order)."""
+    pre_train, pre_test = open_source(protocol.pretrain_data, field="pretrain_data.root")
+    opened = [open_source(src, field=f"stream_data[{i}].root") for i, src in enumerate(protocol.stream_data)]
+    k = len(pre_train.class_names)
+
+    # Raw class ids: pretrain 0..K-1, then each stream source shifted past the previous ones.
+    raw_train, raw_test, names, offset = [pre_train.labels], [pre_test.labels], list(pre_train.class_names), k
+    for tr, te in opened:
+        raw_train.append(tr.labels + offset)
+        raw_test.append(te.labels + offset)
+        names.extend(tr.class_names)
+        offset += len(tr.class_names)
+    raw_train_all, raw_test_all = np.concatenate(raw_train), np.concatenate(raw_test)
+    n_stream = offset - k
+
+    rng = np.random.default_rng(seed)
+    stream_train = np.arange(len(pre_train), len(raw_train_all))
+    if protocol.ordering == "cil":
+        per = protocol.classes_per_session
+        need = per * protocol.sessions
+        if need > n_stream:
+            raise BenchError(
+                f"Protocol {protocol.name}: sessions ({protocol.sessions}) x classes_per_session ({per}) = "
+                f"{need} classes, but the stream sources hold only {n_stream}."
+            )
+        order = k + rng.permutation(n_stream)[:need]
+        chunks_raw = [order[i * per : (i + 1) * per] for i in range(protocol.sessions)]
+        session_raw_ids = []
+        for chunk in chunks_raw:
+            ids = stream_train[np.isin(raw_train_all[stream_train], chunk)]
+            session_raw_ids.append(rng.permutation(ids))
+        intro = np.concatenate(chunks_raw)
+    else:
+        ids = rng.permutation(stream_train)
+        session_raw_ids = np.array_split(ids, protocol.sessions)
+        seen: list[int] = []
+        for part in session_raw_ids:
+            for c in np.unique(raw_train_all[part]):
+                if c not in seen:
+                    seen.append(int(c))
+        intro = np.array(seen + [c for c in range(k, offset) if c not in seen], dtype=np.int64)
+
+    # Renumber: pretrain classes keep 0..K-1; stream classes by introduction order.
+    relabel = np.full(offset, -1, dtype=np.int64)
+    relabel[:k] = np.arange(k)
+    relabel[intro] = np.arange(k, k + len(intro))
+    train_labels, test_labels = relabel[raw_train_all], relabel[raw_test_all]
+    used = len(intro) + k
+    stream_names = [""] * used
+    for raw, new in enumerate(relabel):
+        if new >= 0:
+            stream_names[new] = names[raw]
+
+    task_of_class = np.zeros(used, dtype=np.int64)
+    sessions, seen_count = [], k
+    for j, ids in enumerate(session_raw_ids, start=2):
+        classes = np.unique(train_labels[ids])
+        new = classes[classes >= seen_count]
+        task_of_class[new] = j - 1
+        seen_count += len(new)
+        sessions.append(Session(j, ids, classes, new, seen_count))
+
+    # Test samples of classes that never enter the stream are dropped (label -1).
+    keep_test = test_labels >= 0
+    test = Catalog((pre_test, *[te for _, te in opened]), np.where(keep_test, test_labels, -1))
+    train = Catalog((pre_train, *[tr for tr, _ in opened]), train_labels)
+    return Stream(
+        protocol=protocol,
+        seed=seed,
+        train=train,
+        test=test,
+        class_names=stream_names,
+        pretrain_ids=np.arange(len(pre_train)),
+        pretrain_classes=k,
+        sessions=sessions,
+        task_of_class=task_of_class,
+    )
+
+
+class Cycler:
+    """Draws ids without replacement, reshuffling after each pass (epochs over a session)."""
+
+    def __init__(self, ids: np.ndarray, rng: np.random.Generator, shuffle: bool = True) -> None:
+        self.ids, self.rng, self.shuffle = ids, rng, shuffle
+        self.order, self.pos = self._new_order(), 0
+
+    def _new_order(self) -> np.ndarray:
+        return self.rng.permutation(self.ids) if self.shuffle else self.ids
+
+    def take(self, n: int) -> np.ndarray:
+        out = []
+        while n > 0:
+            if self.pos == len(self.order):
+                self.order, self.pos = self._new_order(), 0
+            k = min(n, len(self.order) - self.pos)
+            out.append(self.order[self.pos : self.pos + k])
+            self.pos, n = self.pos + k, n - k
+        return np.concatenate(out) if out else np.empty(0, dtype=np.int64)

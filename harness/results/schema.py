@@ -1,0 +1,379 @@
+"""RunResult: the JSON file that is the source of truth for a run (MLflow is a mirror of it)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..atomic import write_or_rescue
+from .curves import ReferenceSession, SessionCurve
+from ..errors import BenchError
+from .metrics import Metrics, best_new_accuracy
+from ...methods.registry import format_setting
+
+SCHEMA_VERSION = 2  # 2: overrides and the references a run was scored with are stored
+
+
+class Strict(BaseModel):
+    # NaN and infinities are written as such (not as null), so a run that recorded one reads back and is
+    # set apart with the reason, instead of turning into an unreadable file
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="constants")
+
+
+class ProtocolStamp(Strict):
+    name: str
+    version: int
+    hash: str
+
+
+class MethodStamp(Strict):
+    spec: str = Field(description="the method string as given, e.g. vanilla+sgm")
+    base: str
+    modifiers: list[str]
+    distribution: str
+    version: str
+    modifier_distributions: dict[str, str] = Field(default_factory=dict, description="modifier -> dist==version")
+    code_hash: str | None = Field(None, description="content hash of the code packages behind the method string "
+                                                     "(registry.code_hash); the leaderboard never averages across two")
+
+
+class Budget(Strict):
+    """Every budget figure the run used, as the harness counted them (FLOP conventions: harness.flops).
+
+    FLOPs are 2 x fvcore MACs. ``train_flops`` / ``eval_flops`` and their per-session lists count a
+    cached trunk as if it ran for every sample (uncached equivalent, the same for both cache
+    settings); ``*_executed`` is what ran (a cached trunk once per distinct image). The two
+    ``*_vs_joint`` ratios are the paper's efficiency figures (appendix; 16.7x and 31.9x for SGM):
+    the joint reference's total (over every joint model the protocol trains) divided by this run's,
+    so > 1 means cheaper.
+    """
+
+    updates_per_session: list[int]
+    batch_new: int
+    batch_old: int
+    samples_trained: int
+    optimizer_steps: int
+    memory_policy: str
+    memory_capacity: int | None
+    memory_peak_samples: int
+    memory_peak_bytes: int
+    train_flops: float | None = None
+    eval_flops: float | None = None
+    train_flops_per_session: list[float] | None = None
+    eval_flops_per_session: list[float] | None = None
+    train_flops_executed: float | None = None
+    eval_flops_executed: float | None = None
+    macs_per_sample: dict[str, float] | None = Field(None, description="forward MACs per sample: trunk, body, head (final)")
+    forward_samples: dict[str, int] | None = Field(None, description="phase/part/forward|backward -> samples")
+    declared: dict[str, float] = Field(default_factory=dict, description="the method's Context.counters at run end")
+    batch_limit: int | None = Field(None, description="most samples one update may train on (backward)")
+    max_trained_per_update: int | None = Field(None, description="most samples any update trained on")
+    trunk_cached: bool | None = None
+    flops_convention: str | None = None
+    updates_vs_joint: float | None = Field(None, description="joint's optimizer steps / this run's")
+    train_flops_vs_joint: float | None = Field(None, description="joint's training FLOPs / this run's")
+
+
+class References(Strict):
+    """The references a run was scored with (``select_runs`` finds them; the leaderboard re-finds them)."""
+
+    joint_run: str | None
+    best_new: dict[int, float] = Field(description="A_best(E_j) per session, for P_Δ")
+    best_new_runs: dict[int, str] = Field(
+        default_factory=dict, description="session -> run id that reached A_best(E_j) (this run's own id if it did)")
+    best_new_methods: list[str] = Field(
+        default_factory=list, description="the protocol's reference set for A_best (same seed), besides the run itself")
+
+
+class RunResult(Strict):
+    schema_version: int = SCHEMA_VERSION
+    run_id: str
+    status: Literal["complete", "failed", "diverged"]  # diverged: a non-finite loss stopped it (curves so far)
+    protocol: ProtocolStamp
+    method: MethodStamp
+    config: dict[str, Any]
+    overrides: dict[str, Any] = Field(default_factory=dict, description="the --set overrides the run was given")
+    seed: int
+    trainable_params: int
+    curves: list[SessionCurve] = Field(default_factory=list)
+    reference: list[ReferenceSession] = Field(default_factory=list, description="joint runs only")
+    references: References | None = None
+    metrics: Metrics | None = None
+    budget: Budget
+    versions: dict[str, str]
+    git_commit: str | None
+    started_at: str
+    wall_time_s: float  # this process's share (a resumed run counts from its restart)
+    stage_seconds: dict[str, float] = Field(
+        default_factory=dict, description="wall seconds spent training and evaluating, summed over resumes")
+    options: dict[str, Any] = Field(default_factory=dict, description="run options (device, caching)")
+
+    @property
+    def is_reference(self) -> bool:
+        return bool(self.reference)
+
+    @property
+    def label(self) -> str:
+        return row_label(self.method.spec, self.overrides)
+
+
+def row_label(method: str, overrides: dict[str, Any]) -> str:
+    """The row a run belongs to: its method string plus the ``--set`` overrides it ran with
+    (``lwf+sgm [lr=0.0002]``), so a variant never averages with, or replaces, the default runs."""
+    extra = ", ".join(f"{k}={format_setting(v)}" for k, v in sorted(overrides.items()))
+    return f"{method} [{extra}]" if extra else method
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def library_versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for dist in ("bench-stability-gap", "torch", "torchvision", "timm", "peft", "fvcore", "mlflow", "numpy", "pydantic"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def git_commit() -> str | None:
+    """The commit of the harness checkout, when it is one (a pip install from PyPI has none)."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                             cwd=Path(__file__).resolve().parent)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def result_path(root: Path, result: RunResult) -> Path:
+    safe_method = result.method.spec.replace("+", "__")
+    return root / "runs" / result.protocol.name / safe_method / f"seed{result.seed}-{result.run_id}.json"
+
+
+def save_result(root: Path, result: RunResult) -> Path:
+    """Write the JSON atomically: a reader never sees half a file, an interrupt leaves none, a full disk
+    keeps it elsewhere and says where."""
+    path = result_path(root, result)
+    return write_or_rescue(path, result.model_dump_json(indent=1), f"the result of run {result.run_id}")
+
+
+def parse_result(data: bytes, path: Path) -> RunResult:
+    """A result from the bytes of its file; anything else is a BenchError naming ``path``."""
+    try:
+        return RunResult.model_validate_json(data)
+    except (ValidationError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BenchError(f"Result file {path} is corrupt or not a bench result: {str(exc).splitlines()[0]}") from None
+
+
+def load_result(path: Path) -> RunResult:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise BenchError(f"Result file {path} cannot be read: {exc.strerror or exc}.") from None
+    return parse_result(data, path)
+
+
+Skip = Callable[[Path, str], None]
+_warned: set[tuple[Path, str]] = set()
+
+
+def warn_skipped(path: Path, reason: str) -> None:
+    """Default report of a skipped results entry: a warning on stderr, once per entry per process (the
+    runner scans the folder several times per run)."""
+    if (path, reason) not in _warned:
+        _warned.add((path, reason))
+        print(f"Warning: skipped {path}: {reason}", file=sys.stderr)
+
+
+def _skip_reason(path: Path) -> str | None:
+    """Why ``path`` (a ``*.json`` entry or a symlink) is not a result file to read, or None when it is."""
+    if path.is_symlink():
+        target = os.readlink(path)
+        try:
+            path.resolve(strict=True)
+        except RuntimeError:  # Python < 3.13 reports a symlink loop this way
+            return f"symbolic link loop (-> {target})"
+        except OSError as exc:
+            kind = {errno.ENOENT: "dangling symbolic link", errno.ELOOP: "symbolic link loop"}.get(
+                exc.errno, "unusable symbolic link")
+            return f"{kind} (-> {target}: {exc.strerror})"
+        return f"symbolic link (-> {target}); results are read from real files only, so none is counted twice"
+    if path.is_dir():
+        return "a folder named like a result file"
+    if not path.is_file():
+        return "not a regular file"
+    return None
+
+
+def scan_results(base: Path, skip: Skip) -> list[tuple[Path, RunResult | BenchError]]:
+    """Every ``*.json`` under ``base``, without following symbolic links. A corrupt file comes back as its
+    error (never silently dropped); junk that cannot be a result (symlinks, folders named ``*.json``,
+    unreadable folders or files) is passed to ``skip`` with the reason, so one stray entry never breaks a
+    run or the leaderboard."""
+    out: list[tuple[Path, RunResult | BenchError]] = []
+    if not base.is_dir():
+        return out
+
+    def unreadable(exc: OSError) -> None:
+        skip(Path(exc.filename), f"cannot be read ({exc.strerror})")
+
+    for folder, dirs, files in os.walk(base, onerror=unreadable):
+        here = Path(folder)
+        for name in sorted(dirs):
+            path = here / name
+            if path.is_symlink() or name.endswith(".json"):
+                skip(path, _skip_reason(path) or "")
+        dirs[:] = sorted(d for d in dirs if not (here / d).is_symlink() and not d.endswith(".json"))
+        for name in sorted(files):
+            path = here / name
+            if not name.endswith(".json") and not path.is_symlink():
+                continue
+            reason = _skip_reason(path)
+            if reason is not None:
+                skip(path, reason)
+                continue
+            try:
+                data = path.read_bytes()
+            except OSError as exc:  # unreadable is junk to skip; unparsable comes back as its error
+                skip(path, f"cannot be read ({exc.strerror})")
+                continue
+            try:
+                out.append((path, parse_result(data, path)))
+            except BenchError as err:
+                out.append((path, err))
+    return out
+
+
+def iter_results(root: Path, protocol: str | None = None,
+                 skip: Skip = warn_skipped) -> list[tuple[Path, RunResult | BenchError]]:
+    """Every result file under ``root/runs`` (or ``root/runs/<protocol>``): see ``scan_results``."""
+    return scan_results(root / "runs" / protocol if protocol else root / "runs", skip)
+
+
+# ------------------------------------------------------------------ which stored runs count
+
+JOINT = "joint"  # the method string of the harness's own upper-bound reference
+T = TypeVar("T")
+
+
+def result_problem(r: RunResult) -> str | None:
+    """Why a stored result can never be ranked or serve as a reference; None when it can."""
+    if r.status != "complete":
+        return f"status {r.status!r}, not complete"
+    if not r.is_reference and not r.curves:
+        return "no accuracy curves recorded (incomplete run)"
+    values = [v for c in r.curves for v in (*c.old, *c.new, *c.all, *(x for t in c.tasks for x in t))]
+    values += [v for s in r.reference for v in (s.old, s.new, s.all, *s.tasks)]
+    bad = next((v for v in values if not (math.isfinite(v) and 0.0 <= v <= 1.0)), None)
+    if bad is not None:
+        return f"an accuracy of {bad!r} is recorded (accuracies are fractions in [0, 1])"
+    return None
+
+
+def _same_settings(stored: dict[str, Any], expected: dict[str, Any]) -> bool:
+    """Every setting a joint run recorded equals the protocol's (a setting added to bench later, absent
+    from an older run's record, does not make it another reference), and the optimizer's are there."""
+    return {"lr", "weight_decay"} <= stored.keys() and all(expected[k] == v for k, v in stored.items() if k in expected)
+
+
+@dataclass
+class Selection(Generic[T]):
+    """The answer to "which stored runs count" for one protocol spec, used alike by the runner (its
+    references), the sweep (what is done) and the leaderboard (what is ranked).
+
+    - ``joints``: per seed, the newest valid joint reference made with the protocol's joint settings;
+    - ``runs``: per (row label, seed), the newest valid CL run;
+    - ``apart``: everything else, with the reason (stale hash, failed, out-of-range values, superseded,
+      a joint with other settings), never ranked and never a reference;
+    - A_best(E_j) per seed comes from the protocol's reference methods (default settings, same seed)
+      and the scored run itself, so a submitted run never moves another method's P_Δ.
+    """
+
+    protocol_hash: str
+    best_new_methods: tuple[str, ...]
+    joints: dict[int, T] = field(default_factory=dict)
+    runs: dict[tuple[str, int], T] = field(default_factory=dict)
+    apart: list[tuple[T, str]] = field(default_factory=list)
+    result_of: Callable[[T], RunResult] = lambda item: item  # type: ignore[assignment,return-value]
+
+    def reference_runs(self, seed: int) -> list[T]:
+        """The runs of the protocol's A_best reference set for ``seed`` (those that exist)."""
+        return [self.runs[(m, seed)] for m in self.best_new_methods if (m, seed) in self.runs]
+
+    def best_new(self, run: RunResult) -> tuple[dict[int, float], dict[int, str]]:
+        """A_best(E_j) for scoring ``run``: the best new-class accuracy of the reference set (same
+        seed) or of the run itself, per session, and the id of the run that reached it."""
+        refs = [self.result_of(x) for x in self.reference_runs(run.seed)]
+        # a stored run of the same row and seed is the one ``run`` supersedes: never its reference
+        candidates = [r for r in refs if r.label != run.label] + [run]
+        best = best_new_accuracy([r.curves for r in candidates])
+        source = {s: next(r.run_id for r in candidates for c in r.curves if c.session == s and max(c.new) == v)
+                  for s, v in best.items()}
+        return best, source
+
+
+def select_runs(items: Iterable[T], protocol_hash: str, best_new_methods: Iterable[str],
+                joint_config: dict[str, Any] | None = None,
+                result_of: Callable[[T], RunResult | BenchError] = lambda item: item,  # type: ignore[assignment,return-value]
+                weights: str | None = None) -> Selection[T]:
+    """Sort stored runs of one protocol into what counts and what is set apart (see ``Selection``).
+    ``joint_config``: the settings the protocol's joint reference trains with, when known; ``weights``: the
+    content digest of the backbone weights in use, when known (a weights file replaced at the same path
+    leaves the spec hash as it was, so runs made with the old content are set apart by this)."""
+    sel: Selection[T] = Selection(protocol_hash, tuple(best_new_methods), result_of=result_of)  # type: ignore[arg-type]
+    live: list[tuple[T, RunResult]] = []
+    for item in items:
+        r = result_of(item)
+        if isinstance(r, BenchError):
+            sel.apart.append((item, str(r)))
+        elif r.protocol.hash != protocol_hash:
+            sel.apart.append((item, f"stale protocol hash {r.protocol.hash} (current: {protocol_hash})"))
+        elif (problem := result_problem(r)) is not None:
+            sel.apart.append((item, problem))
+        elif weights is not None and r.options.get("weights") not in (None, "", weights):
+            sel.apart.append((item, f"made with other backbone weights ({r.options['weights']}, now {weights})"))
+        elif r.is_reference and (r.method.spec != JOINT or r.overrides
+                                 or (joint_config is not None and not _same_settings(r.config, joint_config))):
+            sel.apart.append((item, f"a joint run with other settings than the protocol's joint section "
+                                    f"({r.label}, {r.config}); never used as A_joint"))
+        else:
+            live.append((item, r))
+    for item, r in sorted(live, key=lambda ir: ir[1].started_at, reverse=True):
+        if r.is_reference:
+            if r.seed in sel.joints:
+                used = result_of(sel.joints[r.seed]).run_id  # type: ignore[union-attr]
+                sel.apart.append((item, f"older joint reference for seed {r.seed} (run {used} is used)"))
+            else:
+                sel.joints[r.seed] = item
+            continue
+        key = (r.label, r.seed)
+        if key in sel.runs:
+            newer = result_of(sel.runs[key]).run_id  # type: ignore[union-attr]
+            sel.apart.append((item, f"superseded: a newer run of {r.label} with seed {r.seed} ({newer}) is used"))
+        else:
+            sel.runs[key] = item
+    return sel
+
+
+def stored_selection(root: Path, protocol_name: str, protocol_hash: str, best_new_methods: Iterable[str],
+                     joint_config: dict[str, Any] | None = None,
+                     weights: str | None = None) -> Selection[tuple[Path, RunResult | BenchError]]:
+    """``select_runs`` over the result files of one protocol in a results folder."""
+    return select_runs(iter_results(root, protocol_name), protocol_hash, best_new_methods, joint_config,
+                       result_of=lambda pr: pr[1], weights=weights)

@@ -1,0 +1,358 @@
+"""Mirror runs into MLflow: a sqlite store under the results folder unless told otherwise.
+
+The JSON result is the source of truth and is written before anything here runs, so tracking never
+costs a result: a dead server fails within seconds (short HTTP timeout, one retry), the error names
+the kept JSON, and ``bench sync`` mirrors it later. The sqlite store is created and written under a
+file lock, so concurrent first runs on one results folder do not race MLflow's schema creation.
+``LiveRun`` shows a run while it trains (RUNNING, accuracy at each eval point) and ends it FINISHED,
+FAILED or KILLED.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import BenchError
+from .schema import RunResult, iter_results
+
+HTTP_TIMEOUT_S = "5"   # per request; MLflow's default is 120 s
+HTTP_RETRIES = "1"     # MLflow's default (7 retries with backoff) hangs a finished run for minutes
+LOCK_TIMEOUT_S = 300
+TERMINAL = {"complete": "FINISHED", "killed": "KILLED", "interrupted": "KILLED"}  # anything else: FAILED
+SYNCED_TAG = "bench.synced"  # set last, once params, metrics and the JSON artifact are all logged
+
+
+def default_tracking_uri(results_dir: Path) -> str:
+    return f"sqlite:///{results_dir / 'mlflow.db'}"
+
+
+def _flat(prefix: str, value, out: dict[str, str]) -> None:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _flat(f"{prefix}.{k}" if prefix else str(k), v, out)
+    else:
+        out[prefix] = str(value)[:500]
+
+
+def curves_csv(result: RunResult) -> str:
+    """The run's rows of the tidy curves frame (``harness.tidy.curves_frame``), one per session × eval point."""
+    from .tidy import curves_frame
+
+    frame = curves_frame([result]).rename(columns={"old": "acc_old", "new": "acc_new", "all": "acc_all"})
+    tasks = [c for c in frame.columns if c.startswith("task_")]
+    return frame[["session", "update", "global_update", "acc_old", "acc_new", "acc_all", *tasks]].to_csv(index=False)
+
+
+def import_mlflow():
+    """MLflow, configured to fail fast and quietly (a slow import: only when tracking)."""
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", HTTP_TIMEOUT_S)
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", HTTP_RETRIES)
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    import mlflow
+
+    # after the import, which configures mlflow's loggers: no schema-migration chatter per run
+    for name in ("mlflow", "alembic"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    # it logs every database error with its SQLAlchemy traceback before raising it; ``Store.session``
+    # turns the raised error into one paragraph, so the log would only repeat it as a traceback
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
+    return mlflow
+
+
+@contextmanager
+def store_lock(uri: str) -> Iterator[None]:
+    """Serialise access to a sqlite store across processes (MLflow creates its schema on first use
+    and two first runs at once crash in it); server and database stores handle concurrency."""
+    if not uri.startswith("sqlite:///"):
+        with nullcontext():
+            yield
+        return
+    from filelock import FileLock, Timeout
+
+    from ..tools.preflight import sqlite_path
+
+    db = sqlite_path(uri)
+    db.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(db) + ".lock", timeout=LOCK_TIMEOUT_S)
+    try:
+        with lock:
+            yield
+    except Timeout:
+        raise BenchError(f"MLflow store {db} stayed locked by another bench process for {LOCK_TIMEOUT_S} s "
+                         f"(lock file {db}.lock).") from None
+
+
+def _experiment(client, name: str, artifact_location: str | None) -> str:
+    exp = client.get_experiment_by_name(name)
+    return exp.experiment_id if exp else client.create_experiment(name, artifact_location=artifact_location)
+
+
+def _tags(result: RunResult, json_path: Path) -> dict[str, str]:
+    return {"bench.run_id": result.run_id, "bench.protocol_hash": result.protocol.hash,
+            "bench.method_distribution": f"{result.method.distribution}=={result.method.version}",
+            "bench.status": result.status, "bench.json": str(json_path)}
+
+
+def _params(result: RunResult) -> dict[str, str]:
+    params: dict[str, str] = {}
+    _flat("", {"protocol": result.protocol.name, "protocol_version": result.protocol.version,
+               "protocol_hash": result.protocol.hash, "method": result.method.spec, "seed": result.seed,
+               "config": result.config, "options": result.options}, params)
+    return params
+
+
+def _final_metrics(result: RunResult, with_curves: bool) -> list:
+    from mlflow.entities import Metric
+
+    ts = 0
+    metrics = [Metric(k, float(v), ts, 0) for k, v in (result.metrics.scalars() if result.metrics else {}).items()]
+    metrics += [Metric("trainable_params", float(result.trainable_params), ts, 0),
+                Metric("wall_time_s", result.wall_time_s, ts, 0)]
+    offset = 0
+    for c in result.curves if with_curves else []:
+        for i, u in enumerate(c.updates):
+            for key, series in (("acc_old", c.old), ("acc_new", c.new), ("acc_all", c.all)):
+                metrics.append(Metric(key, float(series[i]), ts, offset + u))
+        offset += c.total_updates
+    for r in result.reference:
+        for key in ("old", "new", "all"):
+            metrics.append(Metric(f"joint_acc_{key}", float(getattr(r, key)), ts, r.session))
+    return metrics
+
+
+def _log_batches(client, rid: str, params: Mapping[str, str] = {}, metrics: list | None = None) -> None:
+    from mlflow.entities import Param
+
+    param_list = [Param(k, v) for k, v in params.items()]
+    for start in range(0, len(param_list), 100):  # MLflow's per-call limits
+        client.log_batch(rid, params=param_list[start : start + 100])
+    metrics = metrics or []
+    for start in range(0, len(metrics), 1000):
+        client.log_batch(rid, metrics=metrics[start : start + 1000])
+
+
+def _log_artifacts(client, rid: str, result: RunResult, json_path: Path) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        csv_path = Path(tmp) / "curves.csv"
+        csv_path.write_text(curves_csv(result))
+        client.log_artifact(rid, str(json_path))
+        client.log_artifact(rid, str(csv_path))
+
+
+def _first_line(text: str, limit: int = 300) -> str:
+    """MLflow's messages carry whole tracebacks of the HTTP layer: one line of it is the paragraph."""
+    # SQLAlchemy puts a note on how the query was flushed before the database's own message
+    lines = [ln for ln in text.strip().splitlines() if ln.strip() and not ln.startswith("(raised as a result of")]
+    line = lines[0] if lines else "(no message)"
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+@dataclass
+class Store:
+    """One tracking store: where it is, and its client (created under the store lock)."""
+
+    results_dir: Path
+    tracking_uri: str | None = None
+    uri: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.uri = self.tracking_uri or default_tracking_uri(self.results_dir)
+        self._client = None
+
+    @property
+    def artifact_location(self) -> str | None:
+        return (self.results_dir / "mlartifacts").as_uri() if self.tracking_uri is None else None
+
+    @contextmanager
+    def session(self):
+        """The client, with the store locked (sqlite) and every MLflow error turned into one paragraph."""
+        mlflow = import_mlflow()
+        from mlflow.tracking import MlflowClient
+
+        with store_lock(self.uri):
+            try:
+                if self._client is None:
+                    self._client = MlflowClient(tracking_uri=self.uri)
+                yield self._client
+            except BenchError:
+                raise
+            except mlflow.exceptions.MlflowException as exc:
+                raise BenchError(f"MLflow tracking store {self.uri} is not usable: {_first_line(exc.message)}") from None
+            except Exception as exc:  # noqa: BLE001 - requests, sqlalchemy and OS errors all mean the same here
+                raise BenchError(f"MLflow tracking store {self.uri} is not usable: "
+                                 f"{type(exc).__name__}: {_first_line(str(exc))}") from None
+
+
+def log_run(result: RunResult, json_path: Path, results_dir: Path, tracking_uri: str | None = None) -> str:
+    """Log params, scalar metrics, step curves (step = update across sessions) and the JSON; returns the run id."""
+    store = Store(results_dir, tracking_uri)
+    with store.session() as client:
+        exp_id = _experiment(client, f"bench/{result.protocol.name}", store.artifact_location)
+        run = client.create_run(exp_id, run_name=f"{result.method.spec} seed{result.seed}",
+                                tags=_tags(result, json_path))
+        rid = run.info.run_id
+        _log_batches(client, rid, _params(result), _final_metrics(result, with_curves=True))
+        _log_artifacts(client, rid, result, json_path)
+        client.set_tag(rid, SYNCED_TAG, "true")
+        client.set_terminated(rid, TERMINAL.get(result.status, "FAILED"))
+    return rid
+
+
+def log_run_or_explain(result: RunResult, json_path: Path, results_dir: Path,
+                       tracking_uri: str | None = None) -> tuple[str, str]:
+    """``log_run``, whose failure says what is kept and how to mirror it later; returns (run id, URI)."""
+    store = Store(results_dir, tracking_uri)
+    try:
+        return log_run(result, json_path, results_dir, tracking_uri), store.uri
+    except BenchError as err:
+        sync = f"bench sync --results {results_dir}" + (f" --tracking-uri {tracking_uri}" if tracking_uri else "")
+        raise BenchError(f"{err} The result is kept in {json_path}; mirror it once the store works with: {sync}") from None
+
+
+class LiveRun:
+    """An MLflow run that follows a run while it trains: RUNNING from ``start``, accuracy logged at each
+    eval point, ended by ``finish`` as FINISHED, FAILED or KILLED with the final metrics and JSON.
+
+    Tracking must never stop training: the first error disables the object (``error`` says why), is
+    reported once as a warning, and later calls do nothing; ``bench sync`` mirrors the stored JSON afterwards.
+    """
+
+    def __init__(self, results_dir: Path, tracking_uri: str | None = None) -> None:
+        self.store = Store(results_dir, tracking_uri)
+        self.run_id: str | None = None
+        self.error: str | None = None
+        self._session_start: dict[int, int] = {}
+        self._last: tuple[int, int] | None = None  # (session, update) of the latest point
+        self._points = 0
+
+    def _guard(self, action) -> Any:
+        if self.error is not None:
+            return None
+        try:
+            with self.store.session() as client:
+                return action(client)
+        except BenchError as err:
+            self.error = str(err)
+            print(f"Warning: {err} Training goes on; the result is still written as JSON, and `bench sync` "
+                  f"mirrors it once the store works.", file=sys.stderr)
+            return None
+
+    def start(self, protocol: str, method: str, seed: int, run_id: str | None = None,
+              params: Mapping[str, Any] | None = None) -> str | None:
+        """Open the run (RUNNING) with its settings. ``run_id`` is bench's, when known this early: with
+        it ``bench sync`` can replace this mirror if the process dies (``finish`` tags it anyway)."""
+        def action(client) -> str:
+            exp_id = _experiment(client, f"bench/{protocol}", self.store.artifact_location)
+            tags = {"bench.status": "running", **({"bench.run_id": run_id} if run_id else {})}
+            run = client.create_run(exp_id, run_name=f"{method} seed{seed}", tags=tags)
+            flat: dict[str, str] = {}
+            _flat("", dict(params or {}), flat)
+            _log_batches(client, run.info.run_id, flat)
+            return run.info.run_id
+
+        self.run_id = self._guard(action)
+        return self.run_id
+
+    def eval_point(self, session: int, update: int, acc: Mapping[str, float] | Any) -> None:
+        """Accuracies after ``update`` updates of ``session``: a mapping (``old``, ``new``, ``all``) or the
+        harness's evaluation result (attributes of those names). The step is the update count across
+        sessions, as in the final curves."""
+        if self.run_id is None:
+            return
+        if not isinstance(acc, Mapping):
+            acc = {"old": acc.old, "new": acc.new, "all": acc.all}
+        if session not in self._session_start:
+            prev = self._last
+            self._session_start[session] = 0 if prev is None else self._session_start[prev[0]] + prev[1]
+        self._last = (session, update)
+        step = self._session_start[session] + update
+        from mlflow.entities import Metric
+
+        metrics = [Metric(f"acc_{k}", float(v), 0, step) for k, v in acc.items()]
+        self._guard(lambda client: client.log_batch(self.run_id, metrics=metrics))
+        self._points += 1
+
+    def finish(self, status: str, result: RunResult | None = None, path: Path | None = None) -> str | None:
+        """End the run: ``status`` is bench's (complete, failed, diverged, killed) or MLflow's; with the
+        stored result, its metrics and JSON are logged and the run marked synced."""
+        if self.run_id is None:
+            return None
+        mlflow_status = status if status in ("FINISHED", "FAILED", "KILLED") else TERMINAL.get(status, "FAILED")
+
+        def action(client) -> None:
+            if result is not None and path is not None:
+                for key, value in _tags(result, path).items():
+                    client.set_tag(self.run_id, key, value)
+                _log_batches(client, self.run_id, metrics=_final_metrics(result, with_curves=self._points == 0))
+                _log_artifacts(client, self.run_id, result, path)
+                client.set_tag(self.run_id, SYNCED_TAG, "true")
+            client.set_tag(self.run_id, "bench.status", status)  # how the run ended, over the result's
+            client.set_terminated(self.run_id, mlflow_status)
+
+        self._guard(action)
+        return self.run_id
+
+
+@dataclass
+class SyncReport:
+    added: list[tuple[Path, str]] = field(default_factory=list)   # (JSON, MLflow run id)
+    present: int = 0
+    replaced: list[str] = field(default_factory=list)             # unfinished mirrors set aside
+
+
+def _mirrored(client) -> tuple[set[str], dict[str, list[str]]]:
+    """bench run ids fully mirrored in the store, and MLflow runs of bench runs left unfinished."""
+    from mlflow.entities import ViewType
+
+    ids = [e.experiment_id for e in client.search_experiments(view_type=ViewType.ACTIVE_ONLY)
+           if e.name.startswith("bench/")]
+    done: set[str] = set()
+    partial: dict[str, list[str]] = {}
+    token = None
+    while ids:
+        page = client.search_runs(ids, run_view_type=ViewType.ACTIVE_ONLY, max_results=1000, page_token=token)
+        for run in page:
+            bench_id = run.data.tags.get("bench.run_id")
+            if bench_id is None:
+                continue
+            if run.data.tags.get(SYNCED_TAG) == "true" or (
+                    "bench.json" in run.data.tags and run.info.status != "RUNNING"):  # logged before bench.synced existed
+                done.add(bench_id)
+            else:
+                partial.setdefault(bench_id, []).append(run.info.run_id)
+        token = page.token
+        if not token:
+            break
+    return done, partial
+
+
+def sync(results_dir: Path, tracking_uri: str | None = None) -> SyncReport:
+    """Mirror every stored result that the tracking store lacks (idempotent: a run is matched by
+    bench's run id). A mirror left unfinished (a live run whose process died, a logging error) is
+    deleted and logged again whole."""
+    report = SyncReport()
+    store = Store(results_dir, tracking_uri)
+    with store.session() as client:
+        done, partial = _mirrored(client)
+        for ids in (v for k, v in partial.items() if k not in done):
+            for rid in ids:
+                client.delete_run(rid)
+                report.replaced.append(rid)
+    for path, result in iter_results(results_dir):
+        if not isinstance(result, RunResult):
+            continue
+        if result.run_id in done:
+            report.present += 1
+            continue
+        report.added.append((path, log_run(result, path, results_dir, tracking_uri)))
+        done.add(result.run_id)
+    return report

@@ -1,0 +1,295 @@
+"""Stage 4 of a run: the continual-learning sessions 2..N of one method on the workbench.
+
+Exactly U ``observe`` calls per session under the budget guards, batches drawn by the harness (new
+samples from the session, old ones from the memory the harness owns), evaluation at update 0 and on the
+protocol's schedule, FLOPs counted by part. Returns the curves and the budget used; scoring and
+storing them is the pipeline's job.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from ..model import flops as FL
+from .checkpoint import Checkpointer, maybe_die, rng_state, set_rng_state
+from .budget_guards import (add_to_memory, check_memory, check_no_stray_steps, count_optimizer_steps,
+                            memory_spec, observe_within_budget)
+from ..results.curves import SessionCurve
+from .evaluation import eval_plan, evaluate
+from .isolation import lend, random_streams
+from .memory import Memory
+from ..spec.protocol import Protocol
+from ..results.schema import Budget
+from ..data.stream import Cycler, Session
+from .workbench import RunOptions, Workbench, autocast, report_progress, say, seed_everything, timed
+from ...methods.base import Method
+
+
+def _curve_point(curve: dict, update: int, acc) -> None:
+    curve["updates"].append(update)
+    curve["old"].append(acc.old)
+    curve["new"].append(acc.new)
+    curve["all"].append(acc.all)
+    for k, a in enumerate(acc.tasks):
+        curve["tasks"][k].append(a)
+
+
+def session_updates(protocol: Protocol, session: Session) -> int:
+    u = protocol.training.updates
+    return len(session.train_ids) if u == "per_sample" else u
+
+
+def macs_per_sample(meter: FL.FlopMeter) -> dict[str, float]:
+    return {part: meter.cost(part).forward for part in FL.PARTS}
+
+
+class Diverged(Exception):
+    """A non-finite loss or weight: the run stops, and what it recorded so far is kept as its result."""
+
+    def __init__(self, message: str, curves: list[SessionCurve], budget: Budget, params: int) -> None:
+        super().__init__(message)
+        self.curves, self.budget, self.params = curves, budget, params
+
+
+@dataclass
+class Progress:
+    """What a run has accumulated so far, beside the model, method and memory (all of it checkpointed)."""
+
+    curves: list[SessionCurve] = field(default_factory=list)
+    samples: int = 0
+    params: int = 0
+    most_trained: int = 0
+    observed: int = 0  # observe calls made
+    steps: int = 0  # optimizer steps counted (the budget guard's counter)
+    train_per_session: list[float] = field(default_factory=list)
+    eval_per_session: list[float] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)  # wall time by stage ("train", "eval")
+
+
+def _snapshot(bench: Workbench, model: nn.Module, method: Method, memory: Memory, ctx, meter: FL.FlopMeter,
+              progress: Progress, rngs: tuple, **extra: Any) -> dict[str, Any]:
+    """Everything the rest of the run depends on, as a checkpoint (tensors are copied when serialised)."""
+    return {
+        "model": model.state_dict(), "method": method.state_dict(), "memory": memory.state_dict(),
+        "rng": rng_state(*rngs), "counters": dict(ctx.counters), "tally": copy.deepcopy(meter.tally),
+        "seen": [seen_state(s) for s in (bench.train_inputs, bench.test_inputs)],
+        "progress": dataclasses.replace(progress, curves=[c.model_dump() for c in progress.curves]).__dict__,
+        **extra,
+    }
+
+
+def _restore(state: dict[str, Any], bench: Workbench, model: nn.Module, method: Method, memory: Memory, ctx,
+             meter: FL.FlopMeter, rngs: tuple) -> Progress:
+    """Put a snapshot back into freshly built objects of the same structure."""
+    model.load_state_dict(state["model"])
+    method.load_state_dict(state["method"])
+    memory.load_state_dict(state["memory"])
+    set_rng_state(state["rng"], *rngs)
+    ctx.counters.clear()
+    ctx.counters.update(state["counters"])
+    meter.tally = copy.deepcopy(state["tally"])
+    for store, seen in zip((bench.train_inputs, bench.test_inputs), state["seen"], strict=True):
+        setseen_state(store, seen)
+    fields = dict(state["progress"])
+    fields["curves"] = [SessionCurve.model_validate(c) for c in fields["curves"]]
+    return Progress(**fields)
+
+
+def seen_state(store) -> tuple[np.ndarray, int]:
+    """What an input store counted for executed-FLOP accounting: ids fetched, and fetches when streaming."""
+    return store.seen.copy(), getattr(store, "fetched", 0)
+
+
+def setseen_state(store, state: tuple[np.ndarray, int]) -> None:
+    store.seen[:] = state[0]
+    if hasattr(store, "fetched"):
+        store.fetched = state[1]
+
+
+def _finite(model: nn.Module) -> bool:
+    return all(bool(torch.isfinite(p).all()) for p in model.parameters() if p.requires_grad)
+
+
+def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
+           checkpoint: Checkpointer | None = None) -> tuple[list[SessionCurve], Budget, int]:
+    """Sessions 2..N: exactly U observe calls each, eval at 0 and on the schedule.
+
+    With a ``checkpoint``, the run saves itself every K updates and at each session end, and starts from
+    the stored checkpoint when there is one: a boundary checkpoint (after a session) is the state the next
+    session starts from; a mid-session one also holds its session's boundary, so the session's start
+    (head growth, ``begin_session``) is replayed exactly before the mid-session state is put back.
+    """
+    p, stream = bench.protocol, bench.stream
+    seed_everything(seed)
+    streams = random_streams(seed)  # the harness's batches and head growth; the method gets its own
+    rng, generator = streams.harness, streams.harness_torch
+    rngs = (rng, generator, streams.method, streams.method_torch)
+    model = copy.deepcopy(bench.deployed)
+    memory = Memory(memory_spec(p, method), stream.train.labels,
+                    lambda gid: method.sample_bytes(gid) or stream.train.sample_bytes(gid), rng)
+    if p.memory.include_pretrain:
+        memory.add(stream.pretrain_ids, pretrain=True)
+    cached = bool(model.trunk_cached)
+    meter = FL.FlopMeter(model, bench.input_shape, cached)
+    bench.train_inputs.reset_seen()
+    bench.test_inputs.reset_seen()
+    lent = lend(bench, memory, method, streams)  # views without test data, the method's own streams
+    ctx = lent.ctx
+    online = p.training.updates == "per_sample"
+    b_new, b_old = p.training.batch.new, p.training.batch.old
+    if not method.rehearsal:
+        b_new, b_old = b_new + b_old, 0
+    limit = b_new + b_old
+    total = sum(session_updates(p, s) for s in stream.sessions)
+    accel = autocast(bench.device, options.amp)
+    progress = Progress()
+
+    def train_macs() -> float:
+        return FL.adjusted_train_macs(meter, ctx.counters)
+
+    def closing_budget() -> Budget:
+        """The budget as counted so far (a diverged run reports what it spent), with the stage times
+        handed to the caller: at the end, or when the run diverges."""
+        if options.stage_seconds is not None:
+            options.stage_seconds.update(progress.seconds)
+        train_total, eval_total = train_macs(), meter.eval_macs()
+        budget = Budget(
+            updates_per_session=[c.total_updates for c in progress.curves], batch_new=b_new, batch_old=b_old,
+            samples_trained=progress.samples, optimizer_steps=steps[0], memory_policy=p.memory.policy,
+            memory_capacity=p.memory.capacity, memory_peak_samples=memory.peak_samples,
+            memory_peak_bytes=memory.peak_bytes,
+            train_flops=FL.flops(train_total), eval_flops=FL.flops(eval_total),
+            train_flops_per_session=progress.train_per_session, eval_flops_per_session=progress.eval_per_session,
+            train_flops_executed=FL.flops(FL.executed_macs(
+                meter, "train", train_total, bench.train_inputs.distinct_seen(),
+                ctx.counters.get(FL.TRUNK_FEATURE_SAMPLES, 0.0))),
+            eval_flops_executed=FL.flops(FL.executed_macs(meter, "eval", eval_total, bench.test_inputs.distinct_seen())),
+            macs_per_sample=macs_per_sample(meter), forward_samples=FL.forward_samples_summary(meter),
+            declared={k: float(v) for k, v in ctx.counters.items()}, batch_limit=limit,
+            max_trained_per_update=progress.most_trained, trunk_cached=cached, flops_convention=FL.CONVENTION,
+        )
+        return budget
+
+    def snapshot(**extra: Any) -> dict[str, Any]:
+        return _snapshot(bench, model, method, memory, ctx, meter, progress, rngs, **extra)
+
+    with count_optimizer_steps() as steps, meter.attached():
+        method.setup(model, ctx)
+        # the last session boundary (the state the next session starts from), and a mid-session checkpoint
+        # when it continues from that boundary (the session's start is replayed first, then it is put back)
+        boundary = checkpoint.load() if checkpoint is not None else None
+        mid = checkpoint.load(mid=True) if checkpoint is not None else None
+        if mid is not None and mid["next_session"] != (boundary["next_session"] if boundary else 0):
+            mid = None  # left from a session whose end is stored already
+        first = 0
+        if boundary is not None or mid is not None:
+            where = f"update {mid['update']} of session {stream.sessions[mid['next_session']].index}" if mid else \
+                f"the end of session {boundary['next_session'] + 1}"
+            say(options, f"Resuming {p.name} {method.name} (seed {seed}) from its checkpoint at {where}.")
+        if boundary is not None:
+            first = boundary["next_session"]
+            grown = stream.sessions[first - 1].seen_classes if first else model.head.num_classes
+            model.head.grow(grown - model.head.num_classes, generator)
+            progress = _restore(boundary, bench, model, method, memory, ctx, meter, rngs)
+            steps[0] = progress.steps
+        bar = tqdm(total=total, initial=progress.observed, desc=f"{p.name} {method.name}", unit="upd",
+                   disable=not options.progress)
+        for pos in range(first, len(stream.sessions)):
+            session = stream.sessions[pos]
+            train0, eval0 = train_macs(), meter.eval_macs()
+            check_no_stray_steps(method, steps[0], progress.observed, "setup or end_session")
+            lent.begin_session(session)
+            model.head.grow(len(session.new_classes), generator)
+            method.begin_session(session)
+            progress.params = max(progress.params, sum(p_.numel() for p_ in model.parameters() if p_.requires_grad))
+            U = session_updates(p, session)
+            points = set(p.eval.points(U))
+            plan = eval_plan(stream, session)
+            curve = {"updates": [], "old": [], "new": [], "all": [], "tasks": [[] for _ in range(plan.tasks)],
+                     "train_flops": [], "loss": []}
+            arrivals = Cycler(session.train_ids, rng, shuffle=not online)
+
+            def draw() -> tuple[np.ndarray, np.ndarray]:
+                new_ids = arrivals.take(b_new)
+                return new_ids, memory.sample(b_old, p.training.class_balanced) if b_old else new_ids[:0]
+
+            u0, pending = 0, None
+            if mid is not None and mid["next_session"] == pos:  # the session's start replayed: now its middle
+                progress = _restore(mid, bench, model, method, memory, ctx, meter, rngs)
+                steps[0] = progress.steps
+                u0, curve, (train0, eval0) = mid["update"], mid["curve"], mid["flops0"]
+                arrivals.order, arrivals.pos = mid["arrivals"]
+                pending = mid.get("pending")  # absent from checkpoints that drew batch by batch
+                mid = None
+            # Offline, the memory stays fixed until the session ends: the session's batches are drawn now (the
+            # same draws in the same order as one by one) and the input store can decode them ahead. Online,
+            # each update adds to the memory, so each batch is drawn when it is due.
+            planned = None if online else deque(pending if pending is not None else (draw() for _ in range(u0, U)))
+            if planned:
+                bench.train_inputs.plan([np.concatenate(b) for b in planned])
+            for u in range(u0, U + 1):
+                if u in points and not (u == u0 and u0 > 0):  # a resumed point was evaluated before the checkpoint
+                    model.eval()
+                    # predict comes from a throwaway copy of the method
+                    with timed(progress.seconds, "eval"), meter.evaluating(), accel, lent.predict(method) as predict:
+                        acc = evaluate(predict, bench.test_inputs, plan, p.eval.batch_size,
+                                       f"eval S{session.index} u{u}" if options.progress else None)
+                    _curve_point(curve, u, acc)
+                    if options.on_eval is not None:
+                        options.on_eval(session.index, u, acc)
+                    curve["train_flops"].append(FL.flops(train_macs()))
+                    bar.set_postfix(session=session.index, old=f"{acc.old:.3f}", new=f"{acc.new:.3f}")
+                if u == U:
+                    break
+                if checkpoint is not None and checkpoint.due(u):
+                    progress.steps = steps[0]
+                    checkpoint.save(snapshot(kind="mid", next_session=pos, update=u, curve=curve,
+                                             flops0=(train0, eval0), arrivals=(arrivals.order, arrivals.pos),
+                                             pending=None if planned is None else list(planned)),
+                                    mid=True)
+                maybe_die("continual")
+                new_ids, old_ids = planned.popleft() if planned is not None else draw()
+                ids = np.concatenate([new_ids, old_ids])
+                check_no_stray_steps(method, steps[0], progress.observed, "begin_session or predict")
+                with timed(progress.seconds, "train"), accel:
+                    stats, trained = observe_within_budget(method, bench.batch(ids, len(new_ids)), steps, meter, limit)
+                curve["loss"].append(float(stats.loss))  # the paper's Fig. 2a
+                if not math.isfinite(curve["loss"][-1]) or not _finite(model):
+                    what = f"loss {curve['loss'][-1]}" if not math.isfinite(curve["loss"][-1]) else "a non-finite weight"
+                    partial = {**curve, "loss": []}  # the session's points so far (its losses are not all there)
+                    progress.curves.append(SessionCurve(session=session.index, total_updates=U, **partial))
+                    raise Diverged(f"{method.name} diverged at update {u + 1} of session {session.index}: {what}",
+                                   progress.curves, closing_budget(), progress.params)
+                progress.most_trained, progress.observed = max(progress.most_trained, trained), progress.observed + 1
+                check_memory(method, memory)
+                progress.samples += len(ids)
+                if online:
+                    add_to_memory(method, memory, new_ids)
+                bar.update(1)
+                report_progress(options, f"session {session.index}", u + 1, U)
+            bench.train_inputs.end_plan()
+            method.end_session(session)
+            check_memory(method, memory)
+            lent.check_storage(method)
+            check_no_stray_steps(method, steps[0], progress.observed, "predict or end_session")
+            if not online:
+                add_to_memory(method, memory, session.train_ids)
+            progress.train_per_session.append(FL.flops(train_macs() - train0))
+            progress.eval_per_session.append(FL.flops(meter.eval_macs() - eval0))
+            progress.curves.append(SessionCurve(session=session.index, total_updates=U, **curve))
+            progress.steps = steps[0]
+            if checkpoint is not None:
+                checkpoint.save(snapshot(kind="boundary", next_session=pos + 1))
+        budget = closing_budget()
+    bar.close()
+    return progress.curves, budget, progress.params

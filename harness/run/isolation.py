@@ -1,0 +1,380 @@
+"""Fair play, enforced by the harness rather than trusted: what a method is lent, and what it may keep.
+
+A submitted method runs in the harness's process, so nothing here stops code that goes looking for
+the harness's objects through the garbage collector or the file system; what it does guarantee is that
+nothing a method is *lent* leads to data or randomness it may not use, and that the cheats that need
+no such digging are caught with a BenchError naming the method and the rule:
+
+- **no test data**: a method sees the stream through ``TrainStream`` (no test split), and evaluation
+  runs on a throwaway copy of the method (``isolated_predict``), so nothing seen at an eval point
+  survives; a ``predict`` that changes the copy's state, the method's class or its module is reported;
+- **storage accounted**: ``LentInputs`` serves inputs only for ids in the rehearsal memory or the
+  session in progress (a private list of ids replays nothing), and ``check_retained_samples`` counts
+  the sample-shaped data a method keeps outside the memory at each session end;
+- **separate random streams**: ``random_streams`` gives the harness (batches, memory eviction, head
+  growth) and the method generators seeded apart; the method's are the only ones it is lent.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from ..errors import BenchError
+from ..data.inputs import InputStore
+from .memory import Memory
+from ..spec.protocol import Protocol
+from ..data.stream import Catalog, Session, Stream
+
+if TYPE_CHECKING:
+    from .workbench import Workbench
+    from ...methods.base import Context
+
+METHOD_STREAM = 1  # SeedSequence spawn key of the method's own generators (the harness's is the run seed)
+
+
+# ------------------------------------------------------------------ what a method is lent
+
+
+@dataclass(frozen=True)
+class TrainStream:
+    """The stream as a method sees it: sessions, train catalog and labels; no test split."""
+
+    protocol: Protocol
+    seed: int
+    train: Catalog
+    class_names: tuple[str, ...]
+    pretrain_ids: np.ndarray
+    pretrain_classes: int
+    sessions: tuple[Session, ...]
+    task_of_class: np.ndarray
+    lent_to: str = "a method"
+
+    def __getattr__(self, name: str) -> Any:  # only for names the dataclass lacks
+        if name in ("test", "test_ids"):
+            raise BenchError(
+                f"Method {self.lent_to!r} asked ctx.stream for {name!r}. Rule: the test split is the harness's "
+                f"alone; a method sees the train stream (sessions, train labels), and is evaluated through predict()."
+            )
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def classes_before(self, j: int) -> np.ndarray:
+        parts = [np.arange(self.pretrain_classes)] + [s.classes for s in self.sessions if s.index < j]
+        return np.unique(np.concatenate(parts))
+
+    def session_ids(self, upto: int) -> np.ndarray:
+        parts = [self.pretrain_ids] + [s.train_ids for s in self.sessions if s.index <= upto]
+        return np.concatenate(parts)
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    view = a.view()
+    view.flags.writeable = False
+    return view
+
+
+def train_view(stream: Stream, lent_to: str = "a method") -> TrainStream:
+    """Read-only where it is cheap (tuples, array views that refuse writes): nothing lent to a method
+    is a place to leave data for a later call."""
+    train = Catalog(stream.train.splits, _frozen(stream.train.labels))
+    return TrainStream(stream.protocol, stream.seed, train, tuple(stream.class_names), _frozen(stream.pretrain_ids),
+                       stream.pretrain_classes, tuple(stream.sessions), _frozen(stream.task_of_class),
+                       lent_to)
+
+
+class MemoryView:
+    """The rehearsal memory, read-only: what it holds and its cap, not its generator or ``add``."""
+
+    def __init__(self, memory: Memory) -> None:
+        self._memory = memory
+
+    @property
+    def ids(self) -> tuple[int, ...]:
+        return tuple(self._memory.ids)
+
+    @property
+    def capacity(self) -> int | None:
+        return self._memory.capacity
+
+    @property
+    def pretrain(self) -> frozenset[int]:
+        """The stored S1 samples of a split memory (``memory.pretrain_share``)."""
+        return frozenset(self._memory.pretrain)
+
+    @property
+    def spec(self):
+        return self._memory.spec
+
+    @property
+    def labels(self) -> np.ndarray:
+        return self._memory.labels
+
+    def sample_bytes(self, gid: int) -> int:
+        return self._memory.sample_bytes(gid)
+
+    def recount_bytes(self) -> None:
+        """Re-evaluate stored bytes once a method knows its storage format (DER++, REMIND at setup)."""
+        self._memory.recount_bytes()
+
+    def add_bytes(self, n: int) -> None:
+        """Charge bytes a method adds to samples already stored (DER++'s lazily recorded logits)."""
+        self._memory.add_bytes(n)
+
+    def __len__(self) -> int:
+        return len(self._memory)
+
+
+class LentInputs:
+    """Train inputs by id, for ids in the rehearsal memory or the session in progress only (S1 before
+    the first session: pre-training data is what a method may fit a codebook or statistics on)."""
+
+    def __init__(self, store: InputStore, memory: Memory, method_name: str, current: np.ndarray) -> None:
+        self._store, self._memory, self._method = store, memory, method_name
+        self.current = current
+
+    @property
+    def cached(self) -> bool:
+        return self._store.cached
+
+    def get(self, ids: np.ndarray) -> Tensor:
+        ids = np.asarray(ids, dtype=np.int64)
+        allowed = np.isin(ids, self.current) | np.isin(ids, np.asarray(self._memory.ids, dtype=np.int64))
+        if not allowed.all():
+            bad = ids[~allowed][:5].tolist()
+            raise BenchError(
+                f"Method {self._method!r} asked ctx.inputs for sample id(s) {bad}, which are neither in the "
+                f"rehearsal memory nor in the session in progress (rule: storage is the harness's memory, "
+                f"capped by the protocol; ids a method keeps for itself do not give access to the samples)."
+            )
+        return self._store.get(ids)
+
+
+@dataclass
+class RandomStreams:
+    """Independent generators: the harness's (batches, memory, head growth) and the method's own."""
+
+    harness: np.random.Generator
+    harness_torch: torch.Generator
+    method: np.random.Generator
+    method_torch: torch.Generator
+
+
+def random_streams(seed: int) -> RandomStreams:
+    """The harness keeps the run seed's streams (same batches as before the split); the method's come
+    from a spawned child seed, so drawing from or rewinding them cannot move a batch."""
+    child = np.random.SeedSequence([seed, METHOD_STREAM])
+    torch_seed = int(child.generate_state(1, dtype=np.uint64)[0] % (2**63))
+    return RandomStreams(np.random.default_rng(seed), torch.Generator().manual_seed(seed),
+                         np.random.default_rng(child), torch.Generator().manual_seed(torch_seed))
+
+
+# ------------------------------------------------------------------ what a method keeps
+
+
+def _walk(root: Any, skip: set[int], visit: Callable[[str, Any], bool], max_depth: int = 12) -> None:
+    """Depth-first over containers and plain objects' attributes; ``visit`` returns False to stop
+    descending. Modules contribute buffers only (parameters are the model, not storage)."""
+    seen: set[int] = set(skip)
+
+    def go(path: str, obj: Any, depth: int) -> None:
+        if id(obj) in seen or depth > max_depth:
+            return
+        seen.add(id(obj))
+        if not visit(path, obj):
+            return
+        if isinstance(obj, (Tensor, np.ndarray, str, bytes, int, float, bool, type(None), np.random.Generator,
+                            torch.Generator, torch.optim.Optimizer, torch.device)):
+            return
+        if isinstance(obj, nn.Module):
+            for name, buf in obj.named_buffers():
+                go(f"{path}.{name}", buf, depth + 1)
+            for name, value in vars(obj).items():
+                if not name.startswith("_") and name != "training":
+                    go(f"{path}.{name}", value, depth + 1)
+            return
+        if isinstance(obj, dict):
+            for k, v in list(obj.items()):
+                go(f"{path}[{k!r}]", v, depth + 1)
+        elif isinstance(obj, (list, tuple, set, frozenset)):
+            for i, v in enumerate(list(obj)):
+                go(f"{path}[{i}]", v, depth + 1)
+        elif hasattr(obj, "__dict__") and not callable(obj) and not isinstance(obj, type):
+            for name, value in list(vars(obj).items()):
+                go(f"{path}.{name}", value, depth + 1)
+
+    go("method", root, 0)
+
+
+def sample_shape(store: InputStore) -> tuple[int, ...]:
+    """The shape of one input as methods receive it (trunk features or a preprocessed image)."""
+    if store.table is not None:
+        return tuple(store.table.shape[1:])
+    if getattr(store, "shards", None) is not None:  # trunk features on disk
+        return tuple(store.shards.shape)
+    size = store.preprocess.size
+    trunk = getattr(store, "trunk", None)
+    if store.cached and trunk is not None:  # trunk run per batch: its output shape, from one blank image
+        device = next(trunk.parameters()).device
+        with torch.no_grad():
+            return tuple(trunk(torch.zeros(1, 3, size, size, device=device)).shape[1:])
+    return (3, size, size)
+
+
+def retained_samples(method: Any, shape: tuple[int, ...], skip: list[Any]) -> tuple[int, list[str]]:
+    """Samples' worth of input data a method holds (tensors or arrays whose trailing dimensions are one
+    input), and where; ``skip``: what the harness lent it (counted elsewhere)."""
+    found: list[tuple[str, int]] = []
+    storages: set[tuple[int, int]] = set()
+
+    def visit(path: str, obj: Any) -> bool:
+        if isinstance(obj, (Tensor, np.ndarray)) and not isinstance(obj, nn.Parameter):
+            dims = tuple(obj.shape)
+            rows = 1 if dims == shape else (int(np.prod(dims[:-len(shape)])) if dims[-len(shape):] == shape
+                                            and len(dims) > len(shape) else 0)
+            key = (obj.data_ptr(), rows) if isinstance(obj, Tensor) else (id(obj), rows)
+            if rows and key not in storages:
+                storages.add(key)
+                found.append((path, rows))
+            return False
+        return True
+
+    _walk(method, {id(x) for x in skip}, visit)
+    return sum(r for _, r in found), [f"{p} ({r})" for p, r in found]
+
+
+def check_retained_samples(method: Any, memory: Memory, shape: tuple[int, ...], skip: list[Any]) -> None:
+    """At a session end: memory + input-shaped data the method keeps <= the protocol's cap plus what
+    the method declares (``Method.retained_allowance``)."""
+    cap = memory.capacity
+    if cap is None:
+        return
+    rows, where = retained_samples(method, shape, skip)
+    allowance = int(getattr(method, "retained_allowance", 0) or 0)
+    if len(memory) + rows > cap + allowance:
+        raise BenchError(
+            f"Method {method.name!r} keeps {rows} samples' worth of input data outside the rehearsal memory "
+            f"({', '.join(where[:4])}), beside {len(memory)} in the memory; the protocol's storage cap is "
+            f"{cap} (+{allowance} the method declares in retained_allowance). Rule: what a method retains "
+            f"between sessions counts against the cap; store samples through the harness's memory."
+        )
+
+
+# ------------------------------------------------------------------ evaluation it cannot keep
+
+
+def _digest(obj: Any) -> Any:
+    """A value that changes when ``obj`` changes: tensors by identity and version counter (bumped by
+    every in-place op, so no tensor is read), arrays by their bytes, everything else by value/length."""
+    if isinstance(obj, Tensor):
+        return ("T", id(obj), obj._version, tuple(obj.shape))
+    if isinstance(obj, np.ndarray):
+        return ("A", obj.shape, hashlib.blake2b(np.ascontiguousarray(obj).view(np.uint8).data,
+                                                          digest_size=8).hexdigest() if obj.dtype != object else None)
+    if isinstance(obj, (dict, list, tuple, set, frozenset)):
+        return (type(obj).__name__, len(obj))  # their items are digested under their own paths
+    if isinstance(obj, (int, float, str, bytes, bool, type(None))):
+        return obj
+    return type(obj).__name__
+
+
+def fingerprint(root: Any, skip: list[Any] = ()) -> dict[str, Any]:
+    """Path -> digest over everything reachable from ``root`` (see ``_walk``), parameters included."""
+    out: dict[str, Any] = {}
+
+    def visit(path: str, obj: Any) -> bool:
+        out[path] = _digest(obj)
+        if isinstance(obj, nn.Module):
+            for name, p in obj.named_parameters():
+                out[f"{path}.{name}"] = _digest(p)
+        return True
+
+    _walk(root, {id(x) for x in skip}, visit)
+    return out
+
+
+def _owner_state(method: Any) -> dict[str, Any]:
+    """Mutable state a copy shares with the original: class attributes and module globals of the
+    method's (and its modifiers') code, outside bench itself."""
+    out: dict[str, Any] = {}
+    classes = {c for m in [method, *getattr(method, "modifiers", [])] for c in type(m).__mro__
+               if not c.__module__.startswith(("bench_stability_gap.", "builtins", "abc"))}
+    for cls in classes:
+        for name, value in vars(cls).items():
+            if not name.startswith("__") and isinstance(value, (list, dict, set, Tensor, np.ndarray)):
+                out.update({f"{cls.__name__}.{name}{k[6:]}": v for k, v in fingerprint(value).items()})
+        module = sys.modules.get(cls.__module__)
+        for name, value in vars(module).items() if module else ():
+            if not name.startswith("__") and isinstance(value, (list, dict, set, Tensor, np.ndarray)):
+                out.update({f"{cls.__module__}.{name}{k[6:]}": v for k, v in fingerprint(value).items()})
+    return out
+
+
+def _changed(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    return sorted(k for k in before.keys() | after.keys() if before.get(k, "<absent>") != after.get(k, "<absent>"))
+
+
+@contextmanager
+def isolated_predict(method: Any, shared: list[Any]) -> Iterator[Callable[[Tensor], Tensor]]:
+    """``predict`` of a throwaway copy of ``method`` (``shared``: the harness's read-only objects, lent
+    rather than copied, plus what ``method.shared_in_eval_copy()`` names). After the eval point, a copy
+    whose state changed, or a change to the method's class or module state, is a BenchError."""
+    keep = [*shared, *getattr(method, "shared_in_eval_copy", lambda: [])()]
+    memo: dict[int, Any] = {id(x): x for x in keep}
+    for value in vars(method).values():  # optimizer state is not needed to predict: not copied
+        if isinstance(value, torch.optim.Optimizer) or hasattr(value, "optimizer") and hasattr(value, "step"):
+            memo[id(value)] = None
+    clone = copy.deepcopy(method, memo)
+    owners = _owner_state(method)
+    before = fingerprint(clone, keep)
+    yield clone.predict
+    changed = [f"its {p[7:] or 'state'}" for p in _changed(before, fingerprint(clone, keep))]
+    changed += [f"{p}" for p in _changed(owners, _owner_state(method))]
+    if changed:
+        raise BenchError(
+            f"Method {method.name!r}: predict() changed {', '.join(changed[:3])}"
+            f"{f' (and {len(changed) - 3} more)' if len(changed) > 3 else ''} while being evaluated. "
+            f"Rule: evaluation teaches a method nothing (the harness evaluates a throwaway copy and checks "
+            f"it is unchanged); keep test inputs, labels or statistics of them out of the method's state."
+        )
+
+
+# ------------------------------------------------------------------ lending, as the session loop uses it
+
+
+@dataclass
+class Lending:
+    """What one CL run lends its method, and the checks made on what it keeps."""
+
+    ctx: Context
+    memory: Memory
+    shape: tuple[int, ...]
+
+    @property
+    def shared(self) -> list[Any]:
+        """The harness's objects a method is lent: shared with, never copied into, an eval copy."""
+        c = self.ctx
+        return [c.protocol, c.stream, c.device, c.memory, c.inputs]
+
+    def begin_session(self, session: Session) -> None:
+        self.ctx.inputs.current = session.train_ids
+
+    def predict(self, method: Any) -> AbstractContextManager[Callable[[Tensor], Tensor]]:
+        return isolated_predict(method, self.shared)
+
+    def check_storage(self, method: Any) -> None:
+        check_retained_samples(method, self.memory, self.shape, self.shared)
+
+
+def lend(bench: Workbench, memory: Memory, method: Any, streams: RandomStreams) -> Lending:
+    """The context for ``method`` (its own random streams, views without test data) and its checks."""
+    ctx = bench.context(memory, streams.method, streams.method_torch, method.name)
+    return Lending(ctx, memory, sample_shape(bench.train_inputs))

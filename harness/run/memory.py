@@ -1,0 +1,190 @@
+"""Rehearsal memory: the storage cap is the harness's, counted in samples and in bytes.
+
+The memory holds global sample ids (what a real system would store is the sample itself; its size
+is what ``sample_bytes`` reports), so any policy can be replayed exactly from its state dict.
+
+``split`` is the storage-limited Places365 setting of the paper (appendix: "80% ImageNet-1K + 20%
+Places365-Standard") as its published code builds it (yousuf907/SGM, train_sgm.py, model_sgm.py
+``update_buffer``): a fixed subset of the pre-training data, ``pretrain_share`` of the cap, drawn once
+(the same for every seed, as the code's ``rehearsal_ixs_ImageNet_*.npy`` file), beside a buffer of
+stream samples: each arriving sample is stored, and once that part is full a random sample of its
+largest class (the arriving one included) is dropped. One reservoir over both would drift towards
+the stream (issue 12 measured 47 % ImageNet by the end of cil_places_std_24k).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable
+
+import numpy as np
+
+from ..spec.protocol import Memory as MemorySpec
+
+
+PRETRAIN_SUBSET_SEED = 0  # the split policy's S1 subset: fixed across runs and seeds
+
+
+class Memory:
+    def __init__(self, spec: MemorySpec, labels: np.ndarray, sample_bytes: Callable[[int], int],
+                 rng: np.random.Generator) -> None:
+        self.spec = spec
+        self.labels = labels
+        self.sample_bytes = sample_bytes
+        self.rng = rng
+        self.ids: list[int] = []
+        self.seen = 0           # samples offered so far (reservoir sampling needs it)
+        self.bytes = 0
+        self.peak_samples = 0
+        self.peak_bytes = 0
+        # split policy: stream ids per class (insertion order) and each stored id's slot in ``ids``
+        self.pretrain: set[int] = set()
+        self.by_class: dict[int, list[int]] = {}
+        self.slot: dict[int, int] = {}
+        self.order: dict[int, int] = {}                         # class -> first-seen rank
+        self.heaps: dict[int, list[tuple[int, int]]] = {}       # count -> heap of (rank, class)
+        self.top = 0
+
+    @property
+    def capacity(self) -> int | None:
+        return self.spec.capacity
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def add(self, ids: Iterable[int], pretrain: bool = False) -> None:
+        """Offer samples to the memory; the policy decides what is kept. ``pretrain``: these are S1's
+        samples (the split policy keeps its fixed share of them; other policies treat all alike)."""
+        if self.spec.policy == "none":
+            return
+        if self.spec.policy == "split":
+            self._add_split(np.asarray(list(ids), dtype=np.int64), pretrain)
+        else:
+            for gid in ids:
+                self._offer(int(gid))
+        self.peak_samples = max(self.peak_samples, len(self.ids))
+        self.peak_bytes = max(self.peak_bytes, self.bytes)
+        if self.capacity is not None:
+            assert len(self.ids) <= self.capacity, "memory policy overfilled its cap"
+
+    @property
+    def pretrain_capacity(self) -> int:
+        return round(self.spec.pretrain_share * self.capacity)
+
+    def _add_split(self, ids: np.ndarray, pretrain: bool) -> None:
+        if pretrain:
+            room = self.pretrain_capacity - len(self.pretrain)
+            keep = ids if len(ids) <= room else np.random.default_rng(PRETRAIN_SUBSET_SEED).choice(ids, room, replace=False)
+            for gid in np.sort(keep):
+                self.pretrain.add(int(gid))
+                self._store(int(gid))
+            self.seen += len(ids)
+            return
+        cap = self.capacity - self.pretrain_capacity
+        for gid in ids:
+            self._offer_stream(int(gid), cap)
+
+    def _offer_stream(self, gid: int, cap: int) -> None:
+        """Store; past the stream part's cap, drop a random sample of the largest class (maybe this one)."""
+        self.seen += 1
+        c = int(self.labels[gid])
+        if c not in self.by_class:
+            self.by_class[c], self.order[c] = [], len(self.order)
+        self.by_class[c].append(gid)
+        if len(self.ids) - len(self.pretrain) < cap:
+            self._counted(c)
+            self.slot[gid] = len(self.ids)
+            self._store(gid)
+            return
+        self._counted(c)
+        largest = self._largest()
+        victims = self.by_class[largest]
+        victim = victims.pop(int(self.rng.integers(0, len(victims))))
+        self._counted(largest)
+        if victim == gid:
+            return
+        slot = self.slot.pop(victim)
+        self.slot[gid] = slot
+        self._store(gid, slot)
+
+    def _counted(self, c: int) -> None:
+        """Class ``c``'s count changed: file it under its new count (older entries go stale)."""
+        n = len(self.by_class[c])
+        heapq.heappush(self.heaps.setdefault(n, []), (self.order[c], c))
+        self.top = max(self.top, n)
+
+    def _largest(self) -> int:
+        """The class with most stored samples, the first seen among ties (``max`` over the code's dict),
+        in O(log classes): one heap of (first-seen order, class) per count, stale entries skipped."""
+        while True:
+            heap = self.heaps.get(self.top, [])
+            while heap and len(self.by_class[heap[0][1]]) != self.top:
+                heapq.heappop(heap)
+            if heap:
+                return heap[0][1]
+            self.top -= 1
+
+    def _store(self, gid: int, slot: int | None = None) -> None:
+        if slot is None:
+            self.ids.append(gid)
+        else:
+            self.bytes -= self.sample_bytes(self.ids[slot])
+            self.ids[slot] = gid
+        self.bytes += self.sample_bytes(gid)
+
+    def _offer(self, gid: int) -> None:
+        self.seen += 1
+        cap = self.capacity
+        if cap is None or len(self.ids) < cap:
+            self._store(gid)
+        elif self.spec.policy == "reservoir":
+            j = int(self.rng.integers(0, self.seen))
+            if j < cap:
+                self._store(gid, j)
+        elif self.spec.policy == "class_balanced":
+            # GDumb: evict a random sample of the largest class, unless the new sample's class is it.
+            stored = self.labels[np.asarray(self.ids)]
+            counts = np.bincount(stored, minlength=int(self.labels.max()) + 1)
+            largest = int(np.argmax(counts))
+            if counts[self.labels[gid]] >= counts[largest]:
+                return
+            victims = np.flatnonzero(stored == largest)
+            self._store(gid, int(self.rng.choice(victims)))
+
+    def sample(self, n: int, class_balanced: bool = False) -> np.ndarray:
+        """Draw ``n`` stored ids (without replacement when possible); class-balanced on request."""
+        if n == 0 or not self.ids:
+            return np.empty(0, dtype=np.int64)
+        ids = np.asarray(self.ids)
+        if class_balanced:
+            classes = np.unique(self.labels[ids])
+            picks = self.rng.choice(classes, size=n)
+            return np.array([self.rng.choice(ids[self.labels[ids] == c]) for c in picks], dtype=np.int64)
+        return self.rng.choice(ids, size=n, replace=len(ids) < n).astype(np.int64)
+
+    def add_bytes(self, n: int) -> None:
+        """Charge ``n`` more bytes for samples already stored (DER++'s logits, recorded after entry)."""
+        self.bytes += int(n)
+        self.peak_bytes = max(self.peak_bytes, self.bytes)
+
+    def recount_bytes(self) -> None:
+        """Re-evaluate the stored bytes (a method's storage format is known only once it is set up)."""
+        self.bytes = int(sum(self.sample_bytes(int(g)) for g in self.ids))
+        self.peak_bytes = self.bytes
+
+    def state_dict(self) -> dict:
+        return {"ids": list(self.ids), "seen": self.seen, "bytes": self.bytes,
+                "peak_samples": self.peak_samples, "peak_bytes": self.peak_bytes,
+                "pretrain": sorted(self.pretrain), "by_class": {c: list(v) for c, v in self.by_class.items()}}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.ids = list(state["ids"])
+        self.seen, self.bytes = state["seen"], state["bytes"]
+        self.peak_samples, self.peak_bytes = state["peak_samples"], state["peak_bytes"]
+        self.pretrain = set(state.get("pretrain", []))
+        self.by_class = {int(c): list(v) for c, v in state.get("by_class", {}).items()}
+        self.slot = {gid: i for i, gid in enumerate(self.ids) if gid not in self.pretrain}
+        self.order = {c: i for i, c in enumerate(self.by_class)}
+        self.heaps, self.top = {}, 0
+        for c in self.by_class:
+            self._counted(c)

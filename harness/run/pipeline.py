@@ -1,0 +1,217 @@
+"""A run, stage by stage: method -> workbench -> references -> continual run -> scored result.
+
+1. build the method from its string and settings (before any compute: a typo costs nothing);
+2. ``workbench.prepare``: stream, input stores, deployed model;
+3. references: the joint model (``reference``) and the runs of the protocol's A_best reference set,
+   each trained once per protocol spec and seed when missing, found through ``results.select_runs``;
+4. ``continual.run_cl``: sessions 2..N under the budget guards;
+5. the result: scored against those references, written atomically (JSON first).
+
+No stage calls the pipeline back: references are trained by the same stages, in order, before the run
+that needs them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import uuid
+
+import torch
+from pathlib import Path
+from typing import Any
+
+from ..model import flops as FL
+from ..results import metrics as M
+from .continual import Diverged, run_cl
+from .checkpoint import Checkpointer, checkpointer, run_key
+from ..errors import BenchError
+from ..spec.protocol import Protocol
+from .joint import joint_settings, train_joint
+from ...methods.registry import MethodSpec, build_method, code_hash, method_settings
+from ..results.schema import (JOINT, MethodStamp, ProtocolStamp, References, RunResult, Selection, git_commit,
+                      library_versions, now_iso, save_result, stored_selection)
+from .workbench import RunOptions, Workbench, prepare, say
+from ...methods.base import Method
+
+Stored = tuple[Path, Any]
+
+
+def check_joint_request(method_text: str, overrides: dict[str, Any]) -> None:
+    """``joint`` is the harness's reference: a variant of it would change every other run's S_Δ."""
+    base, *mods = [p.strip() for p in method_text.split("+")]
+    if base == JOINT and (mods or overrides):
+        given = " ".join([f"modifiers {'+'.join(mods)}"] * bool(mods) + [f"--set {overrides}"] * bool(overrides))
+        raise BenchError(
+            f"Method {method_text!r}: joint is the harness's upper-bound reference (A_joint), trained with the "
+            f"protocol's joint section (joint.lr, joint.weight_decay, joint.updates, joint.batch_size), so it "
+            f"takes no modifiers or --set ({given} given). To study another upper bound, copy the protocol "
+            f"file and change its joint section: the new spec hash keeps its references apart."
+        )
+
+
+def _stamp(spec: MethodSpec) -> MethodStamp:
+    return MethodStamp(
+        spec=spec.text, base=spec.base.name, modifiers=[m.name for m in spec.modifiers],
+        distribution=spec.base.distribution, version=spec.base.version,
+        modifier_distributions={m.name: f"{m.distribution}=={m.version}" for m in spec.modifiers},
+        code_hash=code_hash([spec.base, *spec.modifiers]),
+    )
+
+
+def _joint_stamp() -> MethodStamp:
+    from importlib import metadata
+
+    try:
+        version = metadata.version("bench-stability-gap")
+    except metadata.PackageNotFoundError:
+        version = "unknown"
+    return MethodStamp(spec=JOINT, base=JOINT, modifiers=[], distribution="bench-stability-gap", version=version)
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+def _common(protocol: Protocol, bench: Workbench, seed: int, options: RunOptions, started: str,
+            run_id: str | None = None) -> dict[str, Any]:
+    return dict(
+        run_id=run_id or new_run_id(), status="complete", seed=seed,
+        protocol=ProtocolStamp(name=protocol.name, version=protocol.version, hash=protocol.spec_hash),
+        versions=library_versions(), git_commit=git_commit(), started_at=started,
+        # torch's CPU thread count changes float reductions: two runs are bit-identical only with the same count
+        options={"device": str(bench.device), "trunk_cache": options.trunk_cache, "weights": bench.weights,
+                 "torch_threads": torch.get_num_threads(),
+                 "data_path": bench.data_path.as_dict() if bench.data_path is not None else None},
+    )
+
+
+def selection(protocol: Protocol, options: RunOptions, weights: str | None = None) -> Selection[Stored]:
+    """Which stored runs of this protocol spec count (the one rule: ``results.select_runs``); with the
+    backbone weights' digest, runs made with other weights content do not."""
+    return stored_selection(options.results_dir, protocol.name, protocol.spec_hash, protocol.best_new_reference,
+                            joint_settings(protocol), weights)
+
+
+def joint_reference(protocol: Protocol, seed: int, options: RunOptions, bench: Workbench) -> tuple[RunResult, Path]:
+    """The stored joint reference for this protocol spec and seed, trained and stored first when missing."""
+    found = selection(protocol, options, bench.weights).joints.get(seed)
+    if found is not None:
+        return found[1], found[0]
+    models = protocol.sessions if protocol.joint.mode == "per_session" else 1
+    say(options, f"No joint reference for {protocol.name} (seed {seed}) yet: training it first "
+                 f"({models} model(s) x {protocol.joint.updates} updates); later runs reuse it.")
+    started, t0 = now_iso(), time.perf_counter()
+    saver = _checkpointer(options, "joint", protocol=protocol.spec_hash, seed=seed, config=joint_settings(protocol))
+    seconds: dict[str, float] = {}
+    refs, budget, params = train_joint(bench, seed, dataclasses.replace(options, stage_seconds=seconds), saver)
+    result = RunResult(**_common(protocol, bench, seed, options, started), method=_joint_stamp(),
+                       config=joint_settings(protocol), trainable_params=params, reference=refs, budget=budget,
+                       wall_time_s=time.perf_counter() - t0, stage_seconds=seconds)
+    path = save_result(options.results_dir, result)
+    saver.discard()
+    return result, path
+
+
+def _continual_result(protocol: Protocol, bench: Workbench, spec: MethodSpec, method: Method, seed: int,
+                      overrides: dict[str, Any], joint: RunResult, options: RunOptions,
+                      run_id: str | None = None) -> RunResult:
+    """Stage 4: the CL sessions, as an unscored result (metrics filled by ``_score``)."""
+    started, t0 = now_iso(), time.perf_counter()
+    config = method_settings(method)
+    saver = _run_checkpointer(options, protocol.spec_hash, spec.text, config, overrides, seed)
+    status, seconds = "complete", {}
+    try:
+        curves, budget, params = run_cl(bench, method, seed, dataclasses.replace(options, stage_seconds=seconds), saver)
+    except Diverged as stop:  # a result all the same: the curves it made, marked so that nothing ranks it
+        say(options, f"{stop} — stored with status 'diverged'.")
+        curves, budget, params, status = stop.curves, stop.budget, stop.params, "diverged"
+    common = {**_common(protocol, bench, seed, options, started, run_id), "status": status}
+    return RunResult(**common, method=_stamp(spec),
+                     config=config, overrides=overrides, trainable_params=params, curves=curves,
+                     budget=FL.efficiency_vs_joint(budget, joint.budget), wall_time_s=time.perf_counter() - t0,
+                     stage_seconds=seconds)
+
+
+def _checkpointer(options: RunOptions, phase: str, **identity: Any) -> Checkpointer:
+    """The checkpoint of one phase of one run, keyed by what decides its numbers (``--restart``: drop it)."""
+    saver = checkpointer(options.results_dir, phase, run_key(**identity, device=options.device_key),
+                         options.checkpoint_every, options.checkpoint_seconds)
+    if options.restart:
+        saver.discard()
+    return saver
+
+
+def _run_checkpointer(options: RunOptions, protocol_hash: str, method: str, config: dict[str, Any],
+                      overrides: dict[str, Any], seed: int) -> Checkpointer:
+    return _checkpointer(options, "run", protocol=protocol_hash, method=method, config=config, overrides=overrides,
+                         seed=seed)
+
+
+def _score_and_save(result: RunResult, joint: RunResult, chosen: Selection[Stored], options: RunOptions) -> Path:
+    """Stage 5: metrics against the references, then the JSON. Curves are what cost compute: a run whose
+    metrics cannot be computed is saved with them, and the error says where."""
+    best, best_runs = chosen.best_new(result)
+    result.references = References(joint_run=joint.run_id, best_new=best, best_new_runs=best_runs,
+                                   best_new_methods=list(chosen.best_new_methods))
+    problem = None
+    try:
+        if result.status == "complete":
+            result.metrics = M.compute_metrics(result.curves, joint.reference, best)
+    except ValueError as exc:
+        problem = str(exc)
+    path = save_result(options.results_dir, result)
+    _run_checkpointer(options, result.protocol.hash, result.method.spec, result.config, result.overrides,
+                      result.seed).discard()
+    if problem is not None:
+        raise BenchError(f"The run finished and its curves are saved in {path}, but its metrics cannot be "
+                         f"computed: {problem}. The leaderboard recomputes them from the stored curves.")
+    return path
+
+
+def _best_new_references(protocol: Protocol, bench: Workbench, seed: int, joint: RunResult, skip: str | None,
+                         options: RunOptions) -> None:
+    """Run the protocol's A_best reference methods missing for this seed (default settings), then score
+    and store them together, so each is scored against the whole set as later runs will be."""
+    done = selection(protocol, options, bench.weights)
+    todo = [m for m in protocol.best_new_reference if m != skip and (m, seed) not in done.runs]
+    if not todo:
+        return
+    say(options, f"A_best for P_Δ comes from {', '.join(protocol.best_new_reference)} (seed {seed}); "
+                 f"training the missing reference run(s) first: {', '.join(todo)}.")
+    fresh = []
+    quiet = dataclasses.replace(options, on_eval=None)  # live tracking follows the run asked for, not these
+    for text in todo:
+        spec, method = build_method(text, protocol, {})
+        fresh.append(_continual_result(protocol, bench, spec, method, seed, {}, joint, quiet))
+    done.runs.update({(r.label, seed): (Path(), r) for r in fresh})
+    for result in fresh:
+        _score_and_save(result, joint, done, options)
+
+
+def ensure_references(protocol: Protocol, seed: int, options: RunOptions, bench: Workbench | None = None) -> None:
+    """The joint reference and the A_best reference runs of one seed, each trained once when missing:
+    what ``execute`` does before a method run, as a step of its own for an executor that schedules the
+    references of a seed before (and apart from) its method runs."""
+    bench = bench or prepare(protocol, seed, options)
+    joint, _ = joint_reference(protocol, seed, options, bench)
+    _best_new_references(protocol, bench, seed, joint, None, options)
+
+
+def execute(protocol: Protocol, method_text: str, seed: int, options: RunOptions,
+            bench: Workbench | None = None, run_id: str | None = None) -> tuple[RunResult, Path]:
+    """Run one method on one protocol and seed (or, for ``joint``, make sure its reference exists);
+    write the JSON result atomically and return it. ``run_id``: the id the result gets (live tracking
+    knows it before training)."""
+    check_joint_request(method_text, options.overrides)
+    if method_text.strip() == JOINT:
+        bench = bench or prepare(protocol, seed, options)
+        return joint_reference(protocol, seed, options, bench)
+    spec, method = build_method(method_text, protocol, options.overrides)
+    bench = bench or prepare(protocol, seed, options)
+    joint, _ = joint_reference(protocol, seed, options, bench)
+    is_reference = not options.overrides and method_text in protocol.best_new_reference
+    _best_new_references(protocol, bench, seed, joint, method_text if is_reference else None, options)
+    result = _continual_result(protocol, bench, spec, method, seed, dict(options.overrides), joint, options, run_id)
+    path = _score_and_save(result, joint, selection(protocol, options, bench.weights), options)
+    return result, path

@@ -1,0 +1,302 @@
+"""Stage 1 of a run: the workbench, everything a run builds once and its references share.
+
+The stream (class order, sessions), the input stores (images decoded once, frozen-trunk outputs cached),
+and the deployed model (trained on S1 once per protocol spec and cached, or the protocol's weights).
+Also the few device and training helpers every later stage uses: seeding, autocast, plain offline
+training (pre-training and the joint reference are the same loop).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import os
+import random
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from ..atomic import atomic_write, atomic_write_text
+from ..model.backbone import SplitModel, create_network, split_network, weights_digest
+from ..data.datapath import DataPathPlan, plan_data_path
+from .checkpoint import Checkpointer, maybe_die, rng_state, run_key, set_rng_state
+from ..errors import BenchError
+from ..model.flops import FlopMeter
+from ..data.inputs import InputStore, Preprocess, feature_cache_key, gpu_decodable
+from .isolation import LentInputs, MemoryView, train_view
+from .memory import Memory
+from ..paths import cache_dir
+from ..spec.protocol import Protocol
+from ..data.stream import Cycler, Stream, build_stream
+from ...methods.base import Context, MethodConfig, StandardMethod, TrainBatch
+
+
+@dataclass
+class RunOptions:
+    results_dir: Path
+    device: str = "cpu"
+    trunk_cache: bool = True
+    progress: bool = True
+    allow_download: bool = False
+    overrides: dict = field(default_factory=dict)
+    log: bool = True  # print what the harness is doing (references, caches)
+    amp: bool = True  # on CUDA: bf16 autocast and channels_last (no effect on the CPU)
+    # opt-in ($BENCH_CPU_CHANNELS_LAST=1): the body in channels_last on a CPU with oneDNN; faster
+    # backward, but float-level differences grow over training, so the curves are not the default's
+    cpu_channels_last: bool = field(default_factory=lambda: os.environ.get("BENCH_CPU_CHANNELS_LAST") == "1")
+    gpu_decode: bool = True  # on CUDA: JPEG files decoded on the GPU (nvJPEG); no effect elsewhere
+    checkpoint_every: int | None = None  # updates between checkpoints; None: every checkpoint_seconds
+    checkpoint_seconds: float = 120.0
+    restart: bool = False  # discard a stored checkpoint instead of resuming from it
+    on_eval: Callable[[int, int, Any], None] | None = None  # (session, update, accuracies): live tracking
+    # called after every training update with (phase, update, updates in phase), e.g. ("session 3", 120, 600):
+    # an executor running the run elsewhere (a Ray task) reports from it where the run is
+    on_progress: Callable[[str, int, int], None] | None = None
+    # filled by the stage that runs with these options: wall seconds by stage ("train", "eval"), resumes included
+    stage_seconds: dict[str, float] | None = None
+
+    @property
+    def device_key(self) -> str:
+        """The options that change numbers (device, precision, layout), for checkpoint keys."""
+        off = {} if self.gpu_decode else {"gpu_decode": False}  # named only when off: earlier keys stay valid
+        return run_key(device=self.device, amp=self.amp, cpu_channels_last=self.cpu_channels_last,
+                       trunk_cache=self.trunk_cache, **off)[:8]
+
+
+@contextmanager
+def timed(seconds: dict[str, float], stage: str) -> Iterator[None]:
+    """Add the wall time of the block to ``seconds[stage]`` (kept in checkpoints, so resumes add up)."""
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        seconds[stage] = seconds.get(stage, 0.0) + time.perf_counter() - t0
+
+
+def report_progress(options: RunOptions, phase: str, update: int, total: int) -> None:
+    if options.on_progress is not None:
+        options.on_progress(phase, update, total)
+
+
+def say(options: RunOptions, msg: str) -> None:
+    if options.log:
+        tqdm.write(msg)
+
+
+def seed_everything(seed: int) -> torch.Generator:
+    """Seed every RNG before any model is built, so head and LoRA init are reproducible."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    return torch.Generator().manual_seed(seed)
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise BenchError(f"--device {name} was asked for, but torch sees no CUDA device on this machine.")
+    return torch.device(name)
+
+
+def use_channels_last(model: SplitModel, device: torch.device, options: RunOptions) -> SplitModel:
+    """channels_last where it is faster: the whole model on CUDA (with amp), the body on a CPU with
+    oneDNN. Parameters keep their values; only their memory layout changes."""
+    if device.type == "cuda" and options.amp:
+        return model.to(memory_format=torch.channels_last)
+    if device.type == "cpu" and options.cpu_channels_last and torch.backends.mkldnn.is_available():
+        model.body.to(memory_format=torch.channels_last)
+    return model
+
+
+def autocast(device: torch.device, amp: bool = True) -> AbstractContextManager:
+    """bf16 autocast on CUDA (when ``amp``), nothing on the CPU."""
+    if amp and device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return nullcontext()
+
+
+@dataclass
+class Workbench:
+    """Everything a run builds once: stream, input stores, deployed model."""
+
+    protocol: Protocol
+    stream: Stream
+    device: torch.device
+    train_inputs: InputStore
+    test_inputs: InputStore
+    deployed: SplitModel
+    data_path: DataPathPlan | None = None  # how the inputs are held (printed, stamped on the result)
+    weights: str = ""  # backbone.weights_digest: what the weights are, whatever path they came from
+
+    def batch(self, ids: np.ndarray, n_new: int) -> TrainBatch:
+        is_new = torch.zeros(len(ids), dtype=torch.bool)
+        is_new[:n_new] = True
+        labels = torch.from_numpy(self.stream.train.labels[ids]).to(self.device)
+        return TrainBatch(self.train_inputs.get(ids), labels, ids, is_new.to(self.device))
+
+    def context(self, memory: Memory, rng: np.random.Generator, generator: torch.Generator,
+                method_name: str = "harness") -> Context:
+        """What a method is lent for a run: the stream without its test split, the memory read-only, train
+        inputs for the memory and the session in progress (S1 until the first session begins), and
+        ``rng``/``generator``, which must be the method's own (``isolation.random_streams``)."""
+        inputs = LentInputs(self.train_inputs, memory, method_name, self.stream.pretrain_ids)
+        return Context(self.protocol, train_view(self.stream, method_name), self.device, MemoryView(memory), inputs,
+                       rng, generator)
+
+    @property
+    def input_shape(self) -> tuple[int, int, int]:
+        b = self.protocol.backbone
+        return (b.in_chans, b.input_size, b.input_size)
+
+
+def prepare(protocol: Protocol, seed: int, options: RunOptions) -> Workbench:
+    """Open the data, build the network, cache trunk features, and train or load the deployed model."""
+    device = resolve_device(options.device)
+    stream = build_stream(protocol, seed)
+    torch.manual_seed(protocol.pretrain.seed)
+    net = create_network(protocol.backbone, options.allow_download)
+    num_classes = None if protocol.pretrain.mode == "weights" else stream.pretrain_classes
+    model = split_network(net, protocol.backbone, num_classes).to(device)
+    if device.type == "cuda" and options.amp:  # before the trunk pass that fills the cache
+        model = model.to(memory_format=torch.channels_last)
+    if model.head.num_classes != stream.pretrain_classes:
+        raise BenchError(
+            f"Protocol {protocol.name}: the pretrained head has {model.head.num_classes} outputs but the "
+            f"pre-training data ({protocol.pretrain_data.source}) has {stream.pretrain_classes} classes."
+        )
+    sources = [protocol.pretrain_data, *protocol.stream_data]
+    root = cache_dir() / "trunk"
+    root.mkdir(parents=True, exist_ok=True)
+    trunk = model.trunk if options.trunk_cache else None
+    pre = {"test": Preprocess(protocol.backbone), "train": Preprocess(protocol.backbone, augment=protocol.training.augment)}
+    amp = options.amp and device.type == "cuda"
+    gpu = {split: options.gpu_decode and gpu_decodable(getattr(stream, split), pre[split], device) for split in pre}
+    weights = weights_digest(protocol.backbone)
+    keys = {split: feature_cache_key(protocol.backbone, sources, split,  # what the trunk saw differs by decoder
+                                     "-".join(v for v in ("cuda-bf16" if amp else "", "nvjpeg" if gpu[split] else "") if v),
+                                     weights) for split in pre}
+    plan = plan_data_path(protocol, stream, trunk, device, amp, root, keys)  # before any trunk pass
+    plan = dataclasses.replace(plan, gpu_decode=tuple(n for n, split in (("eval", "test"), ("train", "train")) if gpu[split]))
+    say(options, plan.describe())
+    t0 = time.perf_counter()
+    test_inputs = InputStore(stream.test, pre["test"], trunk, device, keys["test"], root, desc="trunk (eval)",
+                             amp=amp, progress=options.progress, mode=plan.test.mode, gpu_decode=gpu["test"])
+    t1 = time.perf_counter()
+    train_inputs = InputStore(stream.train, pre["train"], trunk, device, keys["train"], root, desc="trunk (train)",
+                              amp=amp, progress=options.progress, mode=plan.train.mode, gpu_decode=gpu["train"])
+    say(options, f"inputs ready: eval {t1 - t0:.1f} s, train {time.perf_counter() - t1:.1f} s")
+    model.trunk_cached = options.trunk_cache
+    bench = Workbench(protocol, stream, device, train_inputs, test_inputs, model, plan, weights)
+    if protocol.pretrain.mode == "train":
+        _deploy(bench, options)
+    use_channels_last(model, device, options)  # after pre-training: the deployed model is as before
+    return bench
+
+
+def _deploy(bench: Workbench, options: RunOptions) -> None:
+    """Fit the deployed model on S1 once per protocol spec and weights; later runs load it from the cache.
+
+    The cache file carries a sidecar with its sha256 and the spec hash it was made for: a file that fails
+    verification is named, moved aside and rebuilt, never loaded. Concurrent runs build it once (a file
+    lock, re-checked after taking it). The training checkpoints beside it, so a killed pre-training resumes.
+    """
+    from filelock import FileLock
+
+    from ..model.backbone import file_sha256
+    from ..data.features import move_aside
+
+    p = bench.protocol
+    path = cache_dir() / "deployed" / f"{p.name}-{p.spec_hash}-{bench.weights.rpartition(':')[2][:16]}.pt"
+    sidecar = path.with_name(path.name + ".json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):
+        if path.is_file():
+            try:
+                meta = json.loads(sidecar.read_text())
+                ok = meta.get("spec_hash") == p.spec_hash and meta.get("sha256") == file_sha256(path)
+            except (OSError, ValueError):
+                ok = False
+            if ok:
+                bench.deployed.load_state_dict(torch.load(path, map_location=bench.device, weights_only=True))
+                return
+            aside = move_aside(path)
+            say(options, f"Deployed-model cache {path} failed verification (its sha256 or spec hash does not match "
+                         f"{sidecar.name}); moved to {aside} and rebuilt.")
+        saver = Checkpointer(path.with_name(f"{path.stem}-{options.device_key}.ckpt"), options.checkpoint_every,
+                             options.checkpoint_seconds)
+        if options.restart:
+            saver.discard()
+        resume = saver.load()
+        say(options, f"Training the deployed model on S1 ({p.pretrain.updates} updates, cached for later runs)"
+                     + (f": resuming at update {resume['update']}" if resume else ""))
+        config = MethodConfig(lr=p.pretrain.lr, weight_decay=p.pretrain.weight_decay, layer_decay=1.0,
+                              trainable=p.pretrain.trainable)
+        generator = seed_everything(p.pretrain.seed)
+        train_offline(bench, bench.deployed, config, bench.stream.pretrain_ids, p.pretrain.updates,
+                      p.pretrain.batch_size, np.random.default_rng(p.pretrain.seed), generator, "pretrain S1", options,
+                      OfflineCheckpoint(saver, "pretrain", resume=resume))
+        atomic_write(path, lambda fh: torch.save(bench.deployed.state_dict(), fh))
+        atomic_write_text(sidecar, json.dumps({"sha256": file_sha256(path), "spec_hash": p.spec_hash,
+                                               "weights": bench.weights}))
+        saver.discard()
+
+
+@dataclass
+class OfflineCheckpoint:
+    """Checkpointing of one offline training (pre-training, one joint model): where to save, what of the
+    caller's progress to save beside the model, and the checkpoint of this very training to resume from."""
+
+    checkpointer: Checkpointer
+    phase: str  # "pretrain" | "joint" (for BENCH_KILL_AT)
+    outer: Callable[[], dict[str, Any]] = dict
+    meter: FlopMeter | None = None  # its tally is part of the state when FLOPs are counted
+    resume: dict[str, Any] | None = None
+
+
+def train_offline(bench: Workbench, model: SplitModel, config: MethodConfig, ids: np.ndarray, updates: int,
+                  batch_size: int, rng: np.random.Generator, generator: torch.Generator, desc: str,
+                  options: RunOptions, checkpoint: OfflineCheckpoint | None = None) -> None:
+    """Plain offline training on ``ids`` with uniform batches (pre-training and the joint model)."""
+    learner = StandardMethod(config)
+    memory = Memory(bench.protocol.memory.model_copy(update={"policy": "none", "capacity": None}),
+                    bench.stream.train.labels, bench.stream.train.sample_bytes, rng)
+    learner.setup(model, bench.context(memory, rng, generator))
+    learner.optimizer, learner.scheduler = learner.build_optimizer(updates)
+    cycler = Cycler(ids, rng)
+    start, pending = 0, None
+    if checkpoint is not None and checkpoint.resume is not None:
+        state = checkpoint.resume
+        model.load_state_dict(state["model"])
+        learner.load_state_dict(state["learner"])
+        cycler.order, cycler.pos = state["cycler"]
+        set_rng_state(state["rng"], rng, generator)
+        if checkpoint.meter is not None:
+            checkpoint.meter.tally = copy.deepcopy(state["tally"])
+        start, pending = state["update"], state.get("pending")
+    # all batches drawn now (the same draws as one by one), so the input store can decode them ahead
+    planned = deque(pending if pending is not None else (cycler.take(batch_size) for _ in range(start, updates)))
+    bench.train_inputs.plan(list(planned))
+    with autocast(bench.device, options.amp):
+        for u in tqdm(range(start, updates), desc=desc, unit="upd", leave=False, disable=not options.progress,
+                      initial=start, total=updates):
+            if checkpoint is not None:
+                if checkpoint.checkpointer.due(u):
+                    checkpoint.checkpointer.save({
+                        **checkpoint.outer(), "kind": "mid", "update": u, "model": model.state_dict(),
+                        "learner": learner.state_dict(), "cycler": (cycler.order, cycler.pos), "pending": list(planned),
+                        "rng": rng_state(rng, generator),
+                        "tally": checkpoint.meter.tally if checkpoint.meter is not None else None})
+                maybe_die(checkpoint.phase)
+            learner.observe(bench.batch(planned.popleft(), batch_size))
+            report_progress(options, desc, u + 1, updates)
+    bench.train_inputs.end_plan()

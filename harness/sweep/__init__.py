@@ -1,0 +1,1 @@
+"""Many runs: sweep files and their plan, stages with shared references, the local and Ray executors."""

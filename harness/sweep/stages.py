@@ -1,0 +1,140 @@
+"""A sweep as a graph of stages, the one description both executors (local, Ray) run.
+
+A run needs the protocol's deployed model, then the joint reference of its seed, then the seed's A_best
+reference runs; a grid shares them. Each shared prerequisite becomes one stage, built once, that the
+stages needing it wait for:
+
+    deployed (per protocol spec) -> joint (per seed) -> references (per seed) -> method runs (per row)
+
+Executors only order and place stages; what a stage computes is ``run_stage``, the same code whichever
+executor calls it, so the same grid gives the same result JSONs. A row that *is* a reference run (a
+reference method with default settings) is made by the references stage, never run twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from ..spec.protocol import Protocol
+from ...methods.registry import format_setting
+from ..results.schema import RunResult, Selection, row_label
+from .plan import PlannedRun
+from ..run.workbench import RunOptions, Workbench
+
+Kind = Literal["deployed", "joint", "references", "run"]
+Stored = tuple[RunResult, Path]
+
+
+@dataclass(frozen=True)
+class Stage:
+    kind: Kind
+    protocol: Protocol
+    seed: int
+    method: str = ""  # run stages: the method string
+    overrides: dict[str, Any] = field(default_factory=dict)  # run stages: the --set overrides
+    needs: tuple[str, ...] = ()  # keys of the stages that must have finished first
+
+    @property
+    def key(self) -> str:
+        spec = f"{self.protocol.name}@{self.protocol.spec_hash}"
+        if self.kind == "deployed":
+            return f"deployed:{spec}"
+        if self.kind in ("joint", "references"):
+            return f"{self.kind}:{spec}:{self.seed}"
+        return f"run:{spec}:{self.seed}:{row_label(self.method, self.overrides)}"
+
+    @property
+    def label(self) -> str:
+        """What a person reads in the progress display: protocol, method (or stage), seed."""
+        if self.kind == "deployed":
+            return f"{self.protocol.name} deployed model"
+        if self.kind == "joint":
+            return f"{self.protocol.name} joint seed {self.seed}"
+        if self.kind == "references":
+            return f"{self.protocol.name} {'+'.join(self.protocol.best_new_reference)} (A_best reference) seed {self.seed}"
+        extra = "".join(f" --set {k}={format_setting(v)}" for k, v in self.overrides.items())
+        return f"{self.protocol.name} {self.method} seed {self.seed}{extra}"
+
+
+def made_by_references(run: PlannedRun, counted: Selection) -> bool:
+    """A row the references stage makes: one of the protocol's A_best methods, with default settings, that
+    has no stored run yet (a stored one made with other settings is rerun as a row of its own)."""
+    return not run.overrides and run.method in run.protocol.best_new_reference and (run.method, run.seed) not in counted.runs
+
+
+def stage_graph(runs: list[PlannedRun], results_dir: Path) -> list[Stage]:
+    """The stages still to do for ``runs``, in an order that runs every stage after those it needs (the
+    runs' own order otherwise, so a local sweep goes seed by seed as before). A joint or references stage
+    whose results are already stored is left out; the deployed-model stage stays (when cached, it loads)."""
+    from ..run.pipeline import selection
+    from ..run.workbench import RunOptions
+
+    graph: dict[str, Stage] = {}
+    chosen = {}  # protocol key -> the stored runs that count (the one rule, results.select_runs)
+
+    def add(stage: Stage) -> str:
+        graph.setdefault(stage.key, stage)
+        return stage.key
+
+    for run in runs:
+        if run.done is not None:
+            continue
+        p, seed = run.protocol, run.seed
+        spec = f"{p.name}@{p.spec_hash}"
+        if spec not in chosen:
+            chosen[spec] = selection(p, RunOptions(results_dir=results_dir))
+        counted = chosen[spec]
+        needs = (add(Stage("deployed", p, seed)),)
+        if seed not in counted.joints:
+            needs = (add(Stage("joint", p, seed, needs=needs)),)
+        if any((m, seed) not in counted.runs for m in p.best_new_reference):
+            needs = (add(Stage("references", p, seed, needs=needs)),)
+        if not made_by_references(run, counted):
+            add(Stage("run", p, seed, run.method, dict(run.overrides), needs=needs))
+    return list(graph.values())
+
+
+def run_stage(stage: Stage, options: RunOptions, bench: Workbench | None = None) -> list[Stored]:
+    """Compute one stage and return the results it stored (none for the deployed model, which is cached).
+    ``bench``: a workbench already prepared for this protocol and seed, reused when given."""
+    from ..run.pipeline import ensure_references, execute, selection
+    from ..run.workbench import prepare
+
+    p = stage.protocol
+    if stage.kind == "deployed":
+        if bench is None:  # prepares the stream and input stores, trains and caches the deployed model
+            prepare(p, stage.seed, options)
+        return []
+    if stage.kind == "joint":
+        return [execute(p, "joint", stage.seed, options, bench)]
+    if stage.kind == "references":
+        before = {r.run_id for _, r in selection(p, options).reference_runs(stage.seed)}
+        ensure_references(p, stage.seed, options, bench)
+        return [(r, path) for path, r in selection(p, options).reference_runs(stage.seed) if r.run_id not in before]
+    return [execute(p, stage.method, stage.seed, dataclasses.replace(options, overrides=dict(stage.overrides)), bench)]
+
+
+def run_local(graph: list[Stage], options: RunOptions, on_start: Callable[[Stage], None],
+              method_run: Callable[[Stage], None], on_stored: Callable[[Stage, list[Stored]], None]) -> None:
+    """Today's executor: every stage in order in this process. The shared stages of a protocol spec and
+    seed share one workbench (built once, as one ``execute`` shares it with its references) and hand
+    what they stored to ``on_stored``; a method run is ``method_run``'s (the CLI's, with live tracking),
+    which finds those references stored and runs the method alone."""
+    from ..run.workbench import prepare
+
+    current: tuple[str, str, int] | None = None
+    bench: Workbench | None = None
+    for stage in graph:
+        on_start(stage)
+        if stage.kind == "run":
+            method_run(stage)
+            continue
+        where = (stage.protocol.name, stage.protocol.spec_hash, stage.seed)
+        if where != current:
+            bench, current = None, where  # one workbench in memory at a time
+            bench = prepare(stage.protocol, stage.seed, options)
+        on_stored(stage, run_stage(stage, options, bench))

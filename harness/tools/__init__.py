@@ -1,0 +1,1 @@
+"""Commands around runs: preflight checks, the method contract check and the throughput benchmarks."""

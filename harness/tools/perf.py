@@ -1,0 +1,286 @@
+"""``bench perf``: how fast the harness runs a protocol's update and evaluation, against plain PyTorch.
+
+A benchmark, not a test (timings depend on the machine and on what else runs on it). On synthetic
+tensors at the protocol's backbone, batch and input size, it times
+
+1. a plain PyTorch loop doing the same forward / backward / AdamW step (same parameter groups),
+2. the harness's update: ``StandardMethod.observe`` (the registry's ``vanilla``) on a ``TrainBatch``
+   drawn through the real runner pieces (``InputStore``, ``Workbench.batch``, the optimizer-step
+   count, the FLOP meter's hooks and the per-update budget check),
+3. one continual evaluation (``harness.evaluation.evaluate``) with the trunk cache and without it
+   (preprocessed images kept for the run, as ``--no-trunk-cache`` does; and, for reference, decoding
+   at every eval point, as the harness did before),
+
+and prints images/s and the ratios. No dataset is needed: images are random uint8 arrays. Backbone
+weights: the protocol's packaged or local weights when they load, else (timm hub weights, which are
+never fetched here) random init of the same architecture, which costs the same compute.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import statistics
+import time
+from collections.abc import Callable
+from types import SimpleNamespace
+
+from typing import TYPE_CHECKING
+
+import click
+
+from ..errors import BenchError
+
+if TYPE_CHECKING:  # torch and numpy load when the command runs, not when the CLI starts
+    import torch
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        import torch
+
+        torch.cuda.synchronize(device)
+
+
+def _timed(fn: Callable[[], None], device: torch.device) -> float:
+    _sync(device)
+    t0 = time.perf_counter()
+    fn()
+    _sync(device)
+    return time.perf_counter() - t0
+
+
+def _network(spec, allow_download: bool):
+    """The protocol's network; random init (and a note saying so) where its weights cannot be had."""
+    from ..model.backbone import create_network
+
+    kind = spec.backbone.weights.partition(":")[0]
+    if kind == "timm" and not allow_download:
+        backbone = spec.backbone.model_copy(update={"weights": "none:"})
+        return create_network(backbone), backbone, (
+            f"random init (weights: none:) of {spec.backbone.model}: timm hub weights "
+            f"({spec.backbone.weights}) are not fetched by perf; the compute is the same")
+    try:
+        return create_network(spec.backbone, allow_download), spec.backbone, f"{spec.backbone.weights}"
+    except BenchError as err:
+        backbone = spec.backbone.model_copy(update={"weights": "none:"})
+        return create_network(backbone), backbone, f"random init (weights: none:), because: {err}"
+
+
+def _synthetic_catalog(n: int, size: int, classes: int, seed: int):
+    import numpy as np
+
+    from ..data.sources import ArraySplit
+    from ..data.stream import Catalog
+
+    rng = np.random.default_rng(seed)
+    images = rng.integers(0, 256, size=(n, size, size, 3), dtype=np.uint8)
+    labels = rng.integers(0, classes, size=n)
+    split = ArraySplit(images, labels, [f"c{k}" for k in range(classes)], "synthetic")
+    return Catalog((split,), labels.astype(np.int64))
+
+
+def _plain_groups(model, cfg) -> list[dict]:
+    """What a hand-written loop would pass AdamW: the method's own groups (lr decayed per tensor by
+    default, as the paper's code), so both loops do the same optimizer work."""
+    from ...methods.base import layerwise_groups
+
+    train_body = cfg.trainable == "body+head"
+    if not train_body:
+        for p in model.body.parameters():
+            p.requires_grad_(False)
+    return layerwise_groups(model, cfg.lr, cfg.weight_decay, cfg.layer_decay, train_body, unit=cfg.layer_decay_unit)
+
+
+def _median(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+@click.command()
+@click.option("--protocol", "-p", default="tiny_cil", show_default=True, help="built-in name or YAML path")
+@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N")
+@click.option("--updates", default=20, show_default=True, type=click.IntRange(1), help="timed updates per repeat")
+@click.option("--warmup", default=5, show_default=True, type=click.IntRange(0))
+@click.option("--repeats", default=10, show_default=True, type=click.IntRange(1),
+              help="repeats (interleaved plain / harness); the median and the best are reported")
+@click.option("--eval-samples", default=1500, show_default=True, type=click.IntRange(1),
+              help="size of the synthetic eval set (tiny_cil's test set has 1500)")
+@click.option("--amp/--no-amp", default=True, show_default=True, help="bf16 autocast + channels_last on CUDA")
+@click.option("--allow-download", is_flag=True, help="let timm fetch the protocol's pretrained weights")
+@click.option("--paper", is_flag=True,
+              help="instead: per-image costs of the data path (JPEG decode, trunk, body, feature I/O) and the "
+                   "projected time of each stage of the full protocol (e.g. -p cil_places_lt_synthetic)")
+@click.option("--paper-images", default=64, show_default=True, type=click.IntRange(4),
+              help="--paper: JPEG files written and decoded per measurement")
+@click.option("--budget-of", default=None, metavar="PROTOCOL",
+              help="--paper: project at this protocol's budget (e.g. cil_places_lt) with -p's data counts")
+@click.option("--project-tflops", type=float, default=None,
+              help="--paper: also project for a device sustaining this many TFLOP/s (an assumption you state)")
+def perf(protocol: str, device: str, updates: int, warmup: int, repeats: int, eval_samples: int, amp: bool,
+         allow_download: bool, paper: bool, paper_images: int, budget_of: str | None,
+         project_tflops: float | None) -> None:
+    """Time a protocol's update and continual evaluation: plain PyTorch loop vs the harness
+    (or, with --paper, the data path's per-image costs and the full protocol's projected time)."""
+    from .perf_scale import check_paper_options, paper_report
+
+    check_paper_options(paper, project_tflops)
+    if paper:
+        paper_report(protocol, device, None, paper_images, min(repeats, 3), project_tflops, budget_of)
+        return
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+
+    from ..model import flops as FL
+    from ..model.backbone import split_network
+    from ..run.evaluation import EvalPlan, evaluate
+    from ..data.inputs import InputStore, Preprocess
+    from ..spec.protocol import load_protocol
+    from ...methods.registry import build_method
+    from ..run.budget_guards import count_optimizer_steps, observe_within_budget
+    from ..run.workbench import Workbench, autocast, resolve_device
+    from ...methods.base import Context
+
+    spec = load_protocol(protocol)
+    dev = resolve_device(device)
+    torch.manual_seed(0)
+    net, backbone, weights_note = _network(spec, allow_download)
+    classes = None if spec.pretrain.mode == "weights" else (spec.classes_per_session or 10) * (spec.sessions + 1)
+    model = split_network(net, backbone, classes).to(dev)
+    fast = amp and dev.type == "cuda"
+    if fast:
+        model = model.to(memory_format=torch.channels_last)
+    size, b = backbone.input_size, spec.training.batch
+    batch = b.new + b.old
+    input_shape = (backbone.in_chans, size, size)
+    macs = FL.split_macs(model, input_shape)
+    cached_train = not spec.training.augment
+    K = model.head.num_classes
+
+    load = os.getloadavg()
+    click.echo(f"bench perf | protocol {spec.name} | device {dev} | torch threads {torch.get_num_threads()} | "
+               f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} ({os.cpu_count()} cores)")
+    click.echo(f"  backbone {backbone.model} at {size} px, weights: {weights_note}")
+    click.echo(f"  head {K} classes; batch {batch} ({b.new} new + {b.old} old); "
+               f"{'bf16 autocast + channels_last' if fast else 'float32'}")
+    click.echo("  forward MACs per sample (fvcore): " + ", ".join(f"{k} {v / 1e6:.2f} M" for k, v in macs.items()))
+
+    # ---- training: plain loop vs harness update, on the same inputs
+    pool = max(2 * batch, 128)
+    train_catalog = _synthetic_catalog(pool, size, K, seed=1)
+    t0 = time.perf_counter()
+    train_store = InputStore(train_catalog, Preprocess(backbone, augment=spec.training.augment),
+                             model.trunk if cached_train else None, dev, amp=fast, progress=False)
+    build_train = time.perf_counter() - t0
+    model.trunk_cached = cached_train
+    labels_np = train_catalog.labels
+    draws = np.random.default_rng(2)
+    total = warmup + repeats * updates
+    batches = [draws.integers(0, pool, size=batch) for _ in range(total)]
+
+    # One model serves both loops, so both run the very same tensors (memory layout and alignment
+    # included); each loop has its own optimizer. The FLOP meter is attached for harness blocks only.
+    _spec, method = build_method("vanilla", spec.name)
+    cfg = method.config
+    shared = copy.deepcopy(model)
+    if train_store.cached:  # the features the harness's store holds, by id
+        table = train_store.get(np.arange(pool))
+        train_store.reset_seen()
+    else:
+        table = Preprocess(backbone).images(train_catalog, np.arange(pool))
+    if table.device != dev:
+        table = table.to(dev)
+    labels_t = torch.from_numpy(labels_np).to(dev)
+    accel = autocast(dev, amp)
+    stream = SimpleNamespace(train=train_catalog)
+    bench = Workbench(spec, stream, dev, train_store, train_store, shared)  # type: ignore[arg-type]
+    ctx = Context(spec, stream, dev, None, train_store, np.random.default_rng(0),  # type: ignore[arg-type]
+                  torch.Generator().manual_seed(0))
+    method.setup(shared, ctx)
+    method.optimizer, method.scheduler = method.build_optimizer(total)
+    optimizer = torch.optim.AdamW(_plain_groups(shared, cfg))
+    meter = FL.FlopMeter(shared, input_shape)
+
+    def plain_step(ids: np.ndarray) -> None:
+        idx = torch.from_numpy(ids).to(dev)
+        x, y = table.index_select(0, idx), labels_t.index_select(0, idx)
+        if fast and x.ndim == 4:
+            x = x.contiguous(memory_format=torch.channels_last)  # as InputStore.get gives it on CUDA
+        with accel:
+            loss = F.cross_entropy(shared(x), y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    times_plain: list[float] = []
+    times_harness: list[float] = []
+    with count_optimizer_steps() as steps:
+
+        def harness_step(ids: np.ndarray) -> None:
+            with accel:
+                observe_within_budget(method, bench.batch(ids, b.new), steps, meter, batch)
+
+        def plain_block(chunk) -> None:
+            shared.train()
+            for ids in chunk:
+                plain_step(ids)
+
+        def harness_block(chunk) -> None:
+            with meter.attached():
+                for ids in chunk:
+                    harness_step(ids)
+
+        plain_block(batches[:warmup])
+        harness_block(batches[:warmup])
+        for r in range(repeats):
+            chunk = batches[warmup + r * updates : warmup + (r + 1) * updates]
+            order = [(plain_block, times_plain), (harness_block, times_harness)]
+            for block, out in order if r % 2 == 0 else order[::-1]:
+                out.append(_timed(lambda: block(chunk), dev))
+    t_plain, t_harness = _median(times_plain), _median(times_harness)
+    n = updates * batch
+    click.echo(f"\ntraining ({updates} updates x {repeats} repeats, interleaved; median [best]; inputs: "
+               f"{'cached trunk features' if cached_train else 'images'}):")
+    for name, ts in (("plain PyTorch loop", times_plain), ("harness update", times_harness)):
+        t, best = _median(ts), min(ts)
+        click.echo(f"  {name:<21}{n / t:10.1f} images/s   {1e3 * t / updates:8.2f} ms/update   "
+                   f"[{n / best:8.1f} images/s]")
+    click.echo(f"  harness / plain time {t_harness / t_plain:10.3f} x   [best {min(times_harness) / min(times_plain):.3f} x]")
+    if cached_train:
+        click.echo(f"  (one-off trunk pass over {pool} training images: {build_train:.2f} s)")
+
+    # ---- one continual evaluation, with and without the trunk cache
+    eval_catalog = _synthetic_catalog(eval_samples, size, K, seed=3)
+    ids = np.arange(eval_samples)
+    labels = eval_catalog.labels
+    old = labels < K // 2
+    plan = EvalPlan(ids=ids, labels=torch.from_numpy(labels), old=old, new=~old,
+                    task=old.astype(np.int64) ^ 1, tasks=2)
+    pre = Preprocess(backbone)
+    t0 = time.perf_counter()
+    stores = {"cached trunk": InputStore(eval_catalog, pre, model.trunk, dev, amp=fast, progress=False)}
+    build_eval = time.perf_counter() - t0
+    stores["no trunk cache"] = InputStore(eval_catalog, pre, None, dev, amp=fast)
+    stores["no cache, decode each time"] = InputStore(eval_catalog, pre, None, dev, keep_images=False)
+    times: dict[str, list[float]] = {k: [] for k in stores}
+    for r in range(repeats + 1):  # round 0 warms up
+        for key, store in stores.items():
+            m = copy.deepcopy(model).eval()
+            m.trunk_cached = store.cached
+            eval_meter = FL.FlopMeter(m, input_shape)
+
+            def one_evaluation() -> None:
+                with eval_meter.attached(), eval_meter.evaluating(), accel:
+                    evaluate(m, store, plan, spec.eval.batch_size)
+
+            spent = _timed(one_evaluation, dev)
+            if r:
+                times[key].append(spent)
+    click.echo(f"\ncontinual evaluation ({eval_samples} images, batch {spec.eval.batch_size}, "
+               f"median [best] of {repeats}):")
+    base, base_best = _median(times["no trunk cache"]), min(times["no trunk cache"])
+    for key in stores:
+        t, best = _median(times[key]), min(times[key])
+        click.echo(f"  {key:<28}{eval_samples / t:10.1f} images/s   {t:8.3f} s   "
+                   f"{base / t:6.2f} x vs no trunk cache   [best {base_best / best:.2f} x]")
+    click.echo(f"  (one-off trunk pass over the eval set: {build_eval:.2f} s, kept on disk across runs by `bench run`)")

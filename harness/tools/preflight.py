@@ -1,0 +1,198 @@
+"""Checks run before any compute: a bad folder, a full disk, a tracking URI that cannot work, a typo in a
+method string or a setting must cost the user a second, not an hour of training and a traceback.
+
+The cheap checks (``check_run``) import neither torch nor MLflow; ``check_backbone`` needs timm and
+torch and runs after them, still before any data is opened or a model trained. The CLI calls both;
+the sweep calls them once per planned run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import sqlite3
+import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from ..errors import BenchError
+from ..spec.protocol import MAX_SEED, Protocol
+
+# Space the outputs need at least: a result JSON is tens of KB and the MLflow store grows by about as
+# much per run, so the floor for results is generous; a cache holds a deployed model and trunk-feature
+# tables (tens of MB for the embedded protocols; more for paper scale, which its own guard checks).
+RESULTS_MIN_FREE = 64 << 20
+CACHE_MIN_FREE = 256 << 20
+REACH_TIMEOUT_S = 5.0
+# schemes MLflow's tracking stores accept (plain paths are a file store)
+# the joint upper bound: where the harness trains it itself rather than as an entry-point method, the
+# pipeline checks a request for it (no modifiers, no --set)
+REFERENCE = "joint"
+TRACKING_SCHEMES = ("sqlite", "file", "http", "https", "postgresql", "mysql", "mssql", "databricks")
+
+
+def check_seed(seed: int, what: str = "--seed") -> None:
+    if not 0 <= seed <= MAX_SEED:
+        raise BenchError(f"{what} {seed} is outside 0..{MAX_SEED} (numpy's seeding range, with room for the "
+                         f"per-session offsets of the joint reference).")
+
+
+def check_writable_folder(path: Path, what: str, min_free: int) -> None:
+    """``path`` is (or can become) a folder this process can write to, with ``min_free`` bytes free.
+    Probed by writing and syncing a small file, which catches read-only mounts that permission bits
+    do not show."""
+    if path.exists() and not path.is_dir():
+        raise BenchError(f"The {what} {path} is a file, not a folder; pass another path.")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".bench-write-probe.", dir=path)
+        try:
+            os.write(fd, b"ok")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+            os.unlink(probe)
+    except OSError as exc:
+        raise BenchError(f"The {what} {path} is not writable ({exc.strerror or exc}); nothing has run. "
+                         f"Fix its permissions or pass another path.") from None
+    free = shutil.disk_usage(path).free
+    if free < min_free:
+        raise BenchError(f"The {what} {path} has {free / 2**20:.0f} MiB free; a run needs at least "
+                         f"{min_free / 2**20:.0f} MiB there. Free some space or pass another path; nothing has run.")
+
+
+def sqlite_path(uri: str) -> Path:
+    """The database file of a ``sqlite:///`` URI (MLflow takes SQLAlchemy's form)."""
+    rest = uri[len("sqlite://"):]
+    if not rest.startswith("/"):
+        raise BenchError(f"Tracking URI {uri!r} is malformed: write sqlite:///relative/path.db or "
+                         f"sqlite:////absolute/path.db.")
+    return Path(urllib.parse.unquote(rest[1:].split("?", 1)[0])).expanduser()
+
+
+def _check_sqlite(uri: str) -> None:
+    db = sqlite_path(uri)
+    if db.is_dir():
+        raise BenchError(f"Tracking URI {uri!r} points at the folder {db}; it must name a database file, "
+                         f"e.g. sqlite:///{db / 'mlflow.db'}.")
+    check_writable_folder(db.parent, "folder of the MLflow database", RESULTS_MIN_FREE)
+    if db.exists():
+        try:
+            con = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=REACH_TIMEOUT_S)
+            try:
+                con.execute("SELECT name FROM sqlite_master LIMIT 1").fetchall()
+            finally:
+                con.close()
+        except sqlite3.Error as exc:
+            raise BenchError(f"Tracking URI {uri!r}: {db} is not an SQLite database ({exc}).") from None
+
+
+def _check_server(uri: str, timeout: float) -> None:
+    """An MLflow server answers within ``timeout`` (its /health endpoint; any HTTP answer will do, a
+    proxy may not route /health)."""
+    url = uri.rstrip("/") + "/health"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout):  # noqa: S310 - http(s) only, checked above
+            pass
+    except urllib.error.HTTPError:
+        pass
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise BenchError(f"The MLflow server {uri} cannot be reached within {timeout:.0f} s ({reason}). Start it, "
+                         f"pass another --tracking-uri, or --no-mlflow; nothing has run.") from None
+
+
+def _check_host(uri: str, parsed: urllib.parse.ParseResult, timeout: float) -> None:
+    if parsed.hostname:
+        try:
+            socket.create_connection((parsed.hostname, parsed.port or 5432), timeout=timeout).close()
+        except OSError as exc:
+            raise BenchError(f"The tracking database server of {uri!r} cannot be reached within {timeout:.0f} s "
+                             f"({exc.strerror or exc}); nothing has run.") from None
+
+
+def check_tracking_uri(uri: str | None, timeout: float = REACH_TIMEOUT_S) -> None:
+    """A tracking URI MLflow can use, reachable now (None: the sqlite store in the results folder,
+    which ``check_writable_folder`` covers)."""
+    if uri is None:
+        return
+    if not uri.strip() or any(c.isspace() for c in uri):
+        raise BenchError(f"Tracking URI {uri!r} is empty or contains whitespace.")
+    parsed = urllib.parse.urlparse(uri)
+    scheme = parsed.scheme.split("+", 1)[0]  # postgresql+psycopg2://
+    if scheme == "" or (len(scheme) == 1 and uri[1:3] in (":\\", ":/")):  # a plain path (or C:\ path)
+        check_writable_folder(Path(uri).expanduser(), "MLflow file store", RESULTS_MIN_FREE)
+        return
+    if scheme not in TRACKING_SCHEMES:
+        raise BenchError(f"Tracking URI {uri!r} has the unknown scheme {parsed.scheme!r}; use one of "
+                         f"{', '.join(s + ':' for s in TRACKING_SCHEMES)} or a folder path.")
+    if scheme == "sqlite":
+        _check_sqlite(uri)
+    elif scheme == "file":
+        check_writable_folder(Path(urllib.parse.unquote(parsed.path)), "MLflow file store", RESULTS_MIN_FREE)
+    elif scheme in ("http", "https"):
+        if not parsed.hostname:
+            raise BenchError(f"Tracking URI {uri!r} names no host, e.g. http://127.0.0.1:5000.")
+        _check_server(uri, timeout)
+    elif scheme in ("postgresql", "mysql", "mssql"):
+        _check_host(uri, parsed, timeout)
+
+
+def check_run(protocol: Protocol, method: str, seed: int, overrides: dict[str, Any], results_dir: Path,
+              tracking_uri: str | None, mlflow: bool) -> None:
+    """Everything about one run that can be checked without torch or MLflow, in the order a user
+    would fix them: method and settings, seed, folders and free space, tracking store."""
+    from ...methods.registry import METHOD_GROUP, check_method, entries
+
+    if method.split("+")[0] != REFERENCE or REFERENCE in entries(METHOD_GROUP):
+        check_method(method, protocol, overrides)
+    check_seed(seed)
+    check_outputs(results_dir, tracking_uri, mlflow)
+
+
+def check_outputs(results_dir: Path, tracking_uri: str | None, mlflow: bool) -> None:
+    """Where a run writes: results and cache folders writable with room, the tracking store usable."""
+    from ..paths import cache_dir_path
+
+    check_writable_folder(results_dir, "results folder", RESULTS_MIN_FREE)
+    check_writable_folder(cache_dir_path(), "cache folder ($BENCH_CACHE_DIR)", CACHE_MIN_FREE)
+    if mlflow:
+        check_tracking_uri(tracking_uri)
+
+
+def check_backbone(protocol: Protocol) -> None:
+    """The backbone exists in timm and ``file:`` weights load as a state dict: needs torch, so it runs
+    after the cheap checks, still before any data is read or anything trains."""
+    import timm
+    import torch
+
+    spec = protocol.backbone
+    kind, _, ref = spec.weights.partition(":")
+    for field, name in (("backbone.model", spec.model), ("backbone.weights", ref if kind == "timm" else None)):
+        if name is not None and not timm.is_model(name):
+            import difflib
+
+            close = difflib.get_close_matches(name, timm.list_models(), n=3, cutoff=0.6)
+            hint = f" Did you mean: {', '.join(close)}?" if close else ""
+            raise BenchError(f"{field} {name!r} of protocol {protocol.name} is not a timm model.{hint}")
+    if kind not in ("package", "file", "timm", "none"):
+        raise BenchError(f"backbone.weights {spec.weights!r} must start with package:, file:, timm: or none:.")
+    if kind != "file":
+        return
+    path = Path(os.path.expandvars(ref)).expanduser()
+    if not path.is_file():
+        raise BenchError(f"backbone.weights file {path} does not exist.")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - pickle, zip and torch errors alike mean "not loadable"
+        raise BenchError(f"backbone.weights file {path} cannot be loaded as PyTorch weights "
+                         f"({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}).") from None
+    if isinstance(state, dict) and "state_dict" in state:
+        state = state["state_dict"]
+    if not (isinstance(state, dict) and state and all(isinstance(v, torch.Tensor) for v in state.values())):
+        raise BenchError(f"backbone.weights file {path} holds a {type(state).__name__}, not a state dict "
+                         f"(a mapping of parameter names to tensors).")
