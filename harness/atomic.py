@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -121,3 +122,28 @@ def write_or_rescue(path: Path, text: str, what: str) -> Path:
                        f"move the saved copy to {path} (or into any results folder's runs/), or free space and "
                        f"run the same command again (it resumes from the checkpoint and writes the result in "
                        f"place); not both, or the run is stored twice.") from None
+
+
+def check_writable_folder(path: Path, what: str, min_free: int) -> None:
+    """``path`` is (or can become) a folder this process can write to, with ``min_free`` bytes free.
+    Probed by writing and syncing a small file, which catches read-only mounts that permission bits
+    do not show."""
+    if path.exists() and not path.is_dir():
+        kind = "a file" if path.is_file() else "not a regular file or folder (a device, socket or pipe)"
+        raise BenchError(f"The {what} {path} exists but is {kind}, not a folder; pass another path.")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".bench-write-probe.", dir=path)
+        try:
+            os.write(fd, b"ok")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+            os.unlink(probe)
+    except OSError as exc:
+        raise BenchError(f"The {what} {path} is not writable ({exc.strerror or exc}); nothing has run. "
+                         f"Fix its permissions or pass another path.") from None
+    free = shutil.disk_usage(path).free
+    if free < min_free:
+        raise BenchError(f"The {what} {path} has {free / 2**20:.0f} MiB free; a run needs at least "
+                         f"{min_free / 2**20:.0f} MiB there. Free some space or pass another path; nothing has run.")

@@ -128,7 +128,7 @@ def _json_text(entry: Entry) -> str:
 def check_out(out: Path) -> None:
     """``--out`` is new, empty or an earlier leaderboard, and its parent folder takes files (the site is
     built beside it and swapped in): checked before anything is read or rendered."""
-    from ..harness.preflight import check_writable_folder
+    from ..harness.atomic import check_writable_folder
 
     if out.exists() and not out.is_dir():
         raise BenchError(f"--out {out} exists but is not a folder; pass a new or empty folder, or an earlier "

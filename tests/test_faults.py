@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from bench_stability_gap.harness import atomic
 from bench_stability_gap.harness.atomic import STORAGE_EXIT
 from bench_stability_gap.harness.cli import main
-from bench_stability_gap.harness.results import iter_results
+from bench_stability_gap.harness.results.schema import iter_results
 
 from result_compare import differences
 
@@ -167,7 +167,7 @@ def test_a_storage_fault_outside_the_atomic_path_is_one_paragraph_too(tmp_path, 
         raise RuntimeError("writer failed") from OSError(errno.EIO, os.strerror(errno.EIO), str(tmp_path / "x"))
 
     monkeypatch.setattr(cli, "print_summary", explode)
-    monkeypatch.setattr("bench_stability_gap.harness.pipeline.execute", lambda *a, **k: (None, tmp_path / "x"))
+    monkeypatch.setattr("bench_stability_gap.harness.run.pipeline.execute", lambda *a, **k: (None, tmp_path / "x"))
     out = bench("run", "-p", "tiny_cil", "--results-dir", str(tmp_path / "r"), "--no-mlflow")
     assert out.exit_code == STORAGE_EXIT, out.output
     assert_one_paragraph(out.output, "Input/output error", str(tmp_path / "x"), "run the same command")

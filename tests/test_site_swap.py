@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from bench_stability_gap.harness import preflight
+from bench_stability_gap.harness import atomic
 from bench_stability_gap.harness.atomic import STORAGE_EXIT
 from bench_stability_gap.harness.cli import main
-from bench_stability_gap.harness.results import load_result, save_result
+from bench_stability_gap.harness.results.schema import load_result, save_result
 
 FIXTURES = Path(__file__).parent / "browser" / "fixtures"
 
@@ -114,7 +114,7 @@ def test_a_failed_site_write_keeps_the_previous_site(results, tmp_path, monkeypa
 
 def test_a_read_only_out_is_refused_before_any_result_is_read(results, tmp_path, monkeypatch):
     site = tmp_path / "ro" / "site"
-    real = preflight.tempfile.mkstemp
+    real = atomic.tempfile.mkstemp
 
     def mkstemp(*args, dir=None, **kw):
         if Path(dir) == site.parent:
@@ -122,7 +122,7 @@ def test_a_read_only_out_is_refused_before_any_result_is_read(results, tmp_path,
         return real(*args, dir=dir, **kw)
 
     read = []
-    monkeypatch.setattr(preflight.tempfile, "mkstemp", mkstemp)
+    monkeypatch.setattr(atomic.tempfile, "mkstemp", mkstemp)
     monkeypatch.setattr("bench_stability_gap.leaderboard.sources.load", lambda *a, **k: read.append(a))
     out = build(results, site)
     assert out.exit_code == 2, out.output

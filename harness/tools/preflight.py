@@ -9,16 +9,15 @@ the sweep calls them once per planned run.
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import sqlite3
-import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
 
+from ..atomic import check_writable_folder  # noqa: F401 - the probe lives with the writes it protects
 from ..errors import BenchError
 from ..spec.protocol import MAX_SEED, Protocol
 
@@ -39,30 +38,6 @@ def check_seed(seed: int, what: str = "--seed") -> None:
     if not 0 <= seed <= MAX_SEED:
         raise BenchError(f"{what} {seed} is outside 0..{MAX_SEED} (numpy's seeding range, with room for the "
                          f"per-session offsets of the joint reference).")
-
-
-def check_writable_folder(path: Path, what: str, min_free: int) -> None:
-    """``path`` is (or can become) a folder this process can write to, with ``min_free`` bytes free.
-    Probed by writing and syncing a small file, which catches read-only mounts that permission bits
-    do not show."""
-    if path.exists() and not path.is_dir():
-        raise BenchError(f"The {what} {path} is a file, not a folder; pass another path.")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".bench-write-probe.", dir=path)
-        try:
-            os.write(fd, b"ok")
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-            os.unlink(probe)
-    except OSError as exc:
-        raise BenchError(f"The {what} {path} is not writable ({exc.strerror or exc}); nothing has run. "
-                         f"Fix its permissions or pass another path.") from None
-    free = shutil.disk_usage(path).free
-    if free < min_free:
-        raise BenchError(f"The {what} {path} has {free / 2**20:.0f} MiB free; a run needs at least "
-                         f"{min_free / 2**20:.0f} MiB there. Free some space or pass another path; nothing has run.")
 
 
 def sqlite_path(uri: str) -> Path:
