@@ -128,10 +128,10 @@ def check_writable_folder(path: Path, what: str, min_free: int) -> None:
     """``path`` is (or can become) a folder this process can write to, with ``min_free`` bytes free.
     Probed by writing and syncing a small file, which catches read-only mounts that permission bits
     do not show."""
-    if path.exists() and not path.is_dir():
-        kind = "a file" if path.is_file() else "not a regular file or folder (a device, socket or pipe)"
-        raise BenchError(f"The {what} {path} exists but is {kind}, not a folder; pass another path.")
     try:
+        if path.exists() and not path.is_dir():
+            kind = "a file" if path.is_file() else "a device, socket or pipe"
+            raise BenchError(f"The {what} {path} exists but is {kind}, not a folder; pass another path.")
         path.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(prefix=".bench-write-probe.", dir=path)
         try:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from .errors import BenchError
+from .errors import BenchError, shorten
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 # OpenMP threads that spin while waiting make torch 10-20x slower as soon as two processes share the
@@ -52,7 +52,7 @@ class BenchGroup(click.Group):
         try:
             return super().invoke(ctx)
         except BenchError as err:
-            click.secho(f"Error: {err}", err=True, fg="red")
+            click.secho(f"Error: {shorten(str(err))}", err=True, fg="red")
             ctx.exit(err.exit_code)
         except KeyboardInterrupt as stop:
             click.echo(f"\n{INTERRUPTED}", err=True)
@@ -62,7 +62,7 @@ class BenchGroup(click.Group):
             if fault is None:
                 raise
             message = fault_message(fault, "a file", None, "Stored results and checkpoints are kept.")
-            click.secho(f"Error: {message}", err=True, fg="red")
+            click.secho(f"Error: {shorten(message)}", err=True, fg="red")
             ctx.exit(StorageFault.exit_code)
         finally:
             if before is signal.SIG_DFL:
@@ -125,7 +125,8 @@ def _run_options(f):
         click.option("--results-dir", type=click.Path(path_type=Path), envvar="BENCH_RESULTS_DIR",
                      help="where results and the MLflow store go [default: ./bench-results]"),
         click.option("--device", default="auto", show_default=True,
-                     help="auto (CUDA when torch sees a GPU, else cpu), cpu, cuda or cuda:N"),
+                     help="auto (CUDA when torch sees a GPU, else cpu), cpu, cuda or cuda:N (N a GPU torch reports); "
+                          "anything else is refused before compute"),
         click.option("--trunk-cache/--no-trunk-cache", default=True, show_default=True,
                      help="compute frozen-trunk outputs once (exact; same numbers)"),
         click.option("--progress/--no-progress", default=True, show_default=True),
@@ -191,7 +192,9 @@ def _options(overrides: dict, results_dir: Path | None, device: str, trunk_cache
              allow_download: bool):
     from .paths import results_dir as resolve_results
     from .run.workbench import RunOptions, resolve_device
+    from .tools.preflight import check_device
 
+    check_device(device)
     chosen = resolve_device(device)
     how = " (auto: " + ("a CUDA device is present)" if chosen.type == "cuda" else "torch sees no CUDA device)") \
         if device == "auto" else ""
@@ -412,8 +415,11 @@ def sync(results: Path | None, tracking_uri: str | None) -> None:
         click.echo(f"  mirrored {path} -> MLflow run {rid}")
     if report.replaced:
         click.echo(f"  deleted {len(report.replaced)} unfinished mirror(s), logged again whole: {', '.join(report.replaced)}")
+    for path, why in report.skipped:
+        click.echo(f"  skipped {path}: {shorten(why)}", err=True)
     click.echo(f"Synced {root} to {Store(root, tracking_uri).uri}: {len(report.added)} added, "
-               f"{report.present} already there.")
+               f"{report.present} already there"
+               + (f", {len(report.skipped)} skipped (named above)." if report.skipped else "."))
 
 
 @main.group()
@@ -438,16 +444,24 @@ def show_protocol(name: str) -> None:
 @click.argument("file", type=click.Path(path_type=Path))
 def validate(file: Path) -> None:
     """Validate a protocol YAML file (or a result JSON) without running anything."""
+    from .errors import not_a_file
+
+    kind = "Result" if file.suffix == ".json" else "Protocol"
+    if (problem := not_a_file(file)) is not None:
+        raise BenchError(f"{kind} file {file} {problem}.")
     if file.suffix == ".json":
-        from .results.schema import load_result
+        from .results.schema import load_result, result_problem, value_problem
 
         r = load_result(file)
-        click.echo(f"OK: result {r.run_id} ({r.protocol.name}, {r.method.spec}, seed {r.seed}, {r.status})")
+        if (bad := value_problem(r)) is not None:
+            raise BenchError(f"Result file {file} is refused: {bad}. The leaderboard never ranks it and "
+                             f"`bench sync` never mirrors it.")
+        apart = result_problem(r)
+        click.echo(f"OK: result {r.run_id} ({r.protocol.name}, {r.method.spec}, seed {r.seed}, {r.status})"
+                   + (f"; never ranked: {apart}" if apart else ""))
         return
     from .spec.protocol import load_protocol
 
-    if not file.is_file():
-        raise BenchError(f"Protocol file {file} does not exist.")
     p = load_protocol(str(file))
     from .tools.preflight import check_backbone
 

@@ -75,7 +75,7 @@ def table(results: Path | None, tracking_uri: str | None, protocols: tuple[str, 
 
             if not known:
                 raise BenchError(f"No results at all in {loaded.origin}.")
-            raise did_you_mean(missing[0], known, "protocol with results")
+            raise did_you_mean(missing[0], known, "protocol", plural="protocols with results")
         boards = [b for b in boards if b.name in protocols]
     if not boards:
         click.echo(f"No results in {loaded.origin}.")

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BenchError
-from .schema import RunResult, iter_results
+from .schema import RunResult, iter_results, value_problem
 
 HTTP_TIMEOUT_S = "5"   # per request; MLflow's default is 120 s
 HTTP_RETRIES = "1"     # MLflow's default (7 retries with backoff) hangs a finished run for minutes
@@ -307,6 +307,7 @@ class SyncReport:
     added: list[tuple[Path, str]] = field(default_factory=list)   # (JSON, MLflow run id)
     present: int = 0
     replaced: list[str] = field(default_factory=list)             # unfinished mirrors set aside
+    skipped: list[tuple[Path, str]] = field(default_factory=list)  # (file, why it is not mirrored)
 
 
 def _mirrored(client) -> tuple[set[str], dict[str, list[str]]]:
@@ -347,8 +348,12 @@ def sync(results_dir: Path, tracking_uri: str | None = None) -> SyncReport:
             for rid in ids:
                 client.delete_run(rid)
                 report.replaced.append(rid)
-    for path, result in iter_results(results_dir):
-        if not isinstance(result, RunResult):
+    for path, result in iter_results(results_dir, skip=lambda p, why: report.skipped.append((p, why))):
+        if not isinstance(result, RunResult):  # a corrupt file: its error names it
+            report.skipped.append((path, str(result)))
+            continue
+        if (bad := value_problem(result)) is not None:
+            report.skipped.append((path, f"refused: {bad}; the leaderboard never ranks it either"))
             continue
         if result.run_id in done:
             report.present += 1

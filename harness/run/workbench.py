@@ -36,7 +36,7 @@ from .isolation import LentInputs, MemoryView, train_view
 from .memory import Memory
 from ..paths import cache_dir
 from ..spec.protocol import Protocol
-from ..data.stream import Cycler, Stream, build_stream
+from ..data.stream import Cycler, Stream, build_stream, check_batch_sizes
 from ...methods.base import Context, MethodConfig, StandardMethod, TrainBatch
 
 
@@ -163,6 +163,7 @@ def prepare(protocol: Protocol, seed: int, options: RunOptions) -> Workbench:
     """Open the data, build the network, cache trunk features, and train or load the deployed model."""
     device = resolve_device(options.device)
     stream = build_stream(protocol, seed)
+    check_batch_sizes(stream)  # counts the spec could not fix are known now, before any compute
     torch.manual_seed(protocol.pretrain.seed)
     net = create_network(protocol.backbone, options.allow_download)
     num_classes = None if protocol.pretrain.mode == "weights" else stream.pretrain_classes

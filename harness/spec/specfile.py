@@ -14,7 +14,7 @@ from typing import TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from ..errors import BenchError, did_you_mean
+from ..errors import BenchError, did_you_mean, not_a_file
 
 Spec = TypeVar("Spec", bound=BaseModel)
 
@@ -217,9 +217,10 @@ def parse_spec(model: type[Spec], text: str, what: str, origin: str, folder: str
 def load_spec(model: type[Spec], name_or_path: str, what: str, folder: str = "") -> Spec:
     """A built-in spec by name (``protocols/<folder>/NAME.yaml``), or a YAML file by path."""
     path = Path(name_or_path)
-    if path.suffix in (".yaml", ".yml") or path.exists():
-        if not path.is_file():
-            raise BenchError(f"{what.capitalize()} file {path} does not exist.")
+    problem = not_a_file(path)
+    if path.suffix in (".yaml", ".yml") or problem != "does not exist":
+        if problem is not None:
+            raise BenchError(f"{what.capitalize()} file {path} {problem}.")
         try:
             data = path.read_bytes()
         except OSError as exc:
