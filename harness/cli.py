@@ -138,6 +138,9 @@ def _run_options(f):
         click.option("--gpu-decode/--no-gpu-decode", default=True, show_default=True, expose_value=False,
                      callback=_remember, help="on CUDA, decode JPEG files on the GPU (nvJPEG); the trunk cache "
                                               "keeps the two decoders' features apart"),
+        click.option("--no-wait", is_flag=True, expose_value=False, callback=_remember,
+                     help="when another bench process is computing the same run (or reference) right now, exit 2 "
+                          "naming it instead of waiting for it and reusing its result"),
         click.option("--restart", is_flag=True, expose_value=False, callback=_remember,
                      help="discard the stored checkpoint of this run instead of resuming from it"),
         click.option("--checkpoint-every", type=click.IntRange(min=0), expose_value=False, callback=_remember,
@@ -180,6 +183,10 @@ def _run_one(protocol, method: str, seed: int, options, tracking_uri: str | None
         live.finish("failed")
         raise
     print_summary(result, path)
+    if result.run_id != run_id and method.strip() != "joint":  # reused: the process that stored it mirrors it
+        live.discard()
+        click.echo("  (computed by the process this one waited for; its MLflow run is that run's mirror)")
+        return
     live.finish(result.status, result, path)
     if live.error:
         raise BenchError(f"{live.error} The result is kept in {path}; mirror it to MLflow later with: bench sync "
@@ -203,6 +210,7 @@ def _options(overrides: dict, results_dir: Path | None, device: str, trunk_cache
     return RunOptions(results_dir=resolve_results(results_dir), device=str(chosen), trunk_cache=trunk_cache,
                       progress=progress, allow_download=allow_download, overrides=overrides,
                       restart=bool(meta.get("bench.restart")), checkpoint_every=meta.get("bench.checkpoint_every"),
+                      wait=not meta.get("bench.no_wait"),
                       gpu_decode=meta.get("bench.gpu_decode", True))
 
 

@@ -281,6 +281,12 @@ class LiveRun:
         self._guard(lambda client: client.log_batch(self.run_id, metrics=metrics))
         self._points += 1
 
+    def discard(self) -> None:
+        """Delete the run: this process reused a result another one stored (and mirrors)."""
+        if self.run_id is not None:
+            self._guard(lambda client: client.delete_run(self.run_id))
+            self.run_id = None
+
     def finish(self, status: str, result: RunResult | None = None, path: Path | None = None) -> str | None:
         """End the run: ``status`` is bench's (complete, failed, diverged, killed) or MLflow's; with the
         stored result, its metrics and JSON are logged and the run marked synced."""
