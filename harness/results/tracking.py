@@ -153,7 +153,8 @@ def _first_line(text: str, limit: int = 300) -> str:
     # SQLAlchemy puts a note on how the query was flushed before the database's own message
     lines = [ln for ln in text.strip().splitlines() if ln.strip() and not ln.startswith("(raised as a result of")]
     line = lines[0] if lines else "(no message)"
-    return line if len(line) <= limit else line[: limit - 3] + "..."
+    line = line if len(line) <= limit else line[: limit - 3] + "..."
+    return line if line.endswith((".", "!", "?")) else line + "."  # a sentence: more follows it
 
 
 @dataclass
