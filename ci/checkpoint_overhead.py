@@ -22,7 +22,8 @@ from bench_stability_gap.harness.run.checkpoint import Checkpointer  # noqa: E40
 from bench_stability_gap.harness.run.continual import run_cl  # noqa: E402
 from bench_stability_gap.harness.spec.protocol import load_protocol  # noqa: E402
 from bench_stability_gap.methods.registry import build_method  # noqa: E402
-from bench_stability_gap.harness.run.workbench import RunOptions, prepare  # noqa: E402
+from bench_stability_gap.harness.run.workbench import prepare  # noqa: E402
+from bench_stability_gap.harness.run.options import RunOptions
 
 
 def main() -> None:

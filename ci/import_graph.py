@@ -175,7 +175,10 @@ def main() -> int:
         print(f"  {folder:<22} {n}")
     print(f"floors (longest import chain): {max(fl.values())}")
     top = max(fl.values())
-    print("  top floor:", ", ".join(sorted(m for m, f in fl.items() if f == top)))
+    chain = [min(m for m, f in fl.items() if f == top)]
+    while below := sorted(t for t in runtime[chain[-1]] if fl[t] == fl[chain[-1]] - 1):
+        chain.append(below[0])
+    print("  the longest chain:", " -> ".join(chain))
     print("circles (runtime imports):", cyc or "none")
     print("circles (with type-checking imports):", circles(both) or "none")
     print("imports against the wings' direction:", bad or "none")

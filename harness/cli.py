@@ -198,7 +198,8 @@ def _run_one(protocol, method: str, seed: int, options, tracking_uri: str | None
 def _options(overrides: dict, results_dir: Path | None, device: str, trunk_cache: bool, progress: bool,
              allow_download: bool):
     from .paths import results_dir as resolve_results
-    from .run.workbench import RunOptions, resolve_device
+    from .run.options import RunOptions
+    from .model.device import resolve_device
     from .tools.preflight import check_device
 
     check_device(device)

@@ -265,7 +265,7 @@ def summarize_protocol(name: str, entries: list[Entry]) -> Board:
     """Rank one protocol's runs: which runs count is ``harness.results.select_runs`` (the rule the runner
     and the sweep use too); here only the leaderboard's own rule is added: a method is ranked when it has
     as many seeds as the best-covered method."""
-    from ..harness.run.joint import joint_settings
+    from ..methods.configs import joint_settings
 
     current, origin, spec = _current_hash(name, entries)
     for e in entries:

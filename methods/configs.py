@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ..harness.spec.protocol import MAX_BATCH, MAX_LR, Decay, LearningRate, Seed
+from ..harness.spec.protocol import MAX_BATCH, MAX_LR, Decay, LearningRate, Protocol, Seed
 
 MAX_WEIGHT = 1_000.0       # loss weights, temperatures, scale factors
 MAX_SAMPLES = 10**9
@@ -214,3 +214,15 @@ CONFIGS: dict[str, type[BaseModel]] = {
     f"{_PKG}.sgm.lora:LoRA": LoRAConfig,
     f"{_PKG}.sgm.combined:SGM": SGMConfig,
 }
+
+
+def joint_config(protocol: Protocol) -> MethodConfig:
+    """The joint model's optimizer settings: the protocol's ``joint`` section, no layer-wise decay (it
+    is an upper bound, trained like the deployed model), the whole body and head plastic."""
+    return MethodConfig(lr=protocol.joint.lr, weight_decay=protocol.joint.weight_decay, layer_decay=1.0,
+                        trainable="body+head")
+
+
+def joint_settings(protocol: Protocol) -> dict[str, Any]:
+    """What a stored joint run's ``config`` must equal to serve as this protocol's A_joint."""
+    return joint_config(protocol).model_dump(mode="json")

@@ -21,6 +21,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from ..harness.errors import BenchError, did_you_mean
+from ..harness.results.schema import format_setting
 from ..harness.spec.specfile import format_validation_error, safe_yaml
 
 if TYPE_CHECKING:
@@ -296,9 +297,3 @@ def method_settings(method: Any) -> dict[str, Any]:
     for m in getattr(method, "modifiers", []):
         out[m.name] = m.config.model_dump(mode="json")
     return out
-
-
-def format_setting(value: object) -> str:
-    """A setting as ``--set`` takes it back: ``[soft,init,oocf]``, ``0.0002``."""
-    return "[" + ",".join(map(str, value)) + "]" if isinstance(value, list) else str(value)
-

@@ -17,7 +17,8 @@ from bench_stability_gap.harness.data.inputs import InputStore, Preprocess
 from bench_stability_gap.harness.spec.protocol import Memory as MemorySpec
 from bench_stability_gap.harness.spec.protocol import load_protocol
 from bench_stability_gap.harness.run.continual import run_cl
-from bench_stability_gap.harness.run.workbench import RunOptions, prepare
+from bench_stability_gap.harness.run.workbench import prepare
+from bench_stability_gap.harness.run.options import RunOptions
 from bench_stability_gap.methods.base import MethodConfig, StepStats
 from bench_stability_gap.methods.baselines import Vanilla
 

@@ -12,7 +12,8 @@ from bench_stability_gap.harness.data import features as FS
 from bench_stability_gap.harness.run.continual import run_cl
 from bench_stability_gap.harness.spec.protocol import load_protocol
 from bench_stability_gap.methods.registry import build_method
-from bench_stability_gap.harness.run.workbench import RunOptions, prepare
+from bench_stability_gap.harness.run.workbench import prepare
+from bench_stability_gap.harness.run.options import RunOptions
 
 
 def test_a_corrupt_deployed_model_or_feature_shard_is_moved_aside_and_rebuilt(tiny_protocol_file, tmp_path,

@@ -15,7 +15,8 @@ from bench_stability_gap.harness.cli import main
 from bench_stability_gap.harness.data.datapath import GB, plan_data_path
 from bench_stability_gap.harness.errors import BenchError
 from bench_stability_gap.harness.spec.protocol import Protocol, load_protocol
-from bench_stability_gap.harness.run.workbench import RunOptions, prepare
+from bench_stability_gap.harness.run.workbench import prepare
+from bench_stability_gap.harness.run.options import RunOptions
 from bench_stability_gap.harness.data.stream import build_stream
 from tests.conftest import reduced_tiny
 

@@ -91,7 +91,7 @@ def test_interrupted_run_leaves_no_result(tiny_protocol_file, tmp_path, monkeypa
 
 
 def test_joint_reference_takes_the_protocols_optimizer_settings_only(tiny_protocol):
-    from bench_stability_gap.harness.run.joint import joint_config
+    from bench_stability_gap.methods.configs import joint_config
 
     spec = tiny_protocol.model_copy(update={"joint": tiny_protocol.joint.model_copy(update={"lr": 0.0123})})
     config = joint_config(spec)

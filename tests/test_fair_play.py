@@ -14,7 +14,8 @@ from bench_stability_gap.harness.tools.check_method import capped_spec
 from bench_stability_gap.harness.run.continual import run_cl
 from bench_stability_gap.harness.spec.protocol import Protocol
 from bench_stability_gap.methods.registry import build_method
-from bench_stability_gap.harness.run.workbench import RunOptions, prepare
+from bench_stability_gap.harness.run.workbench import prepare
+from bench_stability_gap.harness.run.options import RunOptions
 from bench_stability_gap.methods.base import MethodConfig, StandardMethod
 from tests.test_plugins import install_folder, invoke, site, small_protocol  # noqa: F401 - site is a fixture
 

@@ -48,7 +48,7 @@ def real_results(protocol: str = "tiny_cil") -> list[RunResult]:
     """The stored real results, stamped with ``protocol``'s current name and spec hash (and the joint runs
     with its current joint settings: a setting added to MethodConfig since they were made is not a reason
     to set the fixtures' joint apart)."""
-    from bench_stability_gap.harness.run.joint import joint_settings
+    from bench_stability_gap.methods.configs import joint_settings
 
     spec = load_protocol(protocol)
     out = []

@@ -20,7 +20,8 @@ from bench_stability_gap.harness.errors import BenchError
 from bench_stability_gap.harness.spec.protocol import Protocol
 from bench_stability_gap.methods.registry import METHOD_GROUP, build_method, entries
 from bench_stability_gap.harness.run.continual import run_cl
-from bench_stability_gap.harness.run.workbench import RunOptions, prepare
+from bench_stability_gap.harness.run.workbench import prepare
+from bench_stability_gap.harness.run.options import RunOptions
 from tests.conftest import reduced_tiny
 
 EXAMPLE = Path(__file__).parent / "plugin_example"

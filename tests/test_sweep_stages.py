@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from bench_stability_gap.harness.cli import main
-from bench_stability_gap.harness.run.joint import joint_settings
+from bench_stability_gap.methods.configs import joint_settings
 from bench_stability_gap.harness.results.schema import ProtocolStamp, save_result
 from bench_stability_gap.harness.sweep.shared_storage import (probe_problems, remove_probes, shared_storage_error,
                                                         write_probes)

@@ -18,7 +18,8 @@ from bench_stability_gap.harness.model.backbone import create_network, weights_d
 from bench_stability_gap.harness.errors import BenchError
 from bench_stability_gap.harness.spec.protocol import Backbone, Protocol, load_protocol
 from bench_stability_gap.harness.run.pipeline import joint_reference
-from bench_stability_gap.harness.run.workbench import RunOptions, prepare
+from bench_stability_gap.harness.run.workbench import prepare
+from bench_stability_gap.harness.run.options import RunOptions
 from tests.conftest import reduced_tiny
 
 

@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 from ..errors import BenchError
 from .fastconv import crop_depthwise_convs
-from ..spec.protocol import Backbone
+from ..spec.protocol import Backbone, Protocol
 
 
 class GrowingHead(nn.Module):
@@ -251,3 +251,20 @@ def split_network(net: nn.Module, spec: Backbone, num_classes: int | None) -> Sp
     if num_classes is None:
         head.fc.load_state_dict(classifier.state_dict())
     return SplitModel(trunk, body, head)
+
+
+def network_or_random_init(spec: Protocol, allow_download: bool) -> tuple[nn.Module, Backbone, str]:
+    """The protocol's network, or a random init and a note saying so where its weights cannot be had: a
+    benchmark of compute needs the architecture, not the weights."""
+
+    kind = spec.backbone.weights.partition(":")[0]
+    if kind == "timm" and not allow_download:
+        backbone = spec.backbone.model_copy(update={"weights": "none:"})
+        return create_network(backbone), backbone, (
+            f"random init (weights: none:) of {spec.backbone.model}: timm hub weights "
+            f"({spec.backbone.weights}) are not fetched by perf; the compute is the same")
+    try:
+        return create_network(spec.backbone, allow_download), spec.backbone, f"{spec.backbone.weights}"
+    except BenchError as err:
+        backbone = spec.backbone.model_copy(update={"weights": "none:"})
+        return create_network(backbone), backbone, f"random init (weights: none:), because: {err}"

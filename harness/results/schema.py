@@ -22,7 +22,6 @@ from ..atomic import write_or_rescue
 from .curves import ReferenceSession, SessionCurve
 from ..errors import BenchError
 from .metrics import Metrics, best_new_accuracy
-from ...methods.registry import format_setting
 
 SCHEMA_VERSION = 2  # 2: overrides and the references a run was scored with are stored
 
@@ -96,6 +95,11 @@ class References(Strict):
         default_factory=dict, description="session -> run id that reached A_best(E_j) (this run's own id if it did)")
     best_new_methods: list[str] = Field(
         default_factory=list, description="the protocol's reference set for A_best (same seed), besides the run itself")
+
+
+def format_setting(value: object) -> str:
+    """A setting as ``--set`` takes it back: ``[soft,init,oocf]``, ``0.0002``."""
+    return "[" + ",".join(map(str, value)) + "]" if isinstance(value, list) else str(value)
 
 
 class RunResult(Strict):

@@ -14,6 +14,7 @@ import logging
 import os
 import sys
 import tempfile
+import urllib.parse
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -28,6 +29,15 @@ HTTP_RETRIES = "1"     # MLflow's default (7 retries with backoff) hangs a finis
 LOCK_TIMEOUT_S = 300
 TERMINAL = {"complete": "FINISHED", "killed": "KILLED", "interrupted": "KILLED"}  # anything else: FAILED
 SYNCED_TAG = "bench.synced"  # set last, once params, metrics and the JSON artifact are all logged
+
+
+def sqlite_path(uri: str) -> Path:
+    """The database file of a ``sqlite:///`` URI (MLflow takes SQLAlchemy's form)."""
+    rest = uri[len("sqlite://"):]
+    if not rest.startswith("/"):
+        raise BenchError(f"Tracking URI {uri!r} is malformed: write sqlite:///relative/path.db or "
+                         f"sqlite:////absolute/path.db.")
+    return Path(urllib.parse.unquote(rest[1:].split("?", 1)[0])).expanduser()
 
 
 def default_tracking_uri(results_dir: Path) -> str:
@@ -78,7 +88,6 @@ def store_lock(uri: str) -> Iterator[None]:
         return
     from filelock import FileLock, Timeout
 
-    from ..tools.preflight import sqlite_path
 
     db = sqlite_path(uri)
     db.parent.mkdir(parents=True, exist_ok=True)

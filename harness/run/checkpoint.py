@@ -30,7 +30,8 @@ import torch
 from ..atomic import atomic_write
 from ..errors import BenchError
 
-FORMAT = 2  # 2: DER++'s stored logits as blocks (a format-1 checkpoint is set aside, the phase starts over)
+FORMAT = 3  # 2: DER++'s stored logits as blocks; 3: one progress record and FLOP tally for every stage
+# (a checkpoint of another format is set aside and its phase starts over)
 
 
 def run_key(**parts: Any) -> str:

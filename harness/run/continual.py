@@ -9,10 +9,7 @@ storing them is the pipeline's job.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import math
-from collections import deque
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -21,17 +18,20 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from ..model import flops as FL
-from .checkpoint import Checkpointer, maybe_die, rng_state, set_rng_state
+from .checkpoint import Checkpointer, rng_state, set_rng_state
 from .budget_guards import (add_to_memory, check_memory, check_no_stray_steps, count_optimizer_steps,
                             memory_spec, observe_within_budget)
 from ..results.curves import SessionCurve
 from .evaluation import eval_plan, evaluate
-from .isolation import lend, random_streams
+from .isolation import random_streams
 from .memory import Memory
 from ..spec.protocol import Protocol
 from ..results.schema import Budget
 from ..data.stream import Cycler, Session
-from .workbench import RunOptions, Workbench, autocast, report_progress, say, seed_everything, timed
+from .workbench import Workbench
+from .options import RunOptions, say, timed
+from .loop import Progress, Stretch, closing_budget, seen_state, setseen_state, train_stretch
+from ..model.device import autocast, seed_everything
 from ...methods.base import Method
 
 
@@ -49,31 +49,12 @@ def session_updates(protocol: Protocol, session: Session) -> int:
     return len(session.train_ids) if u == "per_sample" else u
 
 
-def macs_per_sample(meter: FL.FlopMeter) -> dict[str, float]:
-    return {part: meter.cost(part).forward for part in FL.PARTS}
-
-
 class Diverged(Exception):
     """A non-finite loss or weight: the run stops, and what it recorded so far is kept as its result."""
 
     def __init__(self, message: str, curves: list[SessionCurve], budget: Budget, params: int) -> None:
         super().__init__(message)
         self.curves, self.budget, self.params = curves, budget, params
-
-
-@dataclass
-class Progress:
-    """What a run has accumulated so far, beside the model, method and memory (all of it checkpointed)."""
-
-    curves: list[SessionCurve] = field(default_factory=list)
-    samples: int = 0
-    params: int = 0
-    most_trained: int = 0
-    observed: int = 0  # observe calls made
-    steps: int = 0  # optimizer steps counted (the budget guard's counter)
-    train_per_session: list[float] = field(default_factory=list)
-    eval_per_session: list[float] = field(default_factory=list)
-    seconds: dict[str, float] = field(default_factory=dict)  # wall time by stage ("train", "eval")
 
 
 def _snapshot(bench: Workbench, model: nn.Module, method: Method, memory: Memory, ctx, meter: FL.FlopMeter,
@@ -83,7 +64,7 @@ def _snapshot(bench: Workbench, model: nn.Module, method: Method, memory: Memory
         "model": model.state_dict(), "method": method.state_dict(), "memory": memory.state_dict(),
         "rng": rng_state(*rngs), "counters": dict(ctx.counters), "tally": copy.deepcopy(meter.tally),
         "seen": [seen_state(s) for s in (bench.train_inputs, bench.test_inputs)],
-        "progress": dataclasses.replace(progress, curves=[c.model_dump() for c in progress.curves]).__dict__,
+        "progress": progress.state(),
         **extra,
     }
 
@@ -100,20 +81,7 @@ def _restore(state: dict[str, Any], bench: Workbench, model: nn.Module, method: 
     meter.tally = copy.deepcopy(state["tally"])
     for store, seen in zip((bench.train_inputs, bench.test_inputs), state["seen"], strict=True):
         setseen_state(store, seen)
-    fields = dict(state["progress"])
-    fields["curves"] = [SessionCurve.model_validate(c) for c in fields["curves"]]
-    return Progress(**fields)
-
-
-def seen_state(store) -> tuple[np.ndarray, int]:
-    """What an input store counted for executed-FLOP accounting: ids fetched, and fetches when streaming."""
-    return store.seen.copy(), getattr(store, "fetched", 0)
-
-
-def setseen_state(store, state: tuple[np.ndarray, int]) -> None:
-    store.seen[:] = state[0]
-    if hasattr(store, "fetched"):
-        store.fetched = state[1]
+    return Progress.from_state(state["progress"])
 
 
 def _finite(model: nn.Module) -> bool:
@@ -143,7 +111,7 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
     meter = FL.FlopMeter(model, bench.input_shape, cached)
     bench.train_inputs.reset_seen()
     bench.test_inputs.reset_seen()
-    lent = lend(bench, memory, method, streams)  # views without test data, the method's own streams
+    lent = bench.lend(memory, method, streams)  # views without test data, the method's own streams
     ctx = lent.ctx
     online = p.training.updates == "per_sample"
     b_new, b_old = p.training.batch.new, p.training.batch.old
@@ -154,31 +122,17 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
     accel = autocast(bench.device, options.amp)
     progress = Progress()
 
+    def closing() -> Budget:
+        """The budget as counted so far: at the end, or when the run diverges."""
+        return closing_budget(
+            progress, meter, bench.train_inputs, bench.test_inputs, options, ctx.counters,
+            updates_per_session=[c.total_updates for c in progress.curves], batch_new=b_new, batch_old=b_old,
+            optimizer_steps=steps[0], memory_policy=p.memory.policy, memory_capacity=p.memory.capacity,
+            memory_peak_samples=memory.peak_samples, memory_peak_bytes=memory.peak_bytes, batch_limit=limit,
+            max_trained_per_update=progress.most_trained)
+
     def train_macs() -> float:
         return FL.adjusted_train_macs(meter, ctx.counters)
-
-    def closing_budget() -> Budget:
-        """The budget as counted so far (a diverged run reports what it spent), with the stage times
-        handed to the caller: at the end, or when the run diverges."""
-        if options.stage_seconds is not None:
-            options.stage_seconds.update(progress.seconds)
-        train_total, eval_total = train_macs(), meter.eval_macs()
-        budget = Budget(
-            updates_per_session=[c.total_updates for c in progress.curves], batch_new=b_new, batch_old=b_old,
-            samples_trained=progress.samples, optimizer_steps=steps[0], memory_policy=p.memory.policy,
-            memory_capacity=p.memory.capacity, memory_peak_samples=memory.peak_samples,
-            memory_peak_bytes=memory.peak_bytes,
-            train_flops=FL.flops(train_total), eval_flops=FL.flops(eval_total),
-            train_flops_per_session=progress.train_per_session, eval_flops_per_session=progress.eval_per_session,
-            train_flops_executed=FL.flops(FL.executed_macs(
-                meter, "train", train_total, bench.train_inputs.distinct_seen(),
-                ctx.counters.get(FL.TRUNK_FEATURE_SAMPLES, 0.0))),
-            eval_flops_executed=FL.flops(FL.executed_macs(meter, "eval", eval_total, bench.test_inputs.distinct_seen())),
-            macs_per_sample=macs_per_sample(meter), forward_samples=FL.forward_samples_summary(meter),
-            declared={k: float(v) for k, v in ctx.counters.items()}, batch_limit=limit,
-            max_trained_per_update=progress.most_trained, trunk_cached=cached, flops_convention=FL.CONVENTION,
-        )
-        return budget
 
     def snapshot(**extra: Any) -> dict[str, Any]:
         return _snapshot(bench, model, method, memory, ctx, meter, progress, rngs, **extra)
@@ -231,13 +185,8 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
                 arrivals.order, arrivals.pos = mid["arrivals"]
                 pending = mid.get("pending")  # absent from checkpoints that drew batch by batch
                 mid = None
-            # Offline, the memory stays fixed until the session ends: the session's batches are drawn now (the
-            # same draws in the same order as one by one) and the input store can decode them ahead. Online,
-            # each update adds to the memory, so each batch is drawn when it is due.
-            planned = None if online else deque(pending if pending is not None else (draw() for _ in range(u0, U)))
-            if planned:
-                bench.train_inputs.plan([np.concatenate(b) for b in planned])
-            for u in range(u0, U + 1):
+
+            def at(u: int) -> None:
                 if u in points and not (u == u0 and u0 > 0):  # a resumed point was evaluated before the checkpoint
                     model.eval()
                     # predict comes from a throwaway copy of the method
@@ -249,16 +198,14 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
                         options.on_eval(session.index, u, acc)
                     curve["train_flops"].append(FL.flops(train_macs()))
                     bar.set_postfix(session=session.index, old=f"{acc.old:.3f}", new=f"{acc.new:.3f}")
-                if u == U:
-                    break
-                if checkpoint is not None and checkpoint.due(u):
-                    progress.steps = steps[0]
-                    checkpoint.save(snapshot(kind="mid", next_session=pos, update=u, curve=curve,
-                                             flops0=(train0, eval0), arrivals=(arrivals.order, arrivals.pos),
-                                             pending=None if planned is None else list(planned)),
-                                    mid=True)
-                maybe_die("continual")
-                new_ids, old_ids = planned.popleft() if planned is not None else draw()
+
+            def save(u: int, planned: list | None) -> None:
+                progress.steps = steps[0]
+                checkpoint.save(snapshot(kind="mid", next_session=pos, update=u, curve=curve, flops0=(train0, eval0),
+                                         arrivals=(arrivals.order, arrivals.pos), pending=planned), mid=True)
+
+            def step(u: int, batch: tuple[np.ndarray, np.ndarray]) -> None:
+                new_ids, old_ids = batch
                 ids = np.concatenate([new_ids, old_ids])
                 check_no_stray_steps(method, steps[0], progress.observed, "begin_session or predict")
                 with timed(progress.seconds, "train"), accel:
@@ -269,15 +216,16 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
                     partial = {**curve, "loss": []}  # the session's points so far (its losses are not all there)
                     progress.curves.append(SessionCurve(session=session.index, total_updates=U, **partial))
                     raise Diverged(f"{method.name} diverged at update {u + 1} of session {session.index}: {what}",
-                                   progress.curves, closing_budget(), progress.params)
+                                   progress.curves, closing(), progress.params)
                 progress.most_trained, progress.observed = max(progress.most_trained, trained), progress.observed + 1
                 check_memory(method, memory)
                 progress.samples += len(ids)
                 if online:
                     add_to_memory(method, memory, new_ids)
-                bar.update(1)
-                report_progress(options, f"session {session.index}", u + 1, U)
-            bench.train_inputs.end_plan()
+
+            train_stretch(Stretch(f"session {session.index}", "continual", U, draw, step, start=u0, pending=pending,
+                                  draw_ahead=not online, ids_of=np.concatenate, before=at, save=save, bar=bar),
+                          checkpoint, bench.train_inputs, options)
             method.end_session(session)
             check_memory(method, memory)
             lent.check_storage(method)
@@ -290,6 +238,6 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
             progress.steps = steps[0]
             if checkpoint is not None:
                 checkpoint.save(snapshot(kind="boundary", next_session=pos + 1))
-        budget = closing_budget()
+        budget = closing()
     bar.close()
     return progress.curves, budget, progress.params

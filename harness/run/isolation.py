@@ -21,9 +21,9 @@ import copy
 import hashlib
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -34,10 +34,6 @@ from ..data.inputs import InputStore
 from .memory import Memory
 from ..spec.protocol import Protocol
 from ..data.stream import Catalog, Session, Stream
-
-if TYPE_CHECKING:
-    from .workbench import Workbench
-    from ...methods.base import Context
 
 METHOD_STREAM = 1  # SeedSequence spawn key of the method's own generators (the harness's is the run seed)
 
@@ -345,36 +341,3 @@ def isolated_predict(method: Any, shared: list[Any]) -> Iterator[Callable[[Tenso
             f"Rule: evaluation teaches a method nothing (the harness evaluates a throwaway copy and checks "
             f"it is unchanged); keep test inputs, labels or statistics of them out of the method's state."
         )
-
-
-# ------------------------------------------------------------------ lending, as the session loop uses it
-
-
-@dataclass
-class Lending:
-    """What one CL run lends its method, and the checks made on what it keeps."""
-
-    ctx: Context
-    memory: Memory
-    shape: tuple[int, ...]
-
-    @property
-    def shared(self) -> list[Any]:
-        """The harness's objects a method is lent: shared with, never copied into, an eval copy."""
-        c = self.ctx
-        return [c.protocol, c.stream, c.device, c.memory, c.inputs]
-
-    def begin_session(self, session: Session) -> None:
-        self.ctx.inputs.current = session.train_ids
-
-    def predict(self, method: Any) -> AbstractContextManager[Callable[[Tensor], Tensor]]:
-        return isolated_predict(method, self.shared)
-
-    def check_storage(self, method: Any) -> None:
-        check_retained_samples(method, self.memory, self.shape, self.shared)
-
-
-def lend(bench: Workbench, memory: Memory, method: Any, streams: RandomStreams) -> Lending:
-    """The context for ``method`` (its own random streams, views without test data) and its checks."""
-    ctx = bench.context(memory, streams.method, streams.method_torch, method.name)
-    return Lending(ctx, memory, sample_shape(bench.train_inputs))

@@ -28,11 +28,13 @@ from .checkpoint import Checkpointer, checkpointer, run_key
 from .claim import claim
 from ..errors import BenchError
 from ..spec.protocol import Protocol
-from .joint import joint_settings, train_joint
+from .joint import train_joint
+from ...methods.configs import joint_settings
 from ...methods.registry import MethodSpec, build_method, code_hash, method_settings
 from ..results.schema import (JOINT, MethodStamp, ProtocolStamp, References, RunResult, Selection, git_commit,
                       library_versions, now_iso, save_result, stored_selection)
-from .workbench import RunOptions, Workbench, prepare, say
+from .workbench import Workbench, prepare
+from .options import RunOptions, say
 from ...methods.base import Method
 
 Stored = tuple[Path, Any]

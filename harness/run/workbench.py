@@ -2,128 +2,64 @@
 
 The stream (class order, sessions), the input stores (images decoded once, frozen-trunk outputs cached),
 and the deployed model (trained on S1 once per protocol spec and cached, or the protocol's weights).
-Also the few device and training helpers every later stage uses: seeding, autocast, plain offline
-training (pre-training and the joint reference are the same loop).
+Also what a method is lent for a run (its context) and plain offline training (pre-training and the
+joint reference).
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
-import os
-import random
 import time
-from collections import deque
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
+from torch import Tensor
 
 from ..atomic import atomic_write, atomic_write_text
 from ..model.backbone import SplitModel, create_network, split_network, weights_digest
 from ..data.datapath import DataPathPlan, plan_data_path
-from .checkpoint import Checkpointer, maybe_die, rng_state, run_key, set_rng_state
+from .checkpoint import Checkpointer, rng_state, set_rng_state
+from .loop import Stretch, train_stretch
 from ..errors import BenchError
-from ..model.flops import FlopMeter
 from ..data.inputs import InputStore, Preprocess, feature_cache_key, gpu_decodable
-from .isolation import LentInputs, MemoryView, train_view
+from .isolation import (LentInputs, MemoryView, RandomStreams, check_retained_samples, isolated_predict, sample_shape,
+                        train_view)
 from .memory import Memory
 from ..paths import cache_dir
 from ..spec.protocol import Protocol
-from ..data.stream import Cycler, Stream, build_stream, check_batch_sizes
+from ..data.stream import Cycler, Session, Stream, build_stream, check_batch_sizes
+from ..model.device import autocast, resolve_device, seed_everything, use_channels_last
+from .options import RunOptions, say
 from ...methods.base import Context, MethodConfig, StandardMethod, TrainBatch
 
 
 @dataclass
-class RunOptions:
-    results_dir: Path
-    device: str = "cpu"
-    trunk_cache: bool = True
-    progress: bool = True
-    allow_download: bool = False
-    overrides: dict = field(default_factory=dict)
-    log: bool = True  # print what the harness is doing (references, caches)
-    amp: bool = True  # on CUDA: bf16 autocast and channels_last (no effect on the CPU)
-    # opt-in ($BENCH_CPU_CHANNELS_LAST=1): the body in channels_last on a CPU with oneDNN; faster
-    # backward, but float-level differences grow over training, so the curves are not the default's
-    cpu_channels_last: bool = field(default_factory=lambda: os.environ.get("BENCH_CPU_CHANNELS_LAST") == "1")
-    gpu_decode: bool = True  # on CUDA: JPEG files decoded on the GPU (nvJPEG); no effect elsewhere
-    checkpoint_every: int | None = None  # updates between checkpoints; None: every checkpoint_seconds
-    checkpoint_seconds: float = 120.0
-    restart: bool = False  # discard a stored checkpoint instead of resuming from it
-    wait: bool = True  # when another process computes the same phase: wait and reuse (False: refuse at once)
-    on_eval: Callable[[int, int, Any], None] | None = None  # (session, update, accuracies): live tracking
-    # called after every training update with (phase, update, updates in phase), e.g. ("session 3", 120, 600):
-    # an executor running the run elsewhere (a Ray task) reports from it where the run is
-    on_progress: Callable[[str, int, int], None] | None = None
-    # filled by the stage that runs with these options: wall seconds by stage ("train", "eval"), resumes included
-    stage_seconds: dict[str, float] | None = None
+class Lending:
+    """What one CL run lends its method, and the checks made on what it keeps."""
+
+    ctx: Context
+    memory: Memory
+    shape: tuple[int, ...]
 
     @property
-    def device_key(self) -> str:
-        """The options that change numbers (device, precision, layout), for checkpoint keys."""
-        off = {} if self.gpu_decode else {"gpu_decode": False}  # named only when off: earlier keys stay valid
-        return run_key(device=self.device, amp=self.amp, cpu_channels_last=self.cpu_channels_last,
-                       trunk_cache=self.trunk_cache, **off)[:8]
+    def shared(self) -> list[Any]:
+        """The harness's objects a method is lent: shared with, never copied into, an eval copy."""
+        c = self.ctx
+        return [c.protocol, c.stream, c.device, c.memory, c.inputs]
 
+    def begin_session(self, session: Session) -> None:
+        self.ctx.inputs.current = session.train_ids
 
-@contextmanager
-def timed(seconds: dict[str, float], stage: str) -> Iterator[None]:
-    """Add the wall time of the block to ``seconds[stage]`` (kept in checkpoints, so resumes add up)."""
-    t0 = time.perf_counter()
-    try:
-        yield
-    finally:
-        seconds[stage] = seconds.get(stage, 0.0) + time.perf_counter() - t0
+    def predict(self, method: Any) -> AbstractContextManager[Callable[[Tensor], Tensor]]:
+        return isolated_predict(method, self.shared)
 
-
-def report_progress(options: RunOptions, phase: str, update: int, total: int) -> None:
-    if options.on_progress is not None:
-        options.on_progress(phase, update, total)
-
-
-def say(options: RunOptions, msg: str) -> None:
-    if options.log:
-        tqdm.write(msg)
-
-
-def seed_everything(seed: int) -> torch.Generator:
-    """Seed every RNG before any model is built, so head and LoRA init are reproducible."""
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-    return torch.Generator().manual_seed(seed)
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise BenchError(f"--device {name} was asked for, but torch sees no CUDA device on this machine.")
-    return torch.device(name)
-
-
-def use_channels_last(model: SplitModel, device: torch.device, options: RunOptions) -> SplitModel:
-    """channels_last where it is faster: the whole model on CUDA (with amp), the body on a CPU with
-    oneDNN. Parameters keep their values; only their memory layout changes."""
-    if device.type == "cuda" and options.amp:
-        return model.to(memory_format=torch.channels_last)
-    if device.type == "cpu" and options.cpu_channels_last and torch.backends.mkldnn.is_available():
-        model.body.to(memory_format=torch.channels_last)
-    return model
-
-
-def autocast(device: torch.device, amp: bool = True) -> AbstractContextManager:
-    """bf16 autocast on CUDA (when ``amp``), nothing on the CPU."""
-    if amp and device.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return nullcontext()
+    def check_storage(self, method: Any) -> None:
+        check_retained_samples(method, self.memory, self.shape, self.shared)
 
 
 @dataclass
@@ -153,6 +89,11 @@ class Workbench:
         inputs = LentInputs(self.train_inputs, memory, method_name, self.stream.pretrain_ids)
         return Context(self.protocol, train_view(self.stream, method_name), self.device, MemoryView(memory), inputs,
                        rng, generator)
+
+    def lend(self, memory: Memory, method: Any, streams: RandomStreams) -> Lending:
+        """The context for ``method`` (its own random streams, views without test data) and its checks."""
+        ctx = self.context(memory, streams.method, streams.method_torch, method.name)
+        return Lending(ctx, memory, sample_shape(self.train_inputs))
 
     @property
     def input_shape(self) -> tuple[int, int, int]:
@@ -201,7 +142,7 @@ def prepare(protocol: Protocol, seed: int, options: RunOptions) -> Workbench:
     bench = Workbench(protocol, stream, device, train_inputs, test_inputs, model, plan, weights)
     if protocol.pretrain.mode == "train":
         _deploy(bench, options)
-    use_channels_last(model, device, options)  # after pre-training: the deployed model is as before
+    use_channels_last(model, device, options.amp, options.cpu_channels_last)  # after pre-training: the deployed model is as before
     return bench
 
 
@@ -261,7 +202,6 @@ class OfflineCheckpoint:
     checkpointer: Checkpointer
     phase: str  # "pretrain" | "joint" (for BENCH_KILL_AT)
     outer: Callable[[], dict[str, Any]] = dict
-    meter: FlopMeter | None = None  # its tally is part of the state when FLOPs are counted
     resume: dict[str, Any] | None = None
 
 
@@ -282,23 +222,17 @@ def train_offline(bench: Workbench, model: SplitModel, config: MethodConfig, ids
         learner.load_state_dict(state["learner"])
         cycler.order, cycler.pos = state["cycler"]
         set_rng_state(state["rng"], rng, generator)
-        if checkpoint.meter is not None:
-            checkpoint.meter.tally = copy.deepcopy(state["tally"])
         start, pending = state["update"], state.get("pending")
-    # all batches drawn now (the same draws as one by one), so the input store can decode them ahead
-    planned = deque(pending if pending is not None else (cycler.take(batch_size) for _ in range(start, updates)))
-    bench.train_inputs.plan(list(planned))
+
+    def save(u: int, planned: list | None) -> None:
+        checkpoint.checkpointer.save({
+            **checkpoint.outer(), "kind": "mid", "update": u, "model": model.state_dict(),
+            "learner": learner.state_dict(), "cycler": (cycler.order, cycler.pos), "pending": planned,
+            "rng": rng_state(rng, generator)})
+
+    stretch = Stretch(desc, checkpoint.phase if checkpoint is not None else "offline", updates,
+                      draw=lambda: cycler.take(batch_size),
+                      step=lambda u, ids_: learner.observe(bench.batch(ids_, batch_size)),
+                      start=start, pending=pending, save=save if checkpoint is not None else None)
     with autocast(bench.device, options.amp):
-        for u in tqdm(range(start, updates), desc=desc, unit="upd", leave=False, disable=not options.progress,
-                      initial=start, total=updates):
-            if checkpoint is not None:
-                if checkpoint.checkpointer.due(u):
-                    checkpoint.checkpointer.save({
-                        **checkpoint.outer(), "kind": "mid", "update": u, "model": model.state_dict(),
-                        "learner": learner.state_dict(), "cycler": (cycler.order, cycler.pos), "pending": list(planned),
-                        "rng": rng_state(rng, generator),
-                        "tally": checkpoint.meter.tally if checkpoint.meter is not None else None})
-                maybe_die(checkpoint.phase)
-            learner.observe(bench.batch(planned.popleft(), batch_size))
-            report_progress(options, desc, u + 1, updates)
-    bench.train_inputs.end_plan()
+        train_stretch(stretch, None if checkpoint is None else checkpoint.checkpointer, bench.train_inputs, options)

@@ -13,8 +13,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..spec.protocol import Protocol, load_protocol
-from ...methods.registry import build_method, format_setting, method_settings
-from ..results.schema import Selection, row_label
+from ...methods.registry import build_method, method_settings
+from ..results.schema import Selection, format_setting, row_label
 from ..spec.specfile import load_spec
 
 
@@ -75,7 +75,7 @@ def plan(sweep: Sweep, results_dir: Path, seeds: list[int] | None = None) -> lis
     the result that already covers it (``finished``). Every protocol, method string and setting is
     validated up front, so a typo fails before hours of compute rather than in the middle."""
     from ..run.pipeline import check_joint_request, selection
-    from ..run.workbench import RunOptions
+    from ..run.options import RunOptions
 
     protocols = {g.protocol: load_protocol(g.protocol) for g in sweep.runs}
     counted = {name: selection(spec, RunOptions(results_dir=results_dir)) for name, spec in protocols.items()}

@@ -39,7 +39,7 @@ from ..results.schema import load_result
 from .shared_storage import probe_problems, remove_probes, shared_storage_error, write_probes
 from .progress import ProgressBoard, TaskState, overall_line, running_lines
 from .stages import Stage, run_stage
-from ..run.workbench import RunOptions
+from ..run.options import RunOptions
 
 # what a worker must see of the driver's environment: bench's own settings (the cache folder, data
 # roots such as $BENCH_DATA), MLflow's, and the OpenMP wait policy the CLI sets before torch loads

@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..spec.protocol import Protocol
-from ...methods.registry import format_setting
-from ..results.schema import RunResult, Selection, row_label
+from ..results.schema import RunResult, Selection, format_setting, row_label
 from .plan import PlannedRun
-from ..run.workbench import RunOptions, Workbench
+from ..run.workbench import Workbench
+from ..run.options import RunOptions
 
 Kind = Literal["deployed", "joint", "references", "run"]
 Stored = tuple[RunResult, Path]
@@ -71,7 +71,7 @@ def stage_graph(runs: list[PlannedRun], results_dir: Path) -> list[Stage]:
     runs' own order otherwise, so a local sweep goes seed by seed as before). A joint or references stage
     whose results are already stored is left out; the deployed-model stage stays (when cached, it loads)."""
     from ..run.pipeline import selection
-    from ..run.workbench import RunOptions
+    from ..run.options import RunOptions
 
     graph: dict[str, Stage] = {}
     chosen = {}  # protocol key -> the stored runs that count (the one rule, results.select_runs)

@@ -28,7 +28,8 @@ from ..run.budget_guards import memory_spec
 from ..run.checkpoint import Checkpointer
 from ..spec.protocol import Protocol, load_protocol
 from ...methods.registry import build_method
-from ..run.workbench import RunOptions, Workbench, prepare
+from ..run.workbench import Workbench, prepare
+from ..run.options import RunOptions
 
 CAP = 40  # samples: tight for the reduced streams (600 pre-training images, 10 classes to come)
 

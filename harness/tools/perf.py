@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ..errors import BenchError
 
 if TYPE_CHECKING:  # torch and numpy load when the command runs, not when the CLI starts
     import torch
@@ -48,23 +47,6 @@ def _timed(fn: Callable[[], None], device: torch.device) -> float:
     fn()
     _sync(device)
     return time.perf_counter() - t0
-
-
-def _network(spec, allow_download: bool):
-    """The protocol's network; random init (and a note saying so) where its weights cannot be had."""
-    from ..model.backbone import create_network
-
-    kind = spec.backbone.weights.partition(":")[0]
-    if kind == "timm" and not allow_download:
-        backbone = spec.backbone.model_copy(update={"weights": "none:"})
-        return create_network(backbone), backbone, (
-            f"random init (weights: none:) of {spec.backbone.model}: timm hub weights "
-            f"({spec.backbone.weights}) are not fetched by perf; the compute is the same")
-    try:
-        return create_network(spec.backbone, allow_download), spec.backbone, f"{spec.backbone.weights}"
-    except BenchError as err:
-        backbone = spec.backbone.model_copy(update={"weights": "none:"})
-        return create_network(backbone), backbone, f"random init (weights: none:), because: {err}"
 
 
 def _synthetic_catalog(n: int, size: int, classes: int, seed: int):
@@ -132,19 +114,20 @@ def perf(protocol: str, device: str, updates: int, warmup: int, repeats: int, ev
     import torch.nn.functional as F
 
     from ..model import flops as FL
-    from ..model.backbone import split_network
+    from ..model.backbone import network_or_random_init, split_network
     from ..run.evaluation import EvalPlan, evaluate
     from ..data.inputs import InputStore, Preprocess
     from ..spec.protocol import load_protocol
     from ...methods.registry import build_method
     from ..run.budget_guards import count_optimizer_steps, observe_within_budget
-    from ..run.workbench import Workbench, autocast, resolve_device
+    from ..run.workbench import Workbench
+    from ..model.device import autocast, resolve_device
     from ...methods.base import Context
 
     spec = load_protocol(protocol)
     dev = resolve_device(device)
     torch.manual_seed(0)
-    net, backbone, weights_note = _network(spec, allow_download)
+    net, backbone, weights_note = network_or_random_init(spec, allow_download)
     classes = None if spec.pretrain.mode == "weights" else (spec.classes_per_session or 10) * (spec.sessions + 1)
     model = split_network(net, backbone, classes).to(dev)
     fast = amp and dev.type == "cuda"

@@ -64,7 +64,7 @@ def measure(protocol, model, device, batch: int, images: int, repeats: int) -> C
     from ..data.sources import FileSplit
     from ..data.features import write_shards
     from ..data.inputs import Preprocess, decode_on, in_cpu_chunks
-    from ..run.workbench import autocast
+    from ..model.device import autocast
 
     b = protocol.backbone
     size = next((s.synthetic.image_size for s in (protocol.pretrain_data, *protocol.stream_data)
@@ -185,20 +185,19 @@ def paper_report(protocol_name: str, device_name: str, batch: int | None, images
     """Print the measured per-image costs and the projected time of each stage of the protocol."""
     import torch
 
-    from ..model.backbone import split_network
+    from ..model.backbone import network_or_random_init, split_network
     from ..data.datapath import plan_data_path
     from ..data.inputs import loader_workers
     from ..paths import cache_dir
-    from .perf import _network
     from ..spec.protocol import load_protocol
-    from ..run.workbench import resolve_device
+    from ..model.device import resolve_device
     from ..data.stream import build_stream
 
     protocol = with_budget_of(load_protocol(protocol_name), budget_of)
     device = resolve_device(device_name)
     stream = build_stream(protocol, 0)  # needs the protocol's data (a synthetic twin has the same counts)
     torch.manual_seed(0)
-    net, backbone, note = _network(protocol, False)
+    net, backbone, note = network_or_random_init(protocol, False)
     model = split_network(net, backbone, None if protocol.pretrain.mode == "weights" else stream.pretrain_classes)
     root = cache_dir() / "trunk"
     root.mkdir(parents=True, exist_ok=True)

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..atomic import check_writable_folder  # noqa: F401 - the probe lives with the writes it protects
 from ..errors import BenchError
+from ..results.tracking import sqlite_path
 from ..spec.protocol import MAX_SEED, Protocol
 
 # Space the outputs need at least: a result JSON is tens of KB and the MLflow store grows by about as
@@ -41,13 +42,6 @@ def check_seed(seed: int, what: str = "--seed") -> None:
                          f"per-session offsets of the joint reference).")
 
 
-def sqlite_path(uri: str) -> Path:
-    """The database file of a ``sqlite:///`` URI (MLflow takes SQLAlchemy's form)."""
-    rest = uri[len("sqlite://"):]
-    if not rest.startswith("/"):
-        raise BenchError(f"Tracking URI {uri!r} is malformed: write sqlite:///relative/path.db or "
-                         f"sqlite:////absolute/path.db.")
-    return Path(urllib.parse.unquote(rest[1:].split("?", 1)[0])).expanduser()
 
 
 def _check_sqlite(uri: str) -> None:

@@ -1,0 +1,69 @@
+"""How a run is executed, as opposed to what it computes: devices, caches, logging, checkpoint cadence,
+callbacks for executors; and the small helpers every stage of a run uses to time and report itself."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from .checkpoint import run_key
+
+
+@dataclass
+class RunOptions:
+    results_dir: Path
+    device: str = "cpu"
+    trunk_cache: bool = True
+    progress: bool = True
+    allow_download: bool = False
+    overrides: dict = field(default_factory=dict)
+    log: bool = True  # print what the harness is doing (references, caches)
+    amp: bool = True  # on CUDA: bf16 autocast and channels_last (no effect on the CPU)
+    # opt-in ($BENCH_CPU_CHANNELS_LAST=1): the body in channels_last on a CPU with oneDNN; faster
+    # backward, but float-level differences grow over training, so the curves are not the default's
+    cpu_channels_last: bool = field(default_factory=lambda: os.environ.get("BENCH_CPU_CHANNELS_LAST") == "1")
+    gpu_decode: bool = True  # on CUDA: JPEG files decoded on the GPU (nvJPEG); no effect elsewhere
+    checkpoint_every: int | None = None  # updates between checkpoints; None: every checkpoint_seconds
+    checkpoint_seconds: float = 120.0
+    restart: bool = False  # discard a stored checkpoint instead of resuming from it
+    wait: bool = True  # when another process computes the same phase: wait and reuse (False: refuse at once)
+    on_eval: Callable[[int, int, Any], None] | None = None  # (session, update, accuracies): live tracking
+    # called after every training update with (phase, update, updates in phase), e.g. ("session 3", 120, 600):
+    # an executor running the run elsewhere (a Ray task) reports from it where the run is
+    on_progress: Callable[[str, int, int], None] | None = None
+    # filled by the stage that runs with these options: wall seconds by stage ("train", "eval"), resumes included
+    stage_seconds: dict[str, float] | None = None
+
+    @property
+    def device_key(self) -> str:
+        """The options that change numbers (device, precision, layout), for checkpoint keys."""
+        off = {} if self.gpu_decode else {"gpu_decode": False}  # named only when off: earlier keys stay valid
+        return run_key(device=self.device, amp=self.amp, cpu_channels_last=self.cpu_channels_last,
+                       trunk_cache=self.trunk_cache, **off)[:8]
+
+
+@contextmanager
+def timed(seconds: dict[str, float], stage: str) -> Iterator[None]:
+    """Add the wall time of the block to ``seconds[stage]`` (kept in checkpoints, so resumes add up)."""
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        seconds[stage] = seconds.get(stage, 0.0) + time.perf_counter() - t0
+
+
+def report_progress(options: RunOptions, phase: str, update: int, total: int) -> None:
+    if options.on_progress is not None:
+        options.on_progress(phase, update, total)
+
+
+def say(options: RunOptions, msg: str) -> None:
+    if options.log:
+        tqdm.write(msg)
