@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from .errors import BenchError
+from .errors import BenchError, shorten
 from ..leaderboard.cli import results_dir_option
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
@@ -27,18 +27,48 @@ DEFAULT_PROTOCOL = "tiny_cil"
 DEFAULT_METHOD = "vanilla"
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a scheduler's or `kill`'s stop): handled as Ctrl-C is, so both end the same way."""
+
+
+def _on_sigterm(signum: int, frame) -> None:
+    raise Terminated()
+
+
+INTERRUPTED = ("Interrupted: nothing was written for the unfinished run; stored results and its last checkpoint "
+               "are kept. Run the same command again to resume from that checkpoint.")
+
+
 class BenchGroup(click.Group):
-    """Turns BenchError into a one-paragraph message and exit code 2 (never a traceback)."""
+    """Turns BenchError into a one-paragraph message and its exit code (2 for bad input, 75 for a storage
+    fault; never a traceback), and SIGTERM into what Ctrl-C does."""
 
     def invoke(self, ctx: click.Context):
+        import signal
+
+        from .atomic import StorageFault, fault_message, storage_error
+
+        before = signal.getsignal(signal.SIGTERM)
+        if before is signal.SIG_DFL:  # never over a handler someone installed on purpose
+            signal.signal(signal.SIGTERM, _on_sigterm)
         try:
             return super().invoke(ctx)
         except BenchError as err:
-            click.secho(f"Error: {err}", err=True, fg="red")
+            click.secho(f"Error: {shorten(str(err))}", err=True, fg="red")
             ctx.exit(err.exit_code)
-        except KeyboardInterrupt:
-            click.echo("\nInterrupted: nothing was written for the unfinished run.", err=True)
-            ctx.exit(130)
+        except KeyboardInterrupt as stop:
+            click.echo(f"\n{INTERRUPTED}", err=True)
+            ctx.exit(143 if isinstance(stop, Terminated) else 130)
+        except Exception as exc:  # a write outside the atomic path (a cache shard, a library's file)
+            fault = storage_error(exc)
+            if fault is None:
+                raise
+            message = fault_message(fault, "a file", None, "Stored results and checkpoints are kept.")
+            click.secho(f"Error: {shorten(message)}", err=True, fg="red")
+            ctx.exit(StorageFault.exit_code)
+        finally:
+            if before is signal.SIG_DFL:
+                signal.signal(signal.SIGTERM, before)
 
 
 @click.group(cls=BenchGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -97,7 +127,8 @@ def _run_options(f):
         click.option("--results-dir", type=click.Path(path_type=Path), envvar="BENCH_RESULTS_DIR",
                      help="where results and the MLflow store go [default: ./bench-results]"),
         click.option("--device", default="auto", show_default=True,
-                     help="auto (CUDA when torch sees a GPU, else cpu), cpu, cuda or cuda:N"),
+                     help="auto (CUDA when torch sees a GPU, else cpu), cpu, cuda or cuda:N (N a GPU torch reports); "
+                          "anything else is refused before compute"),
         click.option("--trunk-cache/--no-trunk-cache", default=True, show_default=True,
                      help="compute frozen-trunk outputs once (exact; same numbers)"),
         click.option("--progress/--no-progress", default=True, show_default=True),
@@ -114,6 +145,9 @@ def _run_options(f):
                                               "as the published code), tf32 (CUDA: TF32 matmuls too) or bf16 "
                                               "autocast [default: fp32 on the paper's protocols; embedded ones: "
                                               "bf16 on CUDA, fp32 on the CPU]; part of a run's identity"),
+        click.option("--no-wait", is_flag=True, expose_value=False, callback=_remember,
+                     help="when another bench process is computing the same run (or reference) right now, exit 2 "
+                          "naming it instead of waiting for it and reusing its result"),
         click.option("--restart", is_flag=True, expose_value=False, callback=_remember,
                      help="discard the stored checkpoint of this run instead of resuming from it"),
         click.option("--checkpoint-every", type=click.IntRange(min=0), expose_value=False, callback=_remember,
@@ -144,7 +178,9 @@ def _options(overrides: dict, results_dir: Path | None, device: str, trunk_cache
     from .paths import results_dir as resolve_results
     from .run.options import RunOptions
     from .model.device import check_precision, resolve_device
+    from .tools.preflight import check_device
 
+    check_device(device)
     chosen = resolve_device(device)
     meta = click.get_current_context().meta
     check_precision(meta.get("bench.precision"), chosen)
@@ -154,6 +190,7 @@ def _options(overrides: dict, results_dir: Path | None, device: str, trunk_cache
     return RunOptions(results_dir=resolve_results(results_dir), device=str(chosen), trunk_cache=trunk_cache,
                       progress=progress, allow_download=allow_download, overrides=overrides,
                       restart=bool(meta.get("bench.restart")), checkpoint_every=meta.get("bench.checkpoint_every"),
+                      wait=not meta.get("bench.no_wait"),
                       gpu_decode=meta.get("bench.gpu_decode", True), precision=meta.get("bench.precision"))
 
 
@@ -451,8 +488,11 @@ def sync(results_dir: Path | None, tracking_uri: str | None) -> None:
         click.echo(f"  mirrored {path} -> MLflow run {rid}")
     if report.replaced:
         click.echo(f"  deleted {len(report.replaced)} unfinished mirror(s), logged again whole: {', '.join(report.replaced)}")
+    for path, why in report.skipped:
+        click.echo(f"  skipped {path}: {shorten(why)}", err=True)
     click.echo(f"Synced {root} to {Store(root, tracking_uri).uri}: {len(report.added)} added, "
-               f"{report.present} already there.")
+               f"{report.present} already there"
+               + (f", {len(report.skipped)} skipped (named above)." if report.skipped else "."))
 
 
 @main.group()
@@ -477,16 +517,24 @@ def show_protocol(name: str) -> None:
 @click.argument("file", type=click.Path(path_type=Path))
 def validate(file: Path) -> None:
     """Validate a protocol YAML file (or a result JSON) without running anything."""
+    from .errors import not_a_file
+
+    kind = "Result" if file.suffix == ".json" else "Protocol"
+    if (problem := not_a_file(file)) is not None:
+        raise BenchError(f"{kind} file {file} {problem}.")
     if file.suffix == ".json":
-        from .results.schema import load_result
+        from .results.schema import load_result, result_problem, value_problem
 
         r = load_result(file)
-        click.echo(f"OK: result {r.run_id} ({r.protocol.name}, {r.method.spec}, seed {r.seed}, {r.status})")
+        if (bad := value_problem(r)) is not None:
+            raise BenchError(f"Result file {file} is refused: {bad}. The leaderboard never ranks it and "
+                             f"`bench sync` never mirrors it.")
+        apart = result_problem(r)
+        click.echo(f"OK: result {r.run_id} ({r.protocol.name}, {r.method.spec}, seed {r.seed}, {r.status})"
+                   + (f"; never ranked: {apart}" if apart else ""))
         return
     from .spec.protocol import load_protocol
 
-    if not file.is_file():
-        raise BenchError(f"Protocol file {file} does not exist.")
     p = load_protocol(str(file))
     from .tools.preflight import check_backbone
 

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import difflib
+import os
+import re
+import stat
 from collections.abc import Iterable
+from pathlib import Path
+
+LONGEST_SHOWN = 160  # characters of one unbroken value (a name, a path) an error message shows
 
 
 class BenchError(Exception):
@@ -12,9 +18,38 @@ class BenchError(Exception):
     exit_code = 2
 
 
-def did_you_mean(value: str, choices: Iterable[str], what: str) -> BenchError:
-    """An 'unknown X' error that names the nearest valid choices (lm-eval-harness style)."""
+def did_you_mean(value: str, choices: Iterable[str], what: str, plural: str | None = None) -> BenchError:
+    """An 'unknown X' error that names the nearest valid choices (lm-eval-harness style); ``plural``
+    where adding an s to ``what`` is wrong ("protocols with results")."""
     choices = sorted(choices)
     close = difflib.get_close_matches(value, choices, n=3, cutoff=0.5)
     hint = f" Did you mean: {', '.join(close)}?" if close else ""
-    return BenchError(f"Unknown {what} {value!r}.{hint} Known {what}s: {', '.join(choices)}.")
+    return BenchError(f"Unknown {what} {value!r}.{hint} Known {plural or what + 's'}: {', '.join(choices)}.")
+
+
+def shorten(message: str, limit: int = LONGEST_SHOWN) -> str:
+    """``message`` with every unbroken run of characters longer than ``limit`` (a 5,000-character
+    method name, a pasted file) cut in the middle, its length said, so one paragraph stays one paragraph."""
+    def cut(match: re.Match) -> str:
+        text = match.group(0)
+        return f"{text[: limit * 2 // 3]}...{text[-limit // 4:]} [{len(text):,} characters]"
+
+    return re.sub(r"\S{%d,}" % (limit + 1), cut, message)
+
+
+def not_a_file(path: Path) -> str | None:
+    """Why ``path`` cannot be read as a regular file (None when it can): missing, a folder, a device or
+    pipe, or a name the system refuses, so an error says what is there instead of "does not exist"."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "does not exist"
+    except OSError as exc:
+        return f"cannot be used ({exc.strerror or exc})"
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "is a folder, not a file"
+    kind = ("a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode)
+            else "a pipe" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+    return f"exists but is {kind}, not a regular file"

@@ -67,11 +67,12 @@ def leaderboard() -> None:
 @click.option("--title", default="Stability-gap leaderboard", show_default=True)
 def build(results_dir: Path | None, tracking_uri: str | None, out: Path, mlflow_ui: str | None, title: str) -> None:
     """Write a self-contained static site (open OUT/index.html; no server needed)."""
-    from .site import build_site
+    from .site import build_site, check_out
     from .sources import load
 
     if results_dir is not None and tracking_uri is not None:
         raise BenchError("Give either --results-dir DIR or --tracking-uri URI, not both.")
+    check_out(out.expanduser())  # before any result is read
     loaded = load(results_dir, tracking_uri, warn=_warn)
     report = build_site(loaded, out, mlflow_ui=mlflow_ui, title=title)
     ranked = sum(len(b.ranked_runs) for b in report.boards)
@@ -109,7 +110,7 @@ def table(results_dir: Path | None, tracking_uri: str | None, protocols: tuple[s
 
             if not known:
                 raise BenchError(f"No results at all in {loaded.origin}.")
-            raise did_you_mean(missing[0], known, "protocol with results")
+            raise did_you_mean(missing[0], known, "protocol", plural="protocols with results")
         boards = [b for b in boards if b.name in protocols]
     if not boards:
         click.echo(f"No results in {loaded.origin}.")

@@ -132,21 +132,66 @@ def _json_text(entry: Entry) -> str:
     return entry.result.model_dump_json(indent=1)
 
 
-def _prepare_out(out: Path) -> None:
-    """Write into an empty folder or over an earlier leaderboard; never over anything else."""
+def check_out(out: Path) -> None:
+    """``--out`` is new, empty or an earlier leaderboard, and its parent folder takes files (the site is
+    built beside it and swapped in): checked before anything is read or rendered."""
+    from ..harness.atomic import check_writable_folder
+
     if out.exists() and not out.is_dir():
-        raise BenchError(f"--out {out} is a file, not a folder.")
+        raise BenchError(f"--out {out} exists but is not a folder; pass a new or empty folder, or an earlier "
+                         f"leaderboard's.")
     if out.is_dir() and any(out.iterdir()) and not (out / MARKER).exists():
         raise BenchError(f"--out {out} is not empty and holds no earlier leaderboard; "
                          "give an empty or new folder (nothing was written).")
-    out.mkdir(parents=True, exist_ok=True)
-    for name in OWNED:
-        target = out / name
-        if target.is_dir():
-            shutil.rmtree(target)
-        elif target.exists():
-            target.unlink()
-    (out / MARKER).write_text("Written by `bench leaderboard build`; the folder is rebuilt from scratch each time.\n")
+    check_writable_folder(out.parent, f"folder of --out (the site is built beside {out.name} and swapped in)", 0)
+
+
+def _leftovers(out: Path) -> list[Path]:
+    """Temporary folders of builds that were killed before they swapped their site in."""
+    return [p for p in out.parent.glob(f".{out.name}.*{_TMP}") if p.is_dir() and (p / MARKER).exists()]
+
+
+_TMP = ".leaderboard-tmp"
+
+
+def _swap(new: Path, out: Path) -> None:
+    """Put the finished site ``new`` at ``out``. Over an earlier site the two folders are exchanged in one
+    step where the kernel can (Linux renameat2), else renamed one after the other; either way a reader
+    sees the old site or the new one, and the old one is deleted only after the swap."""
+    from ..harness.atomic import umask
+
+    new.chmod(0o777 & ~umask())  # mkdtemp made it private; a site is as shareable as any folder
+    if not out.exists():
+        new.rename(out)
+        return
+    for name in (p.name for p in out.iterdir() if p.name not in OWNED and p.name != MARKER):
+        src = out / name  # the user's own files beside an earlier site stay with the site
+        (shutil.copytree if src.is_dir() else shutil.copy2)(src, new / name)
+    if not _exchange(new, out):
+        aside = new.with_name(new.name[: -len(_TMP)] + "-old" + _TMP)
+        out.rename(aside)
+        new.rename(out)
+        new = aside
+    shutil.rmtree(new)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two folders atomically (Linux renameat2 with RENAME_EXCHANGE); False where unsupported."""
+    import ctypes
+    import os
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    return False  # e.g. a file system without exchange support: the two-rename path
 
 
 def environment() -> Environment:
@@ -163,12 +208,40 @@ def environment() -> Environment:
 
 def build_site(loaded: Loaded, out: Path, *, mlflow_ui: str | None = None, reported_path: Path | None = None,
                title: str = "Stability-gap leaderboard") -> BuildReport:
+    """Render the site into a temporary folder beside ``out`` and swap it in when complete: a build killed or
+    failing half-way leaves the previous site (or none) at ``out``, never a partial one."""
+    import tempfile
+
+    from ..harness.atomic import StorageFault, fault_message, storage_error
+
     t0 = time.perf_counter()
-    out = Path(out).expanduser()
+    final = Path(out).expanduser()
+    check_out(final)
     reported = load_reported(reported_path)
     assign_slugs(loaded.entries)
     boards = summarize(loaded.entries)
-    _prepare_out(out)
+    for stale in _leftovers(final):
+        shutil.rmtree(stale, ignore_errors=True)
+    out = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=_TMP, dir=final.parent))
+    try:
+        pages = _render(loaded, boards, reported, out, mlflow_ui, title)
+        _swap(out, final)
+    except BaseException as exc:
+        shutil.rmtree(out, ignore_errors=True)
+        fault = storage_error(exc)
+        if fault is None:
+            raise
+        kept = (f"The previous site in {final} is unchanged." if (final / MARKER).exists()
+                else f"Nothing was written to {final}.")
+        raise StorageFault(fault_message(fault, "the leaderboard site", fault.filename or out, kept)) from None
+    return BuildReport(out=final, boards=boards, skipped=list(loaded.skipped), pages=pages,
+                       seconds=time.perf_counter() - t0)
+
+
+def _render(loaded: Loaded, boards: list[Board], reported: dict, out: Path, mlflow_ui: str | None,
+            title: str) -> int:
+    """Every page, plot and JSON copy of the site into the (empty) folder ``out``; returns the page count."""
+    (out / MARKER).write_text("Written by `bench leaderboard build`; the folder is rebuilt from scratch each time.\n")
     for d in ("runs", "plots", "static"):
         (out / d).mkdir()
     static = resources.files("bench_stability_gap.leaderboard") / "static"
@@ -256,6 +329,4 @@ def build_site(loaded: Loaded, out: Path, *, mlflow_ui: str | None = None, repor
         )
         (out / "runs" / f"{entry.slug}.html").write_text(html)
         pages += 1
-
-    return BuildReport(out=out, boards=boards, skipped=list(loaded.skipped), pages=pages,
-                       seconds=time.perf_counter() - t0)
+    return pages

@@ -15,6 +15,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from bench_stability_gap.harness import atomic
 from bench_stability_gap.harness.tools import preflight
 from bench_stability_gap.harness.cli import main
 from bench_stability_gap.harness.spec.protocol import load_protocol
@@ -96,30 +97,30 @@ def test_builtin_configs_are_the_classes_configs() -> None:
 def test_results_dir_that_is_a_file(tmp_path) -> None:
     target = tmp_path / "taken"
     target.write_text("not a folder")
-    refused(invoke("run", "--results-dir", str(target)), f"results folder {target} is a file")
+    refused(invoke("run", "--results-dir", str(target)), f"results folder {target} exists but is a file")
 
 
 def test_read_only_results_dir(results, monkeypatch) -> None:
-    real = preflight.tempfile.mkstemp
+    real = atomic.tempfile.mkstemp
 
     def mkstemp(*args, dir=None, **kw):
         if Path(dir) == results:
             raise OSError(errno.EROFS, "Read-only file system", str(results))
         return real(*args, dir=dir, **kw)
 
-    monkeypatch.setattr(preflight.tempfile, "mkstemp", mkstemp)
+    monkeypatch.setattr(atomic.tempfile, "mkstemp", mkstemp)
     refused(invoke("run", "--results-dir", str(results)), f"results folder {results} is not writable",
             "Read-only file system", "nothing has run")
 
 
 def test_full_disk_is_found_before_compute(results, monkeypatch) -> None:
-    usage = preflight.shutil.disk_usage
+    usage = atomic.shutil.disk_usage
 
     def nearly_full(path):
         real = usage(path)
         return type(real)(real.total, real.total - 1 << 20, 1 << 20)
 
-    monkeypatch.setattr(preflight.shutil, "disk_usage", nearly_full)
+    monkeypatch.setattr(atomic.shutil, "disk_usage", nearly_full)
     refused(invoke("run", "--results-dir", str(results)), f"results folder {results} has 1 MiB free",
             "at least 64 MiB")
 

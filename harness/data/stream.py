@@ -79,6 +79,27 @@ class Stream:
         return np.concatenate(parts)
 
 
+def check_batch_sizes(stream: Stream) -> None:
+    """No batch asks for more samples than the opened data holds. The protocol checks this at validation
+    where its spec fixes the counts; otherwise the counts are known only now, before any training (a
+    batch larger than its session would cycle the same few samples for every update)."""
+    p = stream.protocol
+    first = len(stream.pretrain_ids)
+    smallest = min(stream.sessions, key=lambda s: len(s.train_ids), default=None)
+    problems = []
+    if p.pretrain.mode == "train" and p.pretrain.batch_size > first:
+        problems.append(f"pretrain.batch_size ({p.pretrain.batch_size}) exceeds the {first:,} pre-training samples")
+    if smallest is not None and p.training.batch.new > len(smallest.train_ids):
+        problems.append(f"training.batch.new ({p.training.batch.new}) exceeds the {len(smallest.train_ids):,} "
+                        f"training samples of session {smallest.index}, the smallest")
+    if stream.sessions and p.joint.batch_size > first + len(stream.sessions[0].train_ids):
+        problems.append(f"joint.batch_size ({p.joint.batch_size}) exceeds the "
+                        f"{first + len(stream.sessions[0].train_ids):,} samples the first joint model trains on")
+    if problems:
+        raise BenchError(f"Protocol {p.name}: {'; '.join(problems)} (counted in the opened data, seed "
+                         f"{stream.seed}). Lower the batch size; nothing has trained.")
+
+
 def build_stream(protocol: Protocol, seed: int) -> Stream:
     """Open the protocol's sources and lay out the sessions for this seed (CIL or IID order)."""
     pre_train, pre_test = open_source(protocol.pretrain_data, field="pretrain_data.root")

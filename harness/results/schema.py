@@ -306,12 +306,10 @@ JOINT = "joint"  # the method string of the harness's own upper-bound reference
 T = TypeVar("T")
 
 
-def result_problem(r: RunResult) -> str | None:
-    """Why a stored result can never be ranked or serve as a reference; None when it can."""
-    if r.status != "complete":
-        return f"status {r.status!r}, not complete"
-    if not r.is_reference and not r.curves:
-        return "no accuracy curves recorded (incomplete run)"
+def value_problem(r: RunResult) -> str | None:
+    """Why a result's recorded numbers cannot be true (NaN, inf, an accuracy outside [0, 1]); None when
+    they can. Such a file is refused everywhere: ``bench validate`` fails on it, the leaderboard never
+    ranks it, ``bench sync`` never mirrors it."""
     values = [v for c in r.curves for v in (*c.old, *c.new, *c.all, *(x for t in c.tasks for x in t))]
     values += [v for s in r.reference for v in (s.old, s.new, s.all, *s.tasks)]
     bad = next((v for v in values if not (math.isfinite(v) and 0.0 <= v <= 1.0)), None)
@@ -327,6 +325,18 @@ def result_precision(r: RunResult) -> str:
     if recorded:
         return str(recorded)
     return "bf16" if str(r.options.get("device", "cpu")).startswith("cuda") else "fp32"
+
+
+def result_problem(r: RunResult) -> str | None:
+    """Why a stored result can never be ranked or serve as a reference; None when it can. A run that
+    did not complete is a true record (kept, mirrored, listed apart); one with impossible values is not."""
+    if (bad := value_problem(r)) is not None:
+        return bad
+    if r.status != "complete":
+        return f"status {r.status!r}, not complete"
+    if not r.is_reference and not r.curves:
+        return "no accuracy curves recorded (incomplete run)"
+    return None
 
 
 def _same_settings(stored: dict[str, Any], expected: dict[str, Any]) -> bool:

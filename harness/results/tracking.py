@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import tempfile
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BenchError
-from .schema import RunResult, iter_results
+from .schema import RunResult, iter_results, value_problem
 
 HTTP_TIMEOUT_S = "5"   # per request; MLflow's default is 120 s
 HTTP_RETRIES = "1"     # MLflow's default (7 retries with backoff) hangs a finished run for minutes
@@ -71,8 +72,11 @@ def import_mlflow():
     import mlflow
 
     # after the import, which configures mlflow's loggers: no schema-migration chatter per run
-    for name in ("mlflow", "mlflow.store.db.utils", "alembic"):
+    for name in ("mlflow", "alembic"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    # it logs every database error with its SQLAlchemy traceback before raising it; ``Store.session``
+    # turns the raised error into one paragraph, so the log would only repeat it as a traceback
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
     return mlflow
 
 
@@ -185,8 +189,11 @@ def _log_artifacts(client, rid: str, result: RunResult, json_path: Path, artifac
 
 def _first_line(text: str, limit: int = 300) -> str:
     """MLflow's messages carry whole tracebacks of the HTTP layer: one line of it is the paragraph."""
-    line = text.strip().splitlines()[0] if text.strip() else "(no message)"
-    return line if len(line) <= limit else line[: limit - 3] + "..."
+    # SQLAlchemy puts a note on how the query was flushed before the database's own message
+    lines = [ln for ln in text.strip().splitlines() if ln.strip() and not ln.startswith("(raised as a result of")]
+    line = lines[0] if lines else "(no message)"
+    line = line if len(line) <= limit else line[: limit - 3] + "..."
+    return line if line.endswith((".", "!", "?")) else line + "."  # a sentence: more follows it
 
 
 @dataclass
@@ -257,8 +264,8 @@ class LiveRun:
     """An MLflow run that follows a run while it trains: RUNNING from ``start``, accuracy logged at each
     eval point, ended by ``finish`` as FINISHED, FAILED or KILLED with the final metrics and JSON.
 
-    Tracking must never stop training: the first error disables the object (``error`` says why) and
-    later calls do nothing; ``bench sync`` mirrors the stored JSON afterwards.
+    Tracking must never stop training: the first error disables the object (``error`` says why), is
+    reported once as a warning, and later calls do nothing; ``bench sync`` mirrors the stored JSON afterwards.
     """
 
     def __init__(self, results_dir: Path, tracking_uri: str | None = None) -> None:
@@ -278,6 +285,8 @@ class LiveRun:
                 return action(client)
         except BenchError as err:
             self.error = str(err)
+            print(f"Warning: {err} Training goes on; the result is still written as JSON, and `bench sync` "
+                  f"mirrors it once the store works.", file=sys.stderr)
             return None
 
     def start(self, protocol: str, method: str, seed: int, run_id: str | None = None,
@@ -316,6 +325,12 @@ class LiveRun:
         self._guard(lambda client: client.log_batch(self.run_id, metrics=metrics))
         self._points += 1
 
+    def discard(self) -> None:
+        """Delete the run: this process reused a result another one stored (and mirrors)."""
+        if self.run_id is not None:
+            self._guard(lambda client: client.delete_run(self.run_id))
+            self.run_id = None
+
     def finish(self, status: str, result: RunResult | None = None, path: Path | None = None,
                artifacts: Artifacts | None = None) -> str | None:
         """End the run: ``status`` is bench's (complete, failed, diverged, killed) or MLflow's; with the
@@ -345,6 +360,7 @@ class SyncReport:
     added: list[tuple[Path, str]] = field(default_factory=list)   # (JSON, MLflow run id)
     present: int = 0
     replaced: list[str] = field(default_factory=list)             # unfinished mirrors set aside
+    skipped: list[tuple[Path, str]] = field(default_factory=list)  # (file, why it is not mirrored)
 
 
 def _mirrored(client) -> tuple[set[str], dict[str, list[str]]]:
@@ -385,8 +401,12 @@ def sync(results_dir: Path, tracking_uri: str | None = None, artifacts: Artifact
             for rid in ids:
                 client.delete_run(rid)
                 report.replaced.append(rid)
-    for path, result in iter_results(results_dir):
-        if not isinstance(result, RunResult):
+    for path, result in iter_results(results_dir, skip=lambda p, why: report.skipped.append((p, why))):
+        if not isinstance(result, RunResult):  # a corrupt file: its error names it
+            report.skipped.append((path, str(result)))
+            continue
+        if (bad := value_problem(result)) is not None:
+            report.skipped.append((path, f"refused: {bad}; the leaderboard never ranks it either"))
             continue
         if result.run_id in done:
             report.present += 1

@@ -106,12 +106,21 @@ class Checkpointer:
         """Write a checkpoint (no fsync: a kill cannot tear it, a crash only costs the time it saved).
         A boundary checkpoint supersedes the previous session's mid-session one."""
         path = self.mid_path if mid else self.path
-        atomic_write(path, lambda fh: torch.save({"format": FORMAT, **state}, fh), durable=False)
+        atomic_write(path, lambda fh: torch.save({"format": FORMAT, **state}, fh), durable=False,
+                     what=f"the {'mid-session ' if mid else ''}checkpoint", kept=self.kept())
         if not mid:
             self.mid_path.unlink(missing_ok=True)
         self._last = time.monotonic()
         self.writes += 1
         self.bytes_written += path.stat().st_size
+
+    def kept(self) -> str:
+        """What a failed checkpoint write leaves to resume from (a failed write never touches it)."""
+        there = [p for p in (self.path, self.mid_path) if p.is_file()]
+        if not there:
+            return ("No earlier checkpoint of this phase exists, so it starts over; results stored before "
+                    "(references, earlier phases) are kept.")
+        return f"The last good checkpoint is intact ({' and '.join(map(str, there))}); results stored before are kept."
 
     def load(self, mid: bool = False) -> dict[str, Any] | None:
         """The stored checkpoint, or None. An unreadable one is moved aside (named) and ignored: a

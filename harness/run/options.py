@@ -36,6 +36,7 @@ class RunOptions:
     checkpoint_every: int | None = None  # updates between checkpoints; None: every checkpoint_seconds
     checkpoint_seconds: float = 120.0
     restart: bool = False  # discard a stored checkpoint instead of resuming from it
+    wait: bool = True  # when another process computes the same phase: wait and reuse (False: refuse at once)
     on_eval: Callable[[int, int, Any], None] | None = None  # (session, update, accuracies): live tracking
     # called after every training update with (phase, update, updates in phase), e.g. ("session 3", 120, 600):
     # an executor running the run elsewhere (a Ray task) reports from it where the run is

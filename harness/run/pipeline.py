@@ -25,6 +25,7 @@ from ..model import flops as FL
 from ..results import metrics as M
 from .continual import Diverged, run_cl
 from .checkpoint import Checkpointer, checkpointer, run_key
+from .claim import claim
 from ..errors import BenchError
 from ..spec.protocol import Protocol
 from .joint import train_joint
@@ -97,11 +98,28 @@ def selection(protocol: Protocol, options: RunOptions, weights: str | None = Non
                             joint_settings(protocol), weights, run_precision(protocol, options))
 
 
+def _claim(options: RunOptions, name: str, what: str, **identity: Any):
+    """The claim on one phase of one run (keyed like its checkpoint): a second identical command waits
+    for the first, then finds its stored result, instead of computing it again."""
+    lock = options.results_dir / "checkpoints" / f"{name}-{run_key(**identity, device=options.device_key)}.lock"
+    return claim(lock, what, options.wait, lambda message: say(options, message))
+
+
 def joint_reference(protocol: Protocol, seed: int, options: RunOptions, bench: Workbench) -> tuple[RunResult, Path]:
     """The stored joint reference for this protocol spec and seed, trained and stored first when missing."""
     found = selection(protocol, options, bench.weights).joints.get(seed)
     if found is not None:
         return found[1], found[0]
+    with _claim(options, "joint", f"The joint reference of {protocol.name} (seed {seed})",
+                protocol=protocol.spec_hash, seed=seed, config=joint_settings(protocol)):
+        found = selection(protocol, options, bench.weights).joints.get(seed)  # stored while this one waited
+        if found is not None:
+            return found[1], found[0]
+        return _train_joint_reference(protocol, seed, options, bench)
+
+
+def _train_joint_reference(protocol: Protocol, seed: int, options: RunOptions,
+                           bench: Workbench) -> tuple[RunResult, Path]:
     models = protocol.sessions if protocol.joint.mode == "per_session" else 1
     say(options, f"No joint reference for {protocol.name} (seed {seed}) yet: training it first "
                  f"({models} model(s) x {protocol.joint.updates} updates); later runs reuse it.")
@@ -177,10 +195,22 @@ def _best_new_references(protocol: Protocol, bench: Workbench, seed: int, joint:
                          options: RunOptions) -> None:
     """Run the protocol's A_best reference methods missing for this seed (default settings), then score
     and store them together, so each is scored against the whole set as later runs will be."""
-    done = selection(protocol, options, bench.weights)
-    todo = [m for m in protocol.best_new_reference if m != skip and (m, seed) not in done.runs]
+    def missing() -> list[str]:
+        done = selection(protocol, options, bench.weights)
+        return [m for m in protocol.best_new_reference if m != skip and (m, seed) not in done.runs]
+
+    if not missing():
+        return
+    with _claim(options, "best_new", f"The A_best reference runs of {protocol.name} (seed {seed})",
+                protocol=protocol.spec_hash, seed=seed, methods=list(protocol.best_new_reference), skip=skip):
+        _train_best_new_references(protocol, bench, seed, joint, missing(), options)
+
+
+def _train_best_new_references(protocol: Protocol, bench: Workbench, seed: int, joint: RunResult, todo: list[str],
+                               options: RunOptions) -> None:
     if not todo:
         return
+    done = selection(protocol, options, bench.weights)
     say(options, f"A_best for P_Δ comes from {', '.join(protocol.best_new_reference)} (seed {seed}); "
                  f"training the missing reference run(s) first: {', '.join(todo)}.")
     fresh = []
@@ -217,7 +247,22 @@ def execute(protocol: Protocol, method_text: str, seed: int, options: RunOptions
     joint, _ = joint_reference(protocol, seed, options, bench)
     is_reference = not options.overrides and method_text in protocol.best_new_reference
     _best_new_references(protocol, bench, seed, joint, method_text if is_reference else None, options)
-    result = _continual_result(protocol, bench, spec, method, seed, dict(options.overrides), joint, options, run_id,
-                               tuned)
-    path = _score_and_save(result, joint, selection(protocol, options, bench.weights), options)
+    overrides = dict(options.overrides)
+
+    def stored() -> dict[str, tuple[RunResult, Path]]:
+        """This run's stored results (same spec, method string, settings and seed), by run id."""
+        return {r.run_id: (r, path) for path, r in selection(protocol, options, bench.weights).runs.values()
+                if r.method.spec == spec.text and r.overrides == overrides and r.seed == seed}
+
+    before = stored()
+    with _claim(options, "run", f"Run {spec.text} of {protocol.name} (seed {seed})", protocol=protocol.spec_hash,
+                method=spec.text, config=method_settings(method), overrides=overrides, seed=seed,
+                precision=bench.precision, tuned=tuned is not None) as waited:
+        fresh = [found for rid, found in stored().items() if rid not in before] if waited else []
+        if fresh:  # the process this one waited for stored this very run: reuse it
+            say(options, f"Reusing run {fresh[0][0].run_id}, stored meanwhile by the process this one waited for.")
+            return fresh[0]
+        result = _continual_result(protocol, bench, spec, method, seed, overrides, joint, options, run_id,
+                                   tuned)
+        path = _score_and_save(result, joint, selection(protocol, options, bench.weights), options)
     return result, path

@@ -32,7 +32,7 @@ from .isolation import (LentInputs, MemoryView, RandomStreams, check_retained_sa
 from .memory import Memory
 from ..paths import cache_dir
 from ..spec.protocol import Protocol
-from ..data.stream import Cycler, Session, Stream, build_stream
+from ..data.stream import Cycler, Session, Stream, build_stream, check_batch_sizes
 from ..model.device import autocast, resolve_device, seed_everything, use_channels_last
 from .options import RunOptions, run_precision, say
 from .threads import cache_tag, pin_threads
@@ -109,6 +109,7 @@ def prepare(protocol: Protocol, seed: int, options: RunOptions) -> Workbench:
     pin_threads(device)  # before the first float op: the trunk pass, the deployed model and the run inherit it
     precision = run_precision(protocol, options)
     stream = build_stream(protocol, seed)
+    check_batch_sizes(stream)  # counts the spec could not fix are known now, before any compute
     torch.manual_seed(protocol.pretrain.seed)
     net = create_network(protocol.backbone, options.allow_download)
     num_classes = None if protocol.pretrain.mode == "weights" else stream.pretrain_classes

@@ -14,7 +14,7 @@ from typing import TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from ..errors import BenchError, did_you_mean
+from ..errors import BenchError, did_you_mean, not_a_file
 
 Spec = TypeVar("Spec", bound=BaseModel)
 
@@ -222,9 +222,10 @@ def is_path(name_or_path: str) -> bool:
 def load_spec(model: type[Spec], name_or_path: str, what: str, folder: str = "") -> Spec:
     """A built-in spec by name (``protocols/<folder>/NAME.yaml``), or a YAML file by path."""
     path = Path(name_or_path)
-    if is_path(name_or_path) or path.exists():
-        if not path.is_file():
-            raise BenchError(f"{what.capitalize()} file {path} does not exist.")
+    problem = not_a_file(path)
+    if is_path(name_or_path) or problem != "does not exist":
+        if problem is not None:
+            raise BenchError(f"{what.capitalize()} file {path} {problem}.")
         try:
             data = path.read_bytes()
         except OSError as exc:

@@ -127,13 +127,17 @@ def execute(protocol: Any, method: str, seed: int, options: Any, tracking_uri: s
         raise
     if summary:
         summary(result, path)
+    if result.run_id != run_id and method.strip() != "joint":  # reused: the process that stored it mirrors it
+        live.discard()
+        echo("  (computed by the process this one waited for; its MLflow run is that run's mirror)")
+        return result, path
     _save_predictions(recorder, result, path, echo)
     live.finish(result.status, result, path, artifacts=run_artifacts)
     problems = _mirror_references(result, path, before, options.results_dir, tracking_uri, echo)
     if live.error or problems:
         raise BenchError(" ".join(filter(None, [live.error] + problems))
                          + f" The result is kept in {path}; mirror it to MLflow later with: bench sync "
-                         f"--results {options.results_dir}" + (f" --tracking-uri {tracking_uri}" if tracking_uri else ""))
+                         f"--results-dir {options.results_dir}" + (f" --tracking-uri {tracking_uri}" if tracking_uri else ""))
     echo(f"  MLflow run {live.run_id} in {live.store.uri}")
     return result, path
 

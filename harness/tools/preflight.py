@@ -8,17 +8,17 @@ the sweep calls them once per planned run.
 
 from __future__ import annotations
 
+import json
 import os
-import shutil
 import socket
 import sqlite3
-import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
 
+from ..atomic import check_writable_folder  # noqa: F401 - the probe lives with the writes it protects
 from ..errors import BenchError
 from ..results.tracking import sqlite_path
 from ..spec.protocol import MAX_SEED, Protocol
@@ -42,28 +42,6 @@ def check_seed(seed: int, what: str = "--seed") -> None:
                          f"per-session offsets of the joint reference).")
 
 
-def check_writable_folder(path: Path, what: str, min_free: int) -> None:
-    """``path`` is (or can become) a folder this process can write to, with ``min_free`` bytes free.
-    Probed by writing and syncing a small file, which catches read-only mounts that permission bits
-    do not show."""
-    if path.exists() and not path.is_dir():
-        raise BenchError(f"The {what} {path} is a file, not a folder; pass another path.")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".bench-write-probe.", dir=path)
-        try:
-            os.write(fd, b"ok")
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-            os.unlink(probe)
-    except OSError as exc:
-        raise BenchError(f"The {what} {path} is not writable ({exc.strerror or exc}); nothing has run. "
-                         f"Fix its permissions or pass another path.") from None
-    free = shutil.disk_usage(path).free
-    if free < min_free:
-        raise BenchError(f"The {what} {path} has {free / 2**20:.0f} MiB free; a run needs at least "
-                         f"{min_free / 2**20:.0f} MiB there. Free some space or pass another path; nothing has run.")
 
 
 def _check_sqlite(uri: str) -> None:
@@ -84,18 +62,29 @@ def _check_sqlite(uri: str) -> None:
 
 
 def _check_server(uri: str, timeout: float) -> None:
-    """An MLflow server answers within ``timeout`` (its /health endpoint; any HTTP answer will do, a
-    proxy may not route /health)."""
-    url = uri.rstrip("/") + "/health"
+    """An MLflow server answers within ``timeout``, and it is MLflow: an API call (experiment lookup by
+    name) must answer in MLflow's JSON, so a web server that is something else is refused before compute,
+    not after it. A server asking for credentials (401/403) is taken as it is: the MLflow client sends them."""
+    url = uri.rstrip("/") + "/api/2.0/mlflow/experiments/get-by-name?experiment_name=Default"
     try:
-        with urllib.request.urlopen(url, timeout=timeout):  # noqa: S310 - http(s) only, checked above
-            pass
-    except urllib.error.HTTPError:
-        pass
+        with urllib.request.urlopen(url, timeout=timeout) as answer:  # noqa: S310 - http(s) only, checked above
+            status, body = answer.status, answer.read(1 << 16)
+    except urllib.error.HTTPError as err:
+        status, body = err.code, err.read(1 << 16) if err.fp else b""
     except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
         raise BenchError(f"The MLflow server {uri} cannot be reached within {timeout:.0f} s ({reason}). Start it, "
                          f"pass another --tracking-uri, or --no-mlflow; nothing has run.") from None
+    if status in (401, 403):
+        return
+    try:
+        data = json.loads(body)
+    except ValueError:
+        data = None
+    if not (isinstance(data, dict) and ("experiment" in data or "error_code" in data)):
+        raise BenchError(f"{uri} answers HTTP ({status}) but is not an MLflow tracking server: its MLflow API "
+                         f"(/api/2.0/mlflow/experiments/get-by-name) gave no MLflow answer. Check the host and "
+                         f"port, pass another --tracking-uri, or --no-mlflow; nothing has run.")
 
 
 def _check_host(uri: str, parsed: urllib.parse.ParseResult, timeout: float) -> None:
@@ -154,6 +143,22 @@ def check_outputs(results_dir: Path, tracking_uri: str | None, mlflow: bool) -> 
     check_writable_folder(cache_dir_path(), "cache folder ($BENCH_CACHE_DIR)", CACHE_MIN_FREE)
     if mlflow:
         check_tracking_uri(tracking_uri)
+
+
+def check_device(name: str) -> None:
+    """``--device`` names a device torch reports on this machine (auto, cpu, cuda, cuda:N, mps where
+    present); anything else (tpu, xla, meta, cpu:0, '') would fail mid-run or train on a device that
+    computes nothing, so it is refused first."""
+    import torch
+
+    cuda = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    mps = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
+    known = ["auto", "cpu"] + (["cuda"] + [f"cuda:{i}" for i in range(cuda)] if cuda else []) + ["mps"] * mps
+    if name in known:
+        return
+    have = (f"{cuda} CUDA device(s)" if cuda else "no CUDA device") + (" and Apple's MPS" if mps else "")
+    raise BenchError(f"--device {name!r} is not a device bench can train on here: torch reports {have}. "
+                     f"Give one of: {', '.join(known)}.")
 
 
 def check_backbone(protocol: Protocol) -> None:

@@ -1,0 +1,79 @@
+"""Duplicate work waits: two identical commands started together train once (the second waits, then
+reuses what the first stored); ``--no-wait`` refuses at once naming the holder; a lock left by a killed
+process is taken over, and its checkpoint resumed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bench_stability_gap.harness.results.schema import iter_results
+
+pytestmark = pytest.mark.slow
+
+
+ENV = {**{k: v for k, v in os.environ.items() if k != "BENCH_KILL_AT"}, "MLFLOW_DISABLE_TELEMETRY": "true",
+       "PYTHONUNBUFFERED": "1"}
+
+
+def command(protocol: Path, results: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "bench_stability_gap.harness.cli", "run", "-p", str(protocol), "-m", "vanilla",
+            "--results-dir", str(results), "--no-mlflow", "--no-progress", "--checkpoint-every", "2", *extra]
+
+
+def start(protocol: Path, results: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen(command(protocol, results, *extra), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=ENV)
+
+
+def labels(results: Path) -> list[str]:
+    return sorted(r.label for _, r in iter_results(results))
+
+
+def test_two_identical_runs_started_together_train_once(tiny_protocol_file, tmp_path):
+    results = tmp_path / "r"
+    first, second = start(tiny_protocol_file, results), start(tiny_protocol_file, results)
+    said = [p.communicate(timeout=900)[0] for p in (first, second)]
+    assert [first.returncode, second.returncode] == [0, 0], said
+    assert labels(results) == ["joint", "vanilla"]  # one of each: nothing was computed twice
+    both = "".join(said)
+    assert both.count("training it first") == 1  # the joint reference trained by one process only
+    assert "waiting for it, then reusing what it stores" in both
+    assert sum("Reusing run" in s for s in said) == 1
+
+
+def test_no_wait_names_the_holder_and_a_killed_holders_lock_is_taken_over(tiny_protocol_file, tmp_path):
+    results = tmp_path / "r"
+    holder = start(tiny_protocol_file, results)
+    try:
+        seen = []
+        for line in holder.stdout:
+            seen.append(line)
+            if "training it first" in line:  # the joint reference's claim is held
+                break
+        time.sleep(1.0)
+        refused = subprocess.run(command(tiny_protocol_file, results, "--no-wait"), capture_output=True, text=True,
+                                 timeout=600, env=ENV)
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert f"bench process {holder.pid}" in refused.stderr and "--no-wait" in refused.stderr
+        assert "Traceback" not in refused.stderr
+        had = list((results / "checkpoints").glob("*.pt"))
+        holder.send_signal(signal.SIGKILL)  # its claims are left behind as lock files
+        holder.wait(timeout=60)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+    assert list((results / "checkpoints").glob("*.lock"))
+    after = subprocess.run(command(tiny_protocol_file, results), capture_output=True, text=True, timeout=900, env=ENV)
+    said = after.stdout + after.stderr
+    assert after.returncode == 0, said[-3000:]
+    assert "waiting for it" not in said  # the dead holder's lock did not block anyone
+    if had:  # and what it had checkpointed was resumed, not recomputed
+        assert "Resuming" in said or "resuming" in said, said[-3000:]
+    assert labels(results) == ["joint", "vanilla"]

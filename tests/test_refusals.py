@@ -1,0 +1,200 @@
+"""Everything checkable is refused before compute with one paragraph naming the field, value or path
+(exit 2): impossible accuracies in a result, a --device torch does not report, a tracking URI that is
+not MLflow, a batch larger than its data, paths that are not regular files, overlong values; and a
+stop by SIGTERM ends like Ctrl-C, saying that rerunning resumes."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from bench_stability_gap.harness.cli import INTERRUPTED, main
+from bench_stability_gap.harness.results.schema import load_result, result_path, save_result
+
+from conftest import reduced_tiny
+
+FIXTURES = Path(__file__).parent / "browser" / "fixtures"
+
+
+def bench(*args: str):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def refused(out, *needles: str) -> None:
+    assert out.exit_code == 2, out.output
+    assert "Traceback" not in out.output
+    for needle in needles:
+        assert needle in out.output, (needle, out.output)
+
+
+def fixture(i: int):
+    """The i-th stored real result that is not a joint reference."""
+    return [r for r in map(load_result, sorted(FIXTURES.glob("*.json"))) if not r.is_reference][i]
+
+
+def stored_with(root: Path, value: float) -> Path:
+    """A real stored result whose first recorded old-class accuracy is ``value`` (written as JSON's
+    NaN / Infinity where it is one: what a hand-edited or foreign file holds)."""
+    path = save_result(root, fixture(0))
+    data = json.loads(path.read_text())
+    data["curves"][0]["old"][0] = value
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), 7.5])
+def test_validate_refuses_impossible_accuracies(tmp_path, value):
+    path = stored_with(tmp_path / "r", value)
+    refused(bench("validate", str(path)), str(path), f"an accuracy of {value!r}", "never mirrors it")
+
+
+def test_validate_still_accepts_a_real_result(tmp_path):
+    path = save_result(tmp_path / "r", load_result(sorted(FIXTURES.glob("*.json"))[0]))
+    out = bench("validate", str(path))
+    assert out.exit_code == 0 and out.output.startswith("OK: result"), out.output
+
+
+def test_sync_names_every_file_it_skips_and_never_mirrors_a_refused_run(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    root = tmp_path / "r"
+    good = save_result(root, fixture(1))
+    bad = stored_with(root, float("nan"))
+    corrupt = good.parent / "broken.json"
+    corrupt.write_text("{ not json")
+    out = bench("sync", "--results", str(root))
+    assert out.exit_code == 0, out.output
+    assert f"skipped {bad}: refused: an accuracy of nan" in out.output
+    assert f"skipped {corrupt}:" in out.output and "2 skipped" in out.output and "1 added" in out.output
+    client = MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow.db'}")
+    mirrored = [r.data.tags["bench.json"] for e in client.search_experiments()
+                for r in client.search_runs([e.experiment_id])]
+    assert mirrored == [str(good)]
+
+
+@pytest.mark.parametrize("device", ["tpu", "", "mps", "xla", "meta", "cpu:0", "cuda:99"])
+def test_a_device_torch_does_not_report_is_refused_on_run_and_sweep(tmp_path, device):
+    refused(bench("run", "--device", device, "--results-dir", str(tmp_path / "r"), "--no-mlflow"),
+            f"--device {device!r} is not a device", "Give one of: auto, cpu")
+    refused(bench("sweep", "sgm_probes_tiny_cil", "--device", device, "--results-dir", str(tmp_path / "r"),
+                  "--no-mlflow"), f"--device {device!r} is not a device")
+    assert not (tmp_path / "r" / "runs").exists()
+
+
+def test_a_web_server_that_is_not_mlflow_is_refused_before_compute(tmp_path):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    uri = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        out = bench("run", "--tracking-uri", uri, "--results-dir", str(tmp_path / "r"))
+    finally:
+        server.shutdown()
+        server.server_close()
+    refused(out, f"{uri} answers HTTP (404) but is not an MLflow tracking server", "nothing has run")
+
+
+def test_paths_that_are_not_regular_files_say_what_they_are(tmp_path):
+    refused(bench("run", "-p", str(tmp_path), "--no-mlflow"), f"Protocol file {tmp_path} is a folder, not a file")
+    refused(bench("run", "-p", "/dev/zero", "--no-mlflow"), "/dev/zero exists but is a character device")
+    refused(bench("validate", "/dev/zero"), "/dev/zero exists but is a character device")
+    refused(bench("validate", str(tmp_path / "gone.json")), "gone.json does not exist")
+    refused(bench("run", "--results-dir", "/dev/null", "--no-mlflow"),
+            "results folder /dev/null exists but is a device, socket or pipe, not a folder")
+
+
+def test_long_values_are_truncated_in_errors(tmp_path):
+    name = "x" * 5000
+    for args in (["run", "-m", name], ["run", "-m", f"vanilla+{name}"], ["run", "-p", name], ["run", "--device", name],
+                 ["run", "--set", f"{name}=1"], ["run", "--results-dir", str(tmp_path / name)]):
+        out = bench(*args, "--no-mlflow")
+        refused(out, "characters]")
+        assert len(out.output) < 1200 and "x" * 200 not in out.output, out.output
+
+
+def test_an_unknown_protocol_in_the_table_is_named_without_a_typo(tmp_path):
+    root = tmp_path / "r"
+    save_result(root, load_result(sorted(FIXTURES.glob("*.json"))[0]))
+    out = bench("leaderboard", "table", "--results", str(root), "-p", "tiny_cl")
+    refused(out, "Known protocols with results: tiny_cil")
+    assert "resultss" not in out.output
+
+
+@pytest.mark.slow
+def test_a_batch_larger_than_its_session_is_refused_when_the_data_opens(tmp_path, bench_cache):
+    spec = reduced_tiny()
+    for source in spec["stream_data"]:
+        source["train_per_class"] = None  # the spec no longer fixes the counts: only the data knows them
+    spec["training"]["batch"]["new"] = 50000
+    protocol = tmp_path / "big_batch.yaml"
+    protocol.write_text(yaml.safe_dump(spec))
+    assert bench("validate", str(protocol)).exit_code == 0  # nothing in the spec says how much data there is
+    out = bench("run", "-p", str(protocol), "--results-dir", str(tmp_path / "r"), "--no-mlflow", "--no-progress")
+    refused(out, "training.batch.new (50000) exceeds the", "smallest", "nothing has trained")
+    assert "No joint reference" not in out.output and not list((tmp_path / "r").rglob("*.json"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_sigterm_ends_as_ctrl_c_does_and_both_say_rerunning_resumes(tiny_protocol_file, tmp_path, sig, code):
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "bench_stability_gap.harness.cli", "run", "-p", str(tiny_protocol_file),
+                             "--results-dir", str(tmp_path / "r"), "--no-mlflow", "--no-progress"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    seen = []
+    try:
+        for line in proc.stdout:
+            seen.append(line)
+            if line.startswith("inputs ready"):
+                break
+        proc.send_signal(sig)
+        rest, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    said = "".join(seen) + rest
+    assert proc.returncode == code, said
+    assert INTERRUPTED in said and "Run the same command again to resume" in said
+    assert "Traceback" not in said
+
+
+@pytest.mark.slow
+def test_a_real_mlflow_server_passes_the_identity_check(tmp_path):
+    """The check that refuses a plain web server must accept MLflow itself (started here on 127.0.0.1)."""
+    import socket
+    import time
+    import urllib.request
+
+    from bench_stability_gap.harness.tools.preflight import check_tracking_uri
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        [str(Path(sys.executable).parent / "mlflow"), "server", "--backend-store-uri", f"sqlite:///{tmp_path / 'db'}",
+         "--default-artifact-root", (tmp_path / "artifacts").as_uri(), "--host", "127.0.0.1", "--port", str(port),
+         "--workers", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 120
+        while True:
+            try:
+                urllib.request.urlopen(f"{uri}/health", timeout=1).close()
+                break
+            except OSError:
+                assert time.time() < deadline and server.poll() is None, "MLflow server did not start"
+                time.sleep(0.5)
+        check_tracking_uri(uri)  # raises when the server is not taken for MLflow
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=60)
