@@ -1,7 +1,7 @@
 """Summarize stored results: validate each run, recompute the metrics that depend on other runs, and
 aggregate over seeds (mean ± std per protocol and method).
 
-This is the "summarize" step of DESIGN §3; the static site (``leaderboard.site``) and the plain-text
+This is the "summarize" step of run -> summarize -> render; the static site (``leaderboard.site``) and the plain-text
 table (``bench leaderboard table``) both render what ``summarize`` returns, so they always agree.
 
 Reference-dependent metrics are recomputed here, never read from the stored ``RunResult.metrics``:

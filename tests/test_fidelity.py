@@ -1,4 +1,4 @@
-"""Fidelity to the published code behind the paper's tables (issue 12; docs/fidelity.md has a row per
+"""Fidelity to the published code behind the paper's tables (docs/fidelity.md has a row per
 choice). Each test pins one reading against a hand-computed case; the arithmetic is in the comments.
 """
 

@@ -1,4 +1,4 @@
-"""Third-party methods arrive through entry points exactly like the built-ins (DESIGN §5, §11).
+"""Third-party methods arrive through entry points exactly like the built-ins.
 
 Nothing is pip-installed: as pluggy's tests do, each test writes a fake ``dist-info`` (METADATA and
 entry_points.txt) into a temporary folder on ``sys.path``; the example package's own entry points are

@@ -1,5 +1,5 @@
 """Fail fast: everything that can be checked before compute is, in about a second, with exit code 2,
-one paragraph naming the field/value/path, no traceback and nothing written (issue 13 items 3 and 7)."""
+one paragraph naming the field/value/path, no traceback and nothing written."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Results folders tolerate junk, results keep the user's umask, and a full disk never loses a result
-silently (issue 13 items 5 and 6)."""
+silently."""
 
 from __future__ import annotations
 

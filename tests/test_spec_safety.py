@@ -1,5 +1,5 @@
 """Hostile spec files and protocol values: exit code 2 and one paragraph naming the file, line, field or
-value, before anything runs; never a hang or a traceback (issue 13 item 3)."""
+value, before anything runs; never a hang or a traceback."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tracking never costs a result (issue 13 item 5): concurrent first runs both land in MLflow, a dead
+"""Tracking never costs a result: concurrent first runs both land in MLflow, a dead
 server fails in seconds with the JSON kept, ``bench sync`` mirrors what is missing (idempotent), and a
 live run shows RUNNING, accuracy at each eval point, then FINISHED, FAILED or KILLED."""
 

@@ -1,6 +1,6 @@
 """FLOP accounting: fvcore's per-sample MACs of trunk | body | head, samples counted at run time.
 
-What is counted, and how (DESIGN §6)
+What is counted, and how
 ------------------------------------
 * **Per-sample cost.** fvcore traces each part of the split model once on one sample at the
   protocol's input size and counts multiply-accumulates (MACs; fvcore calls one fused multiply-add

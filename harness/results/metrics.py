@@ -1,4 +1,4 @@
-"""Metrics computed from a run's accuracy curves: the paper's gaps (sec. 3.2) and the extras of DESIGN §7.
+"""Metrics computed from a run's accuracy curves: the paper's gaps (sec. 3.2) and the extras reported beside them.
 
 Everything here is a pure function of ``SessionCurve`` lists (one per learning session 2..N) and the
 reference accuracies (joint model per session, best CL accuracy on each session's new classes), so the

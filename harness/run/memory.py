@@ -9,7 +9,7 @@ Places365-Standard") as its published code builds it (yousuf907/SGM, train_sgm.p
 (the same for every seed, as the code's ``rehearsal_ixs_ImageNet_*.npy`` file), beside a buffer of
 stream samples: each arriving sample is stored, and once that part is full a random sample of its
 largest class (the arriving one included) is dropped. One reservoir over both would drift towards
-the stream (issue 12 measured 47 % ImageNet by the end of cil_places_std_24k).
+the stream (measured: 47 % ImageNet by the end of cil_places_std_24k).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ Inside ``sgm`` the parts run in the fixed order lora, init, oocf, soft. Naming a
 OneCycle: ``max_lr: scalar`` (default) is the published code's ``OneCycleLR(max_lr=lr)``
 (yousuf907/SGM, model_sgm.py): one peak, the method's lr times ``max_lr_scale``, for every group, so
 under SGM the layer-wise lr decay is erased (every group follows the same cycle). ``max_lr: per_group``
-gives each group its own lr as peak, so the decay survives (the corrected reading, DESIGN §12).
+gives each group its own lr as peak, so the decay survives (the corrected reading; docs/fidelity.md).
 """
 
 from __future__ import annotations

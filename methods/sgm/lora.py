@@ -6,7 +6,7 @@ protocol's ``backbone.lora_targets`` (ConvNeXt ``mlp.fc1``/``mlp.fc2``, Efficien
 update; A is drawn from the run's seeded generator. Only the adapters and the head train. At session
 end the adapters are folded explicitly, W <- W + (alpha/r) B A, and each wrapped module is replaced by
 its (updated) base module, so the body is plain timm modules again with its original state-dict keys.
-No train/eval toggle merges anything (the loralib trap in DESIGN §12).
+No train/eval toggle merges anything (loralib 0.1.2 merges on every .eval(); docs/fidelity.md).
 
 Defaults follow the published code (yousuf907/SGM, convnext_v2_lora.py / model_sgm.py), which uses
 loralib's ``lora.Linear(r=48)`` with its default ``lora_alpha=1`` and merges ``W + (B @ A) * (1/48)``:
