@@ -19,7 +19,8 @@ from bench_stability_gap.harness.spec.protocol import load_protocol
 from bench_stability_gap.harness.run.continual import run_cl
 from bench_stability_gap.harness.run.workbench import prepare
 from bench_stability_gap.harness.run.options import RunOptions
-from bench_stability_gap.methods.base import MethodConfig, StepStats
+from bench_stability_gap.methods.base import StepStats
+from bench_stability_gap.methods.configs import VanillaConfig
 from bench_stability_gap.methods.baselines import Vanilla
 
 from tests.conftest import reduced_tiny
@@ -42,7 +43,7 @@ def workbench(tmp_path_factory, bench_cache):
 @pytest.fixture(scope="module")
 def vanilla(workbench):
     """One vanilla run on the cached trunk: curves, budget and how many distinct training images it fetched."""
-    curves, budget, _ = run_cl(workbench[0], Vanilla(MethodConfig()), 0, workbench[1])
+    curves, budget, _ = run_cl(workbench[0], Vanilla(VanillaConfig()), 0, workbench[1])
     return curves, budget, workbench[0].train_inputs.distinct_seen()
 
 
@@ -115,24 +116,24 @@ class Hoarder(Vanilla):
 
 def test_a_second_optimizer_step_in_one_observe_fails(workbench):
     with pytest.raises(BenchError, match=r"'two_steps' made 2 optimizer steps in one observe\(\) call"):
-        _run(workbench, TwoSteps(MethodConfig()))
+        _run(workbench, TwoSteps(VanillaConfig()))
 
 
 def test_an_optimizer_step_outside_observe_fails(workbench):
     with pytest.raises(BenchError, match=r"'early_bird' made 1 optimizer step\(s\) outside observe\(\)"):
-        _run(workbench, StepsAtSessionStart(MethodConfig()))
+        _run(workbench, StepsAtSessionStart(VanillaConfig()))
 
 
 def test_training_on_more_samples_than_the_batch_fails(workbench):
     with pytest.raises(BenchError, match=r"'greedy' trained on 32 samples in one update .* allows 16 per update"):
-        _run(workbench, MoreSamples(MethodConfig()))
+        _run(workbench, MoreSamples(VanillaConfig()))
 
 
 def test_overfilling_the_memory_fails_naming_method_and_cap(workbench):
     bench, options = workbench
     capped = bench.protocol.model_copy(update={"memory": MemorySpec(policy="reservoir", capacity=50)})
     with pytest.raises(BenchError, match=r"'hoarder' overfilled the rehearsal memory: \d+ samples stored, .*cap is 50"):
-        run_cl(dataclasses.replace(bench, protocol=capped), Hoarder(MethodConfig()), 0, options)
+        run_cl(dataclasses.replace(bench, protocol=capped), Hoarder(VanillaConfig()), 0, options)
 
 
 def _expected_vanilla_macs(bench, budget):
@@ -186,7 +187,7 @@ def test_vanilla_flops_equal_the_hand_count_and_every_budget_figure_is_recorded(
 
 
 def test_extra_forwards_without_gradient_are_allowed_and_counted(workbench):
-    _, budget, _ = _run(workbench, TeacherLike(MethodConfig()))
+    _, budget, _ = _run(workbench, TeacherLike(VanillaConfig()))
     assert budget.max_trained_per_update == 16
     f = budget.forward_samples
     assert f["train/body/forward"] == 2 * 12 * 16 and f["train/body/backward"] == 12 * 16
@@ -205,9 +206,13 @@ def test_cached_and_uncached_trunk_give_the_same_flops_and_curves(workbench, van
         train_inputs=InputStore(bench.stream.train, pre, None, bench.device),
         test_inputs=InputStore(bench.stream.test, pre, None, bench.device))
     assert uncached_bench.test_inputs.kind == "images"  # decoded and preprocessed once per run
-    curves, uncached, _ = run_cl(uncached_bench, Vanilla(MethodConfig()), 0, options)
+    curves, uncached, _ = run_cl(uncached_bench, Vanilla(VanillaConfig()), 0, options)
+    # The trunk's outputs are the same computation in another batch shape (the cache is filled in chunks),
+    # which oneDNN may reduce in another order: last-bit differences that can flip a near-tie. Measured on
+    # one intra-op thread: one image of the smallest eval set. Accuracies agree to that, FLOPs exactly.
+    one_image = 1 / len(bench.stream.test_ids(np.arange(bench.stream.pretrain_classes)))
     for c, u in zip(cached_curves, curves):
-        assert c.old == pytest.approx(u.old, abs=1e-6) and c.all == pytest.approx(u.all, abs=1e-6)
+        assert c.old == pytest.approx(u.old, abs=one_image + 1e-9) and c.all == pytest.approx(u.all, abs=one_image + 1e-9)
         assert c.train_flops == pytest.approx(u.train_flops, rel=1e-12)
     assert uncached.train_flops == pytest.approx(cached.train_flops, rel=1e-12)
     assert uncached.eval_flops == pytest.approx(cached.eval_flops, rel=1e-12)
@@ -237,7 +242,7 @@ def test_joint_flops_equal_per_sample_costs_times_samples_by_the_continual_runs_
     monkeypatch.setattr(continual, "closing_budget", spy)
     refs, budget, _ = joint.train_joint(short, 0, options)
     distinct = short.train_inputs.distinct_seen()  # before the continual run resets what was fetched
-    _, vanilla_budget = run_cl(short, Vanilla(MethodConfig()), 0, options)[:2]
+    _, vanilla_budget = run_cl(short, Vanilla(VanillaConfig()), 0, options)[:2]
     assert closed_by == [[2] * len(bench.stream.sessions), [3] * len(bench.stream.sessions)]
 
     trunk, body = budget.macs_per_sample["trunk"], budget.macs_per_sample["body"]
