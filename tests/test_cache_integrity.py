@@ -69,3 +69,23 @@ def test_a_feature_folder_made_for_another_key_is_not_trusted(tmp_path):
     FS.write_shards(tmp_path / "a.v2", 6, [torch.zeros(6, 2)])
     (tmp_path / "a.v2").rename(tmp_path / "b.v2")
     assert "made for cache key 'a.v2'" in FS.problem(Path(tmp_path / "b.v2"))
+
+
+def test_a_deployed_model_made_in_another_precision_is_not_loaded(tiny_protocol_file, tmp_path, monkeypatch, capsys):
+    """The deployed model's sidecar records its precision; a file made in another one (or, before the
+    precision was recorded, on CUDA, where bench trained in bf16) is set aside and rebuilt, never loaded."""
+    import json
+
+    monkeypatch.setenv("BENCH_CACHE_DIR", str(tmp_path / "cache"))
+    protocol = load_protocol(str(tiny_protocol_file))
+    options = RunOptions(results_dir=tmp_path / "r", progress=False)
+    prepare(protocol, 0, options)
+    (sidecar,) = (tmp_path / "cache" / "deployed").glob("*.pt.json")
+    meta = json.loads(sidecar.read_text())
+    assert meta["precision"] == "fp32"
+    sidecar.write_text(json.dumps({**meta, "precision": "bf16"}))
+    capsys.readouterr()
+    prepare(protocol, 0, options)
+    said = capsys.readouterr()
+    assert "failed verification" in said.out + said.err and "precision" in said.out + said.err
+    assert json.loads(sidecar.read_text())["precision"] == "fp32"  # rebuilt in this run's precision

@@ -179,15 +179,19 @@ def _deploy(bench: Workbench, options: RunOptions) -> None:
         if path.is_file():
             try:
                 meta = json.loads(sidecar.read_text())
-                ok = meta.get("spec_hash") == p.spec_hash and meta.get("sha256") == file_sha256(path)
+                # a file from before precision was recorded was trained as bench then did: bf16 autocast on
+                # CUDA, fp32 elsewhere; one trained in another precision is never loaded as this one
+                made_in = meta.get("precision", "bf16" if bench.device.type == "cuda" else "fp32")
+                ok = (meta.get("spec_hash") == p.spec_hash and made_in == bench.precision
+                      and meta.get("sha256") == file_sha256(path))
             except (OSError, ValueError):
                 ok = False
             if ok:
                 bench.deployed.load_state_dict(torch.load(path, map_location=bench.device, weights_only=True))
                 return
             aside = move_aside(path)
-            say(options, f"Deployed-model cache {path} failed verification (its sha256 or spec hash does not match "
-                         f"{sidecar.name}); moved to {aside} and rebuilt.")
+            say(options, f"Deployed-model cache {path} failed verification (its sha256, spec hash or precision does "
+                         f"not match {sidecar.name}); moved to {aside} and rebuilt.")
         saver = Checkpointer(path.with_name(f"{path.stem}-{options.device_key}.ckpt"), options.checkpoint_every,
                              options.checkpoint_seconds)
         if options.restart:
@@ -203,7 +207,7 @@ def _deploy(bench: Workbench, options: RunOptions) -> None:
                       OfflineCheckpoint(saver, "pretrain", resume=resume))
         atomic_write(path, lambda fh: torch.save(bench.deployed.state_dict(), fh))
         atomic_write_text(sidecar, json.dumps({"sha256": file_sha256(path), "spec_hash": p.spec_hash,
-                                               "weights": bench.weights}))
+                                               "weights": bench.weights, "precision": bench.precision}))
         saver.discard()
 
 
