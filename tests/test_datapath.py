@@ -118,7 +118,9 @@ def test_streaming_gives_the_features_and_curves_of_the_disk_cache(bench_cache, 
     assert (disk.test_inputs.kind, disk.train_inputs.kind) == ("trunk-disk", "trunk-disk")
     assert (streamed.test_inputs.kind, streamed.train_inputs.kind) == ("trunk-stream", "trunk-stream")
     ids = np.flatnonzero(disk.stream.test.labels >= 0)[::7]
-    torch.testing.assert_close(streamed.test_inputs.get(ids), disk.test_inputs.get(ids), rtol=1e-5, atol=1e-5)
+    # the same trunk in another batch shape: on one intra-op thread oneDNN's reductions differ in the last
+    # bits (measured: 3 of 9,280 values off by up to 1.8e-5), so the features agree to float noise
+    torch.testing.assert_close(streamed.test_inputs.get(ids), disk.test_inputs.get(ids), rtol=1e-4, atol=1e-4)
     curves = []
     for bench in (disk, streamed):
         _, method = build_method("vanilla", protocol.name)

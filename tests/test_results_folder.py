@@ -161,4 +161,4 @@ def test_validate_a_folder_named_like_a_result(tmp_path) -> None:
     folder = tmp_path / "x.json"
     folder.mkdir()
     out = CliRunner().invoke(main, ["validate", str(folder)], catch_exceptions=False)
-    assert out.exit_code == 2 and f"Result file {folder} cannot be read" in out.output and "Traceback" not in out.output
+    assert out.exit_code == 2 and f"Result file {folder} is a folder, not a file" in out.output and "Traceback" not in out.output
