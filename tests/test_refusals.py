@@ -18,6 +18,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from live_servers import mlflow_server  # noqa: F401 - the fixture
 from bench_stability_gap.harness.cli import INTERRUPTED, main
 from bench_stability_gap.harness.results.schema import load_result, result_path, save_result
 
@@ -169,32 +170,8 @@ def test_sigterm_ends_as_ctrl_c_does_and_both_say_rerunning_resumes(tiny_protoco
 
 
 @pytest.mark.slow
-def test_a_real_mlflow_server_passes_the_identity_check(tmp_path):
-    """The check that refuses a plain web server must accept MLflow itself (started here on 127.0.0.1)."""
-    import socket
-    import time
-    import urllib.request
-
+def test_a_real_mlflow_server_passes_the_identity_check(mlflow_server: str) -> None:  # noqa: F811
+    """The check that refuses a plain web server must accept MLflow itself (started on 127.0.0.1)."""
     from bench_stability_gap.harness.tools.preflight import check_tracking_uri
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = subprocess.Popen(
-        [str(Path(sys.executable).parent / "mlflow"), "server", "--backend-store-uri", f"sqlite:///{tmp_path / 'db'}",
-         "--default-artifact-root", (tmp_path / "artifacts").as_uri(), "--host", "127.0.0.1", "--port", str(port),
-         "--workers", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    uri = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 120
-        while True:
-            try:
-                urllib.request.urlopen(f"{uri}/health", timeout=1).close()
-                break
-            except OSError:
-                assert time.time() < deadline and server.poll() is None, "MLflow server did not start"
-                time.sleep(0.5)
-        check_tracking_uri(uri)  # raises when the server is not taken for MLflow
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        server.wait(timeout=60)
+    check_tracking_uri(mlflow_server)  # raises when the server is not taken for MLflow
