@@ -20,7 +20,7 @@ from click.testing import CliRunner
 
 from live_servers import mlflow_server  # noqa: F401 - the fixture
 from bench_stability_gap.harness.cli import INTERRUPTED, main
-from bench_stability_gap.harness.results.schema import load_result, result_path, save_result
+from bench_stability_gap.harness.results.schema import load_result, save_result
 
 from conftest import reduced_tiny
 
