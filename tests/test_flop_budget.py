@@ -148,3 +148,89 @@ def test_a_stretch_with_a_stop_draws_each_batch_when_due_and_ends_where_the_stop
     assert seen == [0, 1, 2, 3, 4] and drawn == [0, 1, 2, 3] and store.planned == []
     with pytest.raises(ValueError, match="cannot draw its batches ahead"):
         train_stretch(dataclasses.replace(stretch, draw_ahead=True), None, store, options)
+
+
+def _new_only():
+    """Vanilla trained on the session's new samples only (half the batch): its updates cost half the
+    standard step that the first update of a session is priced at."""
+    from bench_stability_gap.methods.baselines import Vanilla
+    from bench_stability_gap.methods.configs import VanillaConfig
+
+    class NewOnly(Vanilla):
+        name = "new_only"
+
+        def observe(self, batch):
+            keep = batch.is_new
+            return super().observe(dataclasses.replace(batch, x=batch.x[keep], y=batch.y[keep],
+                                                       ids=batch.ids[keep.cpu().numpy()], is_new=batch.is_new[keep]))
+
+    return NewOnly(VanillaConfig())
+
+
+class _Killed(Exception):
+    pass
+
+
+def _sparse_eval(bench):
+    """Evaluated at each session's start and end only (the schedule's every past any session's count)."""
+    p = bench.protocol
+    return dataclasses.replace(bench, protocol=p.model_copy(update={"eval": p.eval.model_copy(
+        update={"every": 1000, "dense_every": None, "dense_until": 0})}))
+
+
+def test_the_next_update_is_priced_as_the_last_one_the_meter_measured(workbench):
+    """A method whose update costs more than the standard step (a teacher forward before it): after its
+    first update, each next one is priced at what the meter measured for the last, so it makes
+    floor(budget / its real cost) updates, fewer than the standard step's price would allow."""
+    from bench_stability_gap.methods.configs import VanillaConfig
+
+    from tests.test_budget import TeacherLike
+
+    bench, options = workbench
+    net, batch = bench.deployed, bench.protocol.training.batch.size
+    trunk = FL.part_cost(net.trunk, bench.input_shape)
+    body = FL.part_cost(net.body, trunk.out_shape).forward
+    standard = _update_macs(bench, "vanilla")
+    real = [c + batch * (trunk.forward + body + HEAD_IN * s.seen_classes)  # plus the teacher's forward
+            for c, s in zip(standard, bench.stream.sessions)]
+    tflops = FL.flops(4.7 * real[0]) / 1e12
+    expected = [math.floor(tflops * 1e12 / 2 / c) for c in real]
+    assert expected[0] == 4 and math.floor(4.7 * real[0] / standard[0]) > 4
+    _, budget, _ = run_cl(_sparse_eval(_with_budget(bench, tflops)), TeacherLike(VanillaConfig()), 0, options)
+    assert budget.updates_per_session == expected
+    assert all(f <= tflops * 1e12 for f in budget.train_flops_per_session)
+
+
+def test_a_resumed_flop_budgeted_session_keeps_the_last_price_and_the_numbers(workbench, tmp_path, monkeypatch):
+    """Killed right after its checkpoint at update 4 of session 2 and resumed, a method whose updates cost
+    half the standard step makes the updates and numbers of an uninterrupted run: the last measured price
+    is checkpointed (re-priced as the standard step, the resumed session would stop one update early)."""
+    from bench_stability_gap.harness.run import loop
+    from bench_stability_gap.harness.run.checkpoint import Checkpointer
+
+    bench, options = workbench
+    half = [c / 2 for c in _update_macs(bench, "vanilla")]
+    tflops = FL.flops(5.5 * half[0]) / 1e12
+    flop_bench = _sparse_eval(_with_budget(bench, tflops))
+    expected = [math.floor(tflops * 1e12 / 2 / c) for c in half]
+    assert expected[0] == 5 and 4 * half[0] + 2 * half[0] > tflops * 1e12 / 2
+
+    plain = run_cl(flop_bench, _new_only(), 0, options, Checkpointer(tmp_path / "plain.pt", every=2))
+    assert plain[1].updates_per_session == expected and plain[1].max_trained_per_update == 8
+
+    calls = [0]
+
+    def die_at_the_fifth_update(phase: str) -> None:  # maybe_die runs after the checkpoint due at update 4
+        calls[0] += 1
+        if calls[0] == 5:
+            raise _Killed
+
+    monkeypatch.setattr(loop, "maybe_die", die_at_the_fifth_update)
+    saver = Checkpointer(tmp_path / "killed.pt", every=2)
+    with pytest.raises(_Killed):
+        run_cl(flop_bench, _new_only(), 0, options, saver)
+    assert saver.load(mid=True)["update"] == 4
+    resumed = run_cl(flop_bench, _new_only(), 0, options, Checkpointer(tmp_path / "killed.pt", every=2))
+    assert resumed[1].updates_per_session == expected
+    assert resumed[1].train_flops_per_session == plain[1].train_flops_per_session
+    assert [c.model_dump() for c in resumed[0]] == [c.model_dump() for c in plain[0]]
