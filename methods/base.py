@@ -226,12 +226,12 @@ class StandardMethod(Method):
         self.optimizer, self.scheduler = self.build_optimizer(self.session_updates(session))
         self._restore_optimizer()
 
-    def session_updates(self, session: Session) -> int:
-        """Updates in ``session``: the protocol's count, or one per sample online."""
-        u = self.ctx.protocol.training.updates
-        return len(session.train_ids) if u == "per_sample" else u
+    def session_updates(self, session: Session) -> int | None:
+        """Updates in ``session``: the protocol's count, one per sample online, None under a FLOP budget
+        (the run stops the session when its next update would pass the budget)."""
+        return self.ctx.protocol.training.session_updates(len(session.train_ids))
 
-    def build_optimizer(self, total_steps: int):
+    def build_optimizer(self, total_steps: int | None):
         """AdamW with layer-wise lr decay over what has ``requires_grad``, shaped by the modifiers; and their schedule."""
         cfg = self.config
         groups = layerwise_groups(self.model, cfg.lr, cfg.weight_decay, cfg.layer_decay,

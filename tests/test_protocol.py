@@ -79,13 +79,14 @@ def test_eval_points_cadence_plus_dense_start():
     ev = Evaluation(every=10, dense_every=2, dense_until=6)
     assert ev.points(25) == [0, 2, 4, 6, 10, 20, 25]
     assert Evaluation(every=50).points(100) == [0, 50, 100]
+    assert [u for u in range(26) if ev.due(u)] == [0, 2, 4, 6, 10, 20]  # the schedule without its last point
 
 
 def test_a_field_added_later_changes_no_hash_until_it_is_set():
     import hashlib
     import json
 
-    from bench_stability_gap.harness.spec.protocol import Memory, TuningRules, Validation
+    from bench_stability_gap.harness.spec.protocol import ComputeBudget, Memory, TuningRules, Validation
 
     spec = load_protocol("tiny_cil")
     data = spec.model_dump(mode="json")
@@ -93,6 +94,7 @@ def test_a_field_added_later_changes_no_hash_until_it_is_set():
     for name in ("validation", "tuning", "scored_on"):
         data.pop(name)
     data["backbone"].pop("registered_first")
+    data["training"].pop("budget")
     before = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
     assert spec.spec_hash == before
     split = spec.model_copy(update={"memory": Memory(policy="split", capacity=500, pretrain_share=0.8)})
@@ -105,3 +107,26 @@ def test_a_field_added_later_changes_no_hash_until_it_is_set():
     ordered = spec.model_copy(update={"backbone": spec.backbone.model_copy(update={"registered_first": body[-1:]})})
     assert ordered.spec_hash != spec.spec_hash
     assert ordered.backbone.registration_order() == [len(body) - 1, *range(len(body) - 1)]
+    flops = spec.model_copy(update={"training": spec.training.model_copy(
+        update={"updates": None, "budget": ComputeBudget(tflops=0.5)})})
+    assert flops.spec_hash != spec.spec_hash
+
+
+def test_a_flop_budget_is_the_updates_alternative_named_when_wrong():
+    """training.budget (TFLOPs per session) replaces training.updates; both, neither, zero or a negative
+    budget are refused naming the field."""
+    data = yaml.safe_load(load_protocol("tiny_cil").model_dump_json())
+    data["training"].pop("budget")
+    both = {**data, "training": {**data["training"], "budget": {"tflops": 0.5}}}
+    with pytest.raises(BenchError, match=r"training.*exactly one of updates .* and budget .*not both"):
+        parse_protocol(yaml.safe_dump(both), "both.yaml")
+    del both["training"]["updates"]
+    p = parse_protocol(yaml.safe_dump(both), "flops.yaml")
+    assert p.training.budget.tflops == 0.5 and p.training.session_updates(40) is None and not p.training.online
+    for bad in (0, -1.5):
+        both["training"]["budget"]["tflops"] = bad
+        with pytest.raises(BenchError, match=r"training\.budget\.tflops.*greater than 0"):
+            parse_protocol(yaml.safe_dump(both), "bad.yaml")
+    neither = {**data, "training": {k: v for k, v in data["training"].items() if k != "updates"}}
+    with pytest.raises(BenchError, match=r"exactly one of updates"):
+        parse_protocol(yaml.safe_dump(neither), "neither.yaml")

@@ -146,10 +146,13 @@ def trunk_output(trunk: nn.Module, input_size: int, in_chans: int, device: torch
     return tuple(out.shape[1:]), out.dtype, 4 * largest[0]
 
 
-def expected_train_fetches(protocol: Protocol, stream: Stream) -> int:
-    """Training samples one run fetches: the CL run, its joint reference and pre-training."""
+def expected_train_fetches(protocol: Protocol, stream: Stream) -> int | None:
+    """Training samples one run fetches: the CL run, its joint reference and pre-training; None under a
+    FLOP budget (the update count is known only as the run goes)."""
     t = protocol.training
-    per_session = [len(s.train_ids) if t.updates == "per_sample" else t.updates for s in stream.sessions]
+    per_session = [t.session_updates(len(s.train_ids)) for s in stream.sessions]
+    if None in per_session:
+        return None
     cl = sum(per_session) * t.batch.size
     models = len(stream.sessions) if protocol.joint.mode == "per_session" else 1
     joint = models * protocol.joint.updates * protocol.joint.batch_size
@@ -220,10 +223,11 @@ def plan_data_path(protocol: Protocol, stream: Stream, trunk: nn.Module | None, 
         test = _trunk_split("eval", n_test, row_disk, row_ram, stored.get("test", False), disk, ram, True,
                             pinned, "")
         fetches = expected_train_fetches(protocol, stream)
-        why = f"a run fetches ~{fetches:,} training images, fewer than the {n_train:,} a trunk pass covers"
+        why = f"a run fetches ~{fetches or 0:,} training images, fewer than the {n_train:,} a trunk pass covers"
         train = (SplitPlan("trunk-stream", n_train, 0, 0, "augmentation: every fetch is a new crop") if augment else
                  _trunk_split("train", n_train, row_disk, row_ram, stored.get("train", False),
-                              disk - test.disk_bytes, ram - test.ram_bytes, fetches >= n_train, pinned, why))
+                              disk - test.disk_bytes, ram - test.ram_bytes, fetches is None or fetches >= n_train,
+                              pinned, why))
     batch = protocol.training.batch.size + protocol.eval.batch_size
     row = int(np.prod(shape)) * 4
     trunk_pass = TRUNK_LIVE_TENSORS * TRUNK_CHUNK * activation if "trunk-stream" not in (test.mode, train.mode) \

@@ -419,6 +419,12 @@ def adjusted_train_macs(meter: FlopMeter, counters: dict[str, float]) -> float:
     return macs
 
 
+def update_macs_per_sample(meter: FlopMeter) -> float:
+    """MACs one sample costs in a standard update of the attached model as it is now: each part's forward
+    and its backward under the current trainability (the trunk's forward is charged cached or not)."""
+    return sum(meter.cost(part).forward + meter.cost(part).backward for part in PARTS)
+
+
 def executed_macs(meter: FlopMeter, phase: str, total_macs: float, distinct: int,
                   charged_trunk_samples: float = 0.0) -> float:
     """What actually ran: with the trunk cached, one trunk forward per distinct image fetched instead

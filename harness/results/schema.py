@@ -61,7 +61,9 @@ class Budget(Strict):
     so > 1 means cheaper.
     """
 
-    updates_per_session: list[int]
+    updates_per_session: list[int]  # under a FLOP budget, the updates each session's TFLOPs paid for
+    train_tflops_budget: float | None = Field(None, description="the protocol's training TFLOPs per session "
+                                                                "(training.budget); None: a fixed update count")
     batch_new: int
     batch_old: int
     samples_trained: int

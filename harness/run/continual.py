@@ -1,8 +1,9 @@
 """Stage 4 of a run: the continual-learning sessions 2..N of one method on the workbench.
 
-Exactly U ``observe`` calls per session under the budget guards, batches drawn by the harness (new
-samples from the session, old ones from the memory the harness owns), evaluation at update 0 and on the
-protocol's schedule, FLOPs counted by part. Returns the curves and the budget used; scoring and
+Exactly U ``observe`` calls per session under the budget guards (or, under a FLOP budget, as many as fit
+the session's TFLOPs), batches drawn by the harness (new samples from the session, old ones from the
+memory the harness owns), evaluation at update 0, on the protocol's schedule and at the session's end,
+FLOPs counted by part. Returns the curves and the budget used; scoring and
 storing them is the pipeline's job.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -17,6 +19,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from ..errors import BenchError
 from ..model import flops as FL
 from .checkpoint import Checkpointer, rng_state, set_rng_state
 from .budget_guards import (add_to_memory, check_memory, check_no_stray_steps, count_optimizer_steps,
@@ -25,7 +28,7 @@ from ..results.curves import SessionCurve
 from .evaluation import eval_plan, evaluate
 from .isolation import random_streams
 from .memory import Memory
-from ..spec.protocol import Protocol
+from ..spec.protocol import MAX_UPDATES, Protocol
 from ..results.schema import Budget
 from ..data.stream import Cycler, Session
 from .workbench import Workbench
@@ -44,9 +47,37 @@ def _curve_point(curve: dict, update: int, acc) -> None:
         curve["tasks"][k].append(a)
 
 
-def session_updates(protocol: Protocol, session: Session) -> int:
-    u = protocol.training.updates
-    return len(session.train_ids) if u == "per_sample" else u
+def session_updates(protocol: Protocol, session: Session) -> int | None:
+    """The session's update count, or None under a FLOP budget (known only when the session ends)."""
+    return protocol.training.session_updates(len(session.train_ids))
+
+
+class FlopStop:
+    """When a FLOP-budgeted session stops: before the update that would take the session's training
+    FLOPs (begin_session's work included) past its budget.
+
+    The next update's cost is predicted from the last update's measured cost (the meter's tally around
+    it), which holds whatever the method does per update (teacher forwards, replay decoding, declared
+    ``extra_macs``), and is exact for a method whose per-update work is constant within a session, as the
+    costs change only at session boundaries (head growth, adapters). Before a session's first update it
+    is the standard step's cost from the meter's per-sample costs x batch size (forward and backward of
+    each part under the current trainability); a budget that cannot pay for that is refused."""
+
+    def __init__(self, tflops: float, spent: Callable[[], float], first: Callable[[], float], what: str) -> None:
+        self.macs = tflops * 1e12 / 2  # FLOPs are 2 x MACs
+        self.spent, self.first, self.what = spent, first, what
+        self.last: float | None = None  # the last update's measured MACs (checkpointed)
+
+    def __call__(self, update: int) -> bool:
+        """True: no more updates in this session (``update`` updates made)."""
+        cost = self.last if self.last is not None else self.first()
+        over = self.spent() + cost > self.macs
+        if over and update == 0:
+            raise BenchError(
+                f"training.budget.tflops ({self.macs * 2 / 1e12:g}) is smaller than one update of {self.what}: "
+                f"the session had spent {FL.flops(self.spent()) / 1e12:.3g} TFLOPs before its first update, "
+                f"which costs {FL.flops(cost) / 1e12:.3g} TFLOPs. Give a budget of at least a few updates.")
+        return over
 
 
 class Diverged(Exception):
@@ -113,12 +144,13 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
     bench.test_inputs.reset_seen()
     lent = bench.lend(memory, method, streams)  # views without test data, the method's own streams
     ctx = lent.ctx
-    online = p.training.updates == "per_sample"
+    online = p.training.online
+    flop_budget = p.training.budget
     b_new, b_old = p.training.batch.new, p.training.batch.old
     if not method.rehearsal:
         b_new, b_old = b_new + b_old, 0
     limit = b_new + b_old
-    total = sum(session_updates(p, s) for s in stream.sessions)
+    total = None if flop_budget else sum(session_updates(p, s) for s in stream.sessions)
     accel = autocast(bench.device, bench.precision)
     progress = Progress()
 
@@ -129,7 +161,8 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
             updates_per_session=[c.total_updates for c in progress.curves], batch_new=b_new, batch_old=b_old,
             optimizer_steps=steps[0], memory_policy=p.memory.policy, memory_capacity=p.memory.capacity,
             memory_peak_samples=memory.peak_samples, memory_peak_bytes=memory.peak_bytes, batch_limit=limit,
-            max_trained_per_update=progress.most_trained)
+            max_trained_per_update=progress.most_trained,
+            train_tflops_budget=flop_budget.tflops if flop_budget else None)
 
     def train_macs() -> float:
         return FL.adjusted_train_macs(meter, ctx.counters)
@@ -167,7 +200,10 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
             method.begin_session(session)
             progress.params = max(progress.params, sum(p_.numel() for p_ in model.parameters() if p_.requires_grad))
             U = session_updates(p, session)
-            points = set(p.eval.points(U))
+            stop = None if flop_budget is None else FlopStop(
+                flop_budget.tflops, lambda: train_macs() - train0,
+                lambda: (b_new + b_old) * FL.update_macs_per_sample(meter), f"{method.label} in session {session.index}")
+            made = [0]  # updates made in the session (the last update ``at`` was called for)
             plan = eval_plan(stream, session)
             curve = {"updates": [], "old": [], "new": [], "all": [], "tasks": [[] for _ in range(plan.tasks)],
                      "train_flops": [], "loss": []}
@@ -184,10 +220,14 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
                 u0, curve, (train0, eval0) = mid["update"], mid["curve"], mid["flops0"]
                 arrivals.order, arrivals.pos = mid["arrivals"]
                 pending = mid.get("pending")  # absent from checkpoints that drew batch by batch
+                if stop is not None:
+                    stop.last = mid.get("last_update_macs")
                 mid = None
 
             def at(u: int) -> None:
-                if u in points and not (u == u0 and u0 > 0):  # a resumed point was evaluated before the checkpoint
+                made[0] = u
+                ends = u == U if stop is None else stop(u)
+                if (p.eval.due(u) or ends) and not (u == u0 and u0 > 0):  # a resumed point was evaluated before the checkpoint
                     model.eval()
                     # predict comes from a throwaway copy of the method
                     with timed(progress.seconds, "eval"), meter.evaluating(), accel, lent.predict(method) as predict:
@@ -202,19 +242,23 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
             def save(u: int, planned: list | None) -> None:
                 progress.steps = steps[0]
                 checkpoint.save(snapshot(kind="mid", next_session=pos, update=u, curve=curve, flops0=(train0, eval0),
-                                         arrivals=(arrivals.order, arrivals.pos), pending=planned), mid=True)
+                                         arrivals=(arrivals.order, arrivals.pos), pending=planned,
+                                         last_update_macs=stop.last if stop else None), mid=True)
 
             def step(u: int, batch: tuple[np.ndarray, np.ndarray]) -> None:
                 new_ids, old_ids = batch
                 ids = np.concatenate([new_ids, old_ids])
                 check_no_stray_steps(method, steps[0], progress.observed, "begin_session or predict")
+                before = train_macs()
                 with timed(progress.seconds, "train"), accel:
                     stats, trained = observe_within_budget(method, bench.batch(ids, len(new_ids)), steps, meter, limit)
+                if stop is not None:
+                    stop.last = train_macs() - before
                 curve["loss"].append(float(stats.loss))  # the paper's Fig. 2a
                 if not math.isfinite(curve["loss"][-1]) or not _finite(model):
                     what = f"loss {curve['loss'][-1]}" if not math.isfinite(curve["loss"][-1]) else "a non-finite weight"
                     partial = {**curve, "loss": []}  # the session's points so far (its losses are not all there)
-                    progress.curves.append(SessionCurve(session=session.index, total_updates=U, **partial))
+                    progress.curves.append(SessionCurve(session=session.index, total_updates=U or u + 1, **partial))
                     raise Diverged(f"{method.name} diverged at update {u + 1} of session {session.index}: {what}",
                                    progress.curves, closing(), progress.params)
                 progress.most_trained, progress.observed = max(progress.most_trained, trained), progress.observed + 1
@@ -223,8 +267,10 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
                 if online:
                     add_to_memory(method, memory, new_ids)
 
-            train_stretch(Stretch(f"session {session.index}", "continual", U, draw, step, start=u0, pending=pending,
-                                  draw_ahead=not online, ids_of=np.concatenate, before=at, save=save, bar=bar),
+            # under a FLOP budget the count is known only at the end: batches are drawn when due, not ahead
+            train_stretch(Stretch(f"session {session.index}", "continual", U or MAX_UPDATES, draw, step, start=u0,
+                                  pending=pending, draw_ahead=not online and stop is None, ids_of=np.concatenate,
+                                  before=at, save=save, bar=bar, stop=stop),
                           checkpoint, bench.train_inputs, options)
             method.end_session(session)
             check_memory(method, memory)
@@ -234,7 +280,7 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
                 add_to_memory(method, memory, session.train_ids)
             progress.train_per_session.append(FL.flops(train_macs() - train0))
             progress.eval_per_session.append(FL.flops(meter.eval_macs() - eval0))
-            progress.curves.append(SessionCurve(session=session.index, total_updates=U, **curve))
+            progress.curves.append(SessionCurve(session=session.index, total_updates=made[0], **curve))
             progress.steps = steps[0]
             if checkpoint is not None:
                 checkpoint.save(snapshot(kind="boundary", next_session=pos + 1))

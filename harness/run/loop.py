@@ -46,6 +46,9 @@ class Stretch:
     before: Callable[[int], None] | None = None  # called at every update u before it runs, and at the end
     save: Callable[[int, list | None], None] | None = None  # a mid-stretch checkpoint (update, pending)
     bar: Any = None  # a progress bar spanning several stretches; None: one of its own
+    # an end decided during the stretch (a FLOP budget): called with the updates made before each update;
+    # True ends the stretch there (``updates`` is then only a bound, and batches must not be drawn ahead)
+    stop: Callable[[int], bool] | None = None
 
 
 def train_stretch(stretch: Stretch, checkpointer: Checkpointer | None, inputs: InputStore,
@@ -54,6 +57,8 @@ def train_stretch(stretch: Stretch, checkpointer: Checkpointer | None, inputs: I
     one step on the next batch; ``before`` also runs once after the last update."""
     s = stretch
     planned = None
+    if s.draw_ahead and s.stop is not None:
+        raise ValueError("a stretch that decides its end as it goes cannot draw its batches ahead")
     if s.draw_ahead:
         planned = deque(s.pending if s.pending is not None else (s.draw() for _ in range(s.start, s.updates)))
         if planned:
@@ -63,7 +68,7 @@ def train_stretch(stretch: Stretch, checkpointer: Checkpointer | None, inputs: I
     for u in range(s.start, s.updates + 1):
         if s.before is not None:
             s.before(u)
-        if u == s.updates:
+        if u == s.updates or (s.stop is not None and s.stop(u)):
             break
         if checkpointer is not None and s.save is not None and checkpointer.due(u):
             s.save(u, None if planned is None else list(planned))

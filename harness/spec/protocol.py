@@ -144,13 +144,42 @@ class Batch(Spec):
         return self.new + self.old
 
 
+class ComputeBudget(Spec):
+    """A session's training compute, counted as the FLOP meter reports it (harness/model/flops.py: fvcore
+    MACs x 2, backward by trainability, the trunk uncached-equivalent, begin_session's work included)."""
+
+    tflops: PositiveFinite = Field(description="training TFLOPs per session")
+
+
 class Training(Spec):
-    updates: Updates | Literal["per_sample"] = Field(
-        description="U, optimizer updates per session; per_sample = online, one update per arriving sample"
-    )
+    updates: Updates | Literal["per_sample"] | None = Field(
+        None, description="U, optimizer updates per session; per_sample = online, one update per arriving sample; "
+                          "exactly one of updates and budget")
+    budget: ComputeBudget | None = Field(
+        None, description="instead of updates: each session trains while its next update fits this many "
+                          "training TFLOPs (offline); the method's per-update cost sets how many updates it makes")
     batch: Batch
     augment: bool = Field(False, description="random crop + flip on training images (disables train cache)")
     class_balanced: bool = Field(False, description="draw old samples class-balanced instead of uniformly")
+
+    @model_validator(mode="after")
+    def _one_budget(self) -> Training:
+        if (self.updates is None) == (self.budget is None):
+            raise ValueError("training needs exactly one of updates (a count per session) and budget "
+                             "(training TFLOPs per session, e.g. budget: {tflops: 0.5})"
+                             + (", not both" if self.updates is not None else ""))
+        return self
+
+    @property
+    def online(self) -> bool:
+        return self.updates == "per_sample"
+
+    def session_updates(self, session_samples: int) -> int | None:
+        """Updates of a session with ``session_samples`` training samples: the protocol's count, one per
+        sample online, None under a FLOP budget (the method's per-update cost decides, during the run)."""
+        if self.budget is not None:
+            return None
+        return session_samples if self.online else self.updates
 
 
 class Memory(Spec):
@@ -182,12 +211,15 @@ class Evaluation(Spec):
     dense_until: int = Field(0, ge=0, le=MAX_UPDATES)
     batch_size: BatchSize = 256
 
+    def due(self, update: int) -> bool:
+        """Whether the schedule evaluates after ``update`` updates (a session's last update is added by the
+        run: ``points`` when the count is fixed, the session's end under a FLOP budget)."""
+        return update % self.every == 0 or bool(
+            self.dense_every and update <= self.dense_until and update % self.dense_every == 0)
+
     def points(self, total_updates: int) -> list[int]:
         """Sorted update counts after which the harness evaluates; always includes 0 and the last update."""
-        pts = {0, total_updates, *range(self.every, total_updates + 1, self.every)}
-        if self.dense_every:
-            pts.update(range(self.dense_every, min(self.dense_until, total_updates) + 1, self.dense_every))
-        return sorted(pts)
+        return [u for u in range(total_updates + 1) if u == total_updates or self.due(u)]
 
 
 class JointReference(Spec):
@@ -353,7 +385,8 @@ def _size_problems(p: Protocol) -> list[str]:
     return problems
 
 
-HASHED_WHEN_SET: tuple[tuple[str, str], ...] = (("memory", "pretrain_share"), ("backbone", "registered_first"))
+HASHED_WHEN_SET: tuple[tuple[str, str], ...] = (("memory", "pretrain_share"), ("backbone", "registered_first"),
+                                                ("training", "budget"))
 
 
 def parse_protocol(text: str, origin: str) -> Protocol:

@@ -160,8 +160,7 @@ def check_method(text: str, overrides: dict[str, Any] | None = None, seed: int =
             curves, budget, _ = run_cl(bench, method, seed, options)
             runs[key] = (method, curves, budget)
             p = bench.protocol
-            expected = [len(s.train_ids) if p.training.updates == "per_sample" else p.training.updates
-                        for s in bench.stream.sessions]
+            expected = [p.training.session_updates(len(s.train_ids)) for s in bench.stream.sessions]
             if budget.optimizer_steps != sum(expected) or budget.memory_peak_samples > CAP:
                 raise BenchError(f"Method {method.name!r}: {budget.optimizer_steps} optimizer steps (expected "
                                  f"{sum(expected)}) and {budget.memory_peak_samples} samples stored (cap {CAP}).")

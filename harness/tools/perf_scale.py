@@ -129,7 +129,10 @@ def stage_images(protocol, stream) -> dict[str, dict[str, int]]:
 
     t, j = protocol.training, protocol.joint
     n_test = int((stream.test.labels >= 0).sum())
-    per_session = [len(s.train_ids) if t.updates == "per_sample" else t.updates for s in stream.sessions]
+    per_session = [t.session_updates(len(s.train_ids)) for s in stream.sessions]
+    if None in per_session:
+        raise BenchError(f"Protocol {protocol.name} gives training.budget in TFLOPs, so its update count is known "
+                         f"only as a run goes: project an update-budgeted protocol (training.updates).")
     eval_sets = [len(eval_plan(stream, s).ids) for s in stream.sessions]
     points = [len(protocol.eval.points(u)) for u in per_session]
     models = len(stream.sessions) if j.mode == "per_session" else 1

@@ -44,7 +44,12 @@ class OneCycle(Modifier):
     summary = "OneCycle learning-rate schedule (peak: the method's lr for every group, or each group's own)."
     Config = OneCycleConfig
 
-    def scheduler(self, method: StandardMethod, optimizer: torch.optim.Optimizer, total_steps: int):
+    def scheduler(self, method: StandardMethod, optimizer: torch.optim.Optimizer, total_steps: int | None):
+        if total_steps is None:
+            raise BenchError(
+                f"Method {method.label!r} shapes its learning rate over the session's update count (onecycle), "
+                f"which protocol {method.ctx.protocol.name} does not fix: its training.budget gives TFLOPs "
+                f"instead. Use a protocol with training.updates, or the method without onecycle.")
         return one_cycle(optimizer, total_steps, self.config, base_lr=method.config.lr)
 
 

@@ -74,7 +74,7 @@ class DataDrivenInit(Modifier):
 
     def online(self, method: StandardMethod) -> bool:
         if self.config.when == "auto":
-            return method.ctx.protocol.training.updates == "per_sample"
+            return method.ctx.protocol.training.online
         return self.config.when == "first_arrival"
 
     def begin_session(self, method: StandardMethod, session: Session) -> None:
