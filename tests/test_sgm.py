@@ -64,7 +64,9 @@ class Inputs:
 
 def tiny_ctx(x: torch.Tensor, labels: np.ndarray, updates: int = 4, targets=("conv_pw", "conv_pwl")):
     protocol = SimpleNamespace(name="tiny", backbone=SimpleNamespace(lora_targets=list(targets)),
-                               training=SimpleNamespace(updates=updates))
+                               training=SimpleNamespace(  # what a method reads of Training
+                                   updates=updates, online=updates == "per_sample",
+                                   session_updates=lambda n: n if updates == "per_sample" else updates))
     stream = SimpleNamespace(train=SimpleNamespace(labels=labels))
     return SimpleNamespace(protocol=protocol, stream=stream, device=torch.device("cpu"), inputs=Inputs(x),
                            generator=torch.Generator().manual_seed(0), counters={})
