@@ -198,6 +198,9 @@ def test_sweep_with_a_bad_entry_fails_before_running_anything(tiny_protocol_file
     out = CliRunner().invoke(main, ["sweep", str(sweep), "--results-dir", str(tmp_path / "r")])
     assert out.exit_code == 2 and "vanila" in out.output and "Did you mean: vanilla" in out.output
     assert not (tmp_path / "r" / "runs").exists()
-    sweep.write_text(yaml.safe_dump({"name": "bad", "seeds": [], "runs": []}))
+    sweep.write_text(yaml.safe_dump({"name": "bad", "seeds": [], "runs": [{"protocol": "tiny_cil", "methods": ["vanilla"]}]}))
     out = CliRunner().invoke(main, ["sweep", str(sweep)])
-    assert out.exit_code == 2 and "seeds" in out.output and "runs" in out.output
+    assert out.exit_code == 2 and "seeds" in out.output
+    sweep.write_text(yaml.safe_dump({"name": "bad", "seeds": [0], "runs": []}))
+    out = CliRunner().invoke(main, ["sweep", str(sweep)])
+    assert out.exit_code == 2 and "runs" in out.output and "grid" in out.output
