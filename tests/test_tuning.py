@@ -101,8 +101,12 @@ def test_a_method_asking_for_the_test_split_in_a_tuning_run_fails_as_in_any_run(
         train_view(build_stream(spec, 0), "peeker").test
 
 
-def test_a_tuning_run_never_reads_the_test_split(tunable, tmp_path, sealed_test_split):
+def test_a_tuning_run_never_reads_the_test_split(tunable, tmp_path, sealed_test_split, monkeypatch):
     from bench_stability_gap.harness.run.pipeline import execute
+
+    # a cache of its own: trunk features of the test split cached by an earlier test would be read
+    # without opening the split, and the seal would have nothing to catch
+    monkeypatch.setenv("BENCH_CACHE_DIR", str(tmp_path / "cache"))
 
     spec = load_protocol(str(tunable))
     options = RunOptions(results_dir=tmp_path / "r", progress=False, log=False)
