@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 
+import numpy as np
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -53,7 +54,9 @@ def test_vanilla_run_writes_result_and_mlflow_and_is_reproducible(tiny_protocol_
     client = MlflowClient(tracking_uri=f"sqlite:///{results / 'mlflow.db'}")
     exp = client.get_experiment_by_name("bench/tiny_cil_reduced")
     mruns = {r.data.tags["bench.run_id"]: r for r in client.search_runs([exp.experiment_id])}
-    assert set(mruns) == {a.run_id, b.run_id}  # joint runs are logged by `run` of joint only
+    # the joint reference the first run trained is mirrored too, tagged as a reference
+    references = {rid for rid, r in mruns.items() if "bench.reference" in r.data.tags}
+    assert set(mruns) - references == {a.run_id, b.run_id} and references == {joint[0].run_id}
     m = mruns[a.run_id].data
     assert m.metrics["S_delta"] == pytest.approx(a.metrics.S_delta)
     assert m.metrics["alpha"] == pytest.approx(a.metrics.alpha)
@@ -70,9 +73,17 @@ def test_uncached_trunk_gives_the_same_curves(tiny_protocol_file, tmp_path):
     assert run_cli(*base).exit_code == 0
     assert run_cli(*base, "--no-trunk-cache").exit_code == 0
     cached, uncached = [r for _, r in iter_results(results) if r.method.spec == "finetune"]
+    # the trunk in another batch shape: on one intra-op thread its last bits may differ, and training on
+    # features that differ in the last bits drifts a little: measured 2 images of the smallest eval set,
+    # so the curves must agree to 3 (the features themselves are compared to float noise in test_datapath)
+    from bench_stability_gap.harness.data.stream import build_stream
+    from bench_stability_gap.harness.spec.protocol import load_protocol
+
+    stream = build_stream(load_protocol(str(tiny_protocol_file)), 0)
+    one_image = 1 / len(stream.test_ids(np.arange(stream.pretrain_classes)))
     for c, u in zip(cached.curves, uncached.curves):
         for key in ("old", "new", "all"):
-            assert getattr(c, key) == pytest.approx(getattr(u, key), abs=1e-6)
+            assert getattr(c, key) == pytest.approx(getattr(u, key), abs=3 * one_image + 1e-9)
 
 
 def test_interrupted_run_leaves_no_result(tiny_protocol_file, tmp_path, monkeypatch):
