@@ -69,3 +69,11 @@ def seeded_store(mlflow_template):
         return results_dir
 
     return seed
+
+
+def fake_training(updates):
+    """What a method reads of a protocol's ``training`` section, for unit tests that fake the protocol."""
+    from types import SimpleNamespace
+
+    online = updates == "per_sample"
+    return SimpleNamespace(updates=updates, online=online, session_updates=lambda n: n if online else updates)

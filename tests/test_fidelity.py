@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tests.conftest import fake_training
 from bench_stability_gap.harness.model.backbone import GrowingHead, SplitModel, create_network, split_network
 from bench_stability_gap.harness.spec.protocol import load_protocol
 from bench_stability_gap.methods.registry import build_method
@@ -34,7 +35,7 @@ class Inputs:
 
 def ctx_for(x: torch.Tensor, labels: np.ndarray, targets=("fc1",), name: str = "t", updates=4):
     protocol = SimpleNamespace(name=name, backbone=SimpleNamespace(lora_targets=list(targets)),
-                               training=SimpleNamespace(updates=updates))
+                               training=fake_training(updates))
     stream = SimpleNamespace(train=SimpleNamespace(labels=labels))
     return SimpleNamespace(protocol=protocol, stream=stream, device=torch.device("cpu"), inputs=Inputs(x),
                            generator=torch.Generator().manual_seed(0), counters={}, memory=SimpleNamespace(ids=[]))

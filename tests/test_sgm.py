@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tests.conftest import fake_training
 from bench_stability_gap.harness.model.backbone import GrowingHead, SplitModel
 from bench_stability_gap.harness.errors import BenchError
 from bench_stability_gap.harness.spec.protocol import load_protocol
@@ -64,9 +65,7 @@ class Inputs:
 
 def tiny_ctx(x: torch.Tensor, labels: np.ndarray, updates: int = 4, targets=("conv_pw", "conv_pwl")):
     protocol = SimpleNamespace(name="tiny", backbone=SimpleNamespace(lora_targets=list(targets)),
-                               training=SimpleNamespace(  # what a method reads of Training
-                                   updates=updates, online=updates == "per_sample",
-                                   session_updates=lambda n: n if updates == "per_sample" else updates))
+                               training=fake_training(updates))
     stream = SimpleNamespace(train=SimpleNamespace(labels=labels))
     return SimpleNamespace(protocol=protocol, stream=stream, device=torch.device("cpu"), inputs=Inputs(x),
                            generator=torch.Generator().manual_seed(0), counters={})

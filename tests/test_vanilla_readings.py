@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from tests.conftest import fake_training
 from bench_stability_gap.harness.model.backbone import SplitModel, create_network, split_network
 from bench_stability_gap.harness.spec.protocol import load_protocol
 from bench_stability_gap.methods.registry import build_method
@@ -161,7 +162,7 @@ def test_code_reading_adapters_train_and_are_never_folded():
     model = SplitModel(nn.Sequential(nn.Identity()), body, GrowingHead(4, 3))
     method = Vanilla(Vanilla.Config(pointwise="lora", pointwise_rank=2, lr=1e-2))
     protocol = SimpleNamespace(name="t", backbone=SimpleNamespace(lora_targets=["1"]),
-                               training=SimpleNamespace(updates=3))
+                               training=fake_training(3))
     method.setup(model, SimpleNamespace(protocol=protocol, generator=torch.Generator().manual_seed(0)))
     (_, layer), = lora_modules(model.body)
     w0 = layer.get_base_layer().weight.detach().clone()
