@@ -78,35 +78,42 @@ def main() -> None:
 
 
 def print_summary(result, path: Path) -> None:
+    for line in summary_lines(result, path):
+        click.echo(line)
+
+
+def summary_lines(result, path: Path | str) -> list[str]:
+    """The table a run prints when it ends, from its stored result alone (the README's sample is rendered
+    by this from a stored run, so the two cannot differ)."""
     m = result.metrics
     stages = "".join(f", {k} {v:.0f} s" for k, v in sorted(result.stage_seconds.items()))
-    click.echo(f"\n{result.protocol.name} | {result.method.spec} | seed {result.seed} | "
-               f"{result.wall_time_s:.1f} s{stages} | result: {path}")
+    lines = [f"\n{result.protocol.name} | {result.method.spec} | seed {result.seed} | "
+             f"{result.wall_time_s:.1f} s{stages} | result: {path}"]
     if result.status != "complete":
-        click.echo(f"  status {result.status}: the curves so far are stored; the run is never ranked nor used as a "
-                   f"reference ({len(result.curves)} session(s) recorded)")
-        return
+        lines.append(f"  status {result.status}: the curves so far are stored; the run is never ranked nor used as a "
+                     f"reference ({len(result.curves)} session(s) recorded)")
+        return lines
     if m is None:
-        click.echo("joint reference (A_joint per session):")
-        click.echo(f"  {'session':>7} {'old':>7} {'new':>7} {'all':>7}")
-        for r in result.reference:
-            click.echo(f"  {r.session:>7} {r.old:>7.3f} {r.new:>7.3f} {r.all:>7.3f}")
-        return
+        lines.append("joint reference (A_joint per session):")
+        lines.append(f"  {'session':>7} {'old':>7} {'new':>7} {'all':>7}")
+        lines.extend(f"  {r.session:>7} {r.old:>7.3f} {r.new:>7.3f} {r.all:>7.3f}" for r in result.reference)
+        return lines
     from .results.catalog import METRICS, SUMMARY_KEYS, format_value
     from .results.tidy import run_values
 
     values = run_values(result, m)
     for key in SUMMARY_KEYS:  # each row as the catalog describes it (the leaderboard's columns read it too)
         info = METRICS[key]
-        click.echo(f"  {key:<9}{format_value(values[key], info):>9} {info.unit:<2} {info.arrow:<2}{info.description}")
+        lines.append(f"  {key:<9}{format_value(values[key], info):>9} {info.unit:<2} {info.arrow:<2}{info.description}")
     rec = " ".join(str(v) if v is not None else "-" for v in m.recovery_updates["99"])
-    click.echo(f"  updates to recover 99% of the joint model's accuracy on the pre-training classes, per session: {rec}")
+    lines.append(f"  updates to recover 99% of the joint model's accuracy on the pre-training classes, per session: {rec}")
     b = result.budget
     if b.train_flops is not None:
         ratios = ""
         if b.updates_vs_joint is not None and b.train_flops_vs_joint is not None:
             ratios = f"; joint needs {b.updates_vs_joint:.1f}x the updates and {b.train_flops_vs_joint:.1f}x the training FLOPs"
-        click.echo(f"  training {b.train_flops / 1e12:.3f} TFLOPs, evaluation {b.eval_flops / 1e12:.3f} TFLOPs{ratios}")
+        lines.append(f"  training {b.train_flops / 1e12:.3f} TFLOPs, evaluation {b.eval_flops / 1e12:.3f} TFLOPs{ratios}")
+    return lines
 
 
 def resource_note() -> str:
