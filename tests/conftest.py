@@ -42,6 +42,29 @@ def tiny_protocol(tiny_protocol_file) -> Protocol:
 
 
 @pytest.fixture(scope="session")
+def joint_results(tmp_path_factory, bench_cache) -> Path:
+    """A results folder holding the reduced protocol's joint reference for seed 0, trained once for the
+    session: the joint models cost more than the run that needs them, and tests of what a run or a sweep
+    stores copy this folder (``results_with_joint``) instead of each training them again. Tests of the
+    joint's own training (that a first run trains and announces it) keep an empty folder."""
+    from bench_stability_gap.harness.tools.api import run
+
+    folder = tmp_path_factory.mktemp("joint-results")
+    spec = folder / "tiny_cil_reduced.yaml"
+    spec.write_text(yaml.safe_dump(reduced_tiny()))
+    run(str(spec), "joint", 0, results_dir=folder / "results", mlflow=False, device="cpu")
+    return folder / "results"
+
+
+@pytest.fixture()
+def results_with_joint(tmp_path, joint_results) -> Path:
+    """A fresh results folder that already holds the reduced protocol's joint reference (seed 0)."""
+    import shutil
+
+    return Path(shutil.copytree(joint_results / "runs", tmp_path / "results-with-joint" / "runs")).parent
+
+
+@pytest.fixture(scope="session")
 def mlflow_template(tmp_path_factory) -> Path:
     """An empty MLflow sqlite store, its schema made once: MLflow's migrations take about 20 s a store on
     a shared 2-core machine, a copy of the made store well under one."""

@@ -45,17 +45,19 @@ def test_run_checks_settings_before_anything_trains(tiny_protocol_file: Path, tm
     assert not (tmp_path / "runs").exists()
 
 
-def test_run_returns_the_stored_result(tiny_protocol_file: Path, tmp_path: Path) -> None:
-    result = run(str(tiny_protocol_file), "vanilla", 0, results_dir=tmp_path, mlflow=False, device="cpu",
+def test_run_returns_the_stored_result(tiny_protocol_file: Path, results_with_joint: Path) -> None:
+    results = results_with_joint  # the joint reference is stored already: this run trains vanilla only
+    result = run(str(tiny_protocol_file), "vanilla", 0, results_dir=results, mlflow=False, device="cpu",
                  lr=0.002)
     assert result.overrides == {"lr": 0.002} and result.config["lr"] == 0.002
-    (path,) = [p for p in (tmp_path / "runs").rglob("*.json") if result.run_id in p.name]
+    (path,) = [p for p in (results / "runs").rglob("*.json") if result.run_id in p.name]
     assert load_result(path).model_dump(mode="json") == result.model_dump(mode="json")  # what was stored
-    frame = load_results(tmp_path)
+    frame = load_results(results)
     assert result.run_id in set(frame["run_id"])
 
 
-def test_sweep_runs_a_grid_and_skips_what_is_stored(tiny_protocol_file: Path, tmp_path: Path) -> None:
+def test_sweep_runs_a_grid_and_skips_what_is_stored(tiny_protocol_file: Path, tmp_path: Path,
+                                                   results_with_joint: Path) -> None:
     import yaml
 
     from bench_stability_gap.harness.tools.api import sweep
@@ -63,7 +65,7 @@ def test_sweep_runs_a_grid_and_skips_what_is_stored(tiny_protocol_file: Path, tm
     grid = tmp_path / "grid.yaml"
     grid.write_text(yaml.safe_dump({"name": "grid", "seeds": [0],
                                     "runs": [{"protocol": str(tiny_protocol_file), "methods": ["vanilla"]}]}))
-    results = tmp_path / "results"
+    results = results_with_joint  # the joint reference is stored (and in the folder, not in the sweep's rows)
     frame = sweep(str(grid), results_dir=results, mlflow=False, device="cpu")
     assert list(zip(frame["method"], frame["seed"])) == [("vanilla", 0)]  # the sweep's run (not the joint)
     assert frame.loc[0, "reason"] == "" and frame.loc[0, "S_delta"] == frame.loc[0, "S_delta"]  # scored, not NaN

@@ -58,27 +58,27 @@ def test_validate_accepts_a_good_protocol(tmp_path):
     assert out.exit_code == 0 and "OK" in out.output
 
 
-def test_missing_data_folder_names_folder_and_layout(tmp_path):
-    out = invoke("run", "--protocol", "online_cub_20k", "--results-dir", str(tmp_path),
+def test_missing_data_folder_names_folder_and_layout(tmp_path, seeded_store):
+    out = invoke("run", "--protocol", "online_cub_20k", "--results-dir", str(seeded_store(tmp_path)),
                  env={"BENCH_DATA": str(tmp_path / "data")})
     assert out.exit_code == 2
     assert str(tmp_path / "data" / "imagenet") in out.output and "train" in out.output
 
 
-def test_online_cub_with_remind_sgm_names_the_missing_cub_folder(tmp_path):
+def test_online_cub_with_remind_sgm_names_the_missing_cub_folder(tmp_path, seeded_store):
     # ImageNet present (a one-image stand-in), CUB absent: the error names CUB's folder and layout
     for split in ("train", "val"):
         (tmp_path / "data" / "imagenet" / split / "n01").mkdir(parents=True)
         (tmp_path / "data" / "imagenet" / split / "n01" / "a.JPEG").touch()
     out = invoke("run", "--protocol", "online_cub_20k", "--method", "remind+sgm", "--results-dir",
-                 str(tmp_path / "r"), env={"BENCH_DATA": str(tmp_path / "data")})
+                 str(seeded_store(tmp_path / "r")), env={"BENCH_DATA": str(tmp_path / "data")})
     assert out.exit_code == 2 and "Traceback" not in out.output
     assert str(tmp_path / "data" / "CUB_200_2011") in out.output and "images.txt" in out.output
     assert not (tmp_path / "r" / "runs").exists()
 
 
-def test_unset_data_variable_is_named(tmp_path):
-    out = invoke("run", "--protocol", "cil_places_lt", "--results-dir", str(tmp_path), env={"BENCH_DATA": None})
+def test_unset_data_variable_is_named(tmp_path, seeded_store):
+    out = invoke("run", "--protocol", "cil_places_lt", "--results-dir", str(seeded_store(tmp_path)), env={"BENCH_DATA": None})
     assert out.exit_code == 2 and "BENCH_DATA" in out.output
 
 
