@@ -13,6 +13,9 @@ export BENCH_CACHE_DIR="${BENCH_CACHE_DIR:-$(mktemp -d)}"
 if [ $# -gt 0 ]; then
   .venv/bin/python -m pytest -q "$@"
 else
+  start=$SECONDS
   .venv/bin/python -m pytest -q -m "not slow"
+  fast=$((SECONDS - start))
   .venv/bin/python -m pytest -q -m slow
+  echo "==> fast tier ${fast} s, slow tier $((SECONDS - start - fast)) s (wall clock, on this machine's load)"
 fi

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 from live_servers import mlflow_server  # noqa: F401 - the fixture
 
@@ -15,6 +16,7 @@ from bench_stability_gap.harness.results.schema import iter_results
 from bench_stability_gap.harness.results.tracking import REFERENCE_TAG, _flat, import_mlflow
 
 
+@pytest.mark.slow  # a live server and three whole runs (the joint models, vanilla, vanilla+oocf)
 def test_bench_run_logs_complete_records_to_a_live_server(tiny_protocol_file: Path, tmp_path: Path,
                                                          mlflow_server: str) -> None:  # noqa: F811
     results = tmp_path / "results"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 from click.testing import CliRunner
 
 from bench_stability_gap.harness.cli import main
@@ -12,6 +13,7 @@ from bench_stability_gap.harness.run.predictions import load_predictions
 from bench_stability_gap.harness.results.schema import load_result
 
 
+@pytest.mark.slow  # a whole CLI run that trains the joint models on the way (it checks they leave no npz)
 def test_save_predictions_writes_an_npz_that_reproduces_the_curves(tiny_protocol_file: Path, tmp_path: Path) -> None:
     results = tmp_path / "results"
     base = ["run", "-p", str(tiny_protocol_file), "-m", "vanilla", "--results-dir", str(results), "--no-mlflow",
