@@ -142,7 +142,7 @@ def test_a_run_trains_its_references_first_and_stores_what_it_was_scored_with(ti
     assert scored[run.run_id] == run.metrics and scored[ref.run_id] == ref.metrics
 
 
-def test_a_diverged_run_is_stored_as_such_never_as_a_score(tiny_protocol_file, tmp_path, monkeypatch):
+def test_a_diverged_run_is_stored_as_such_never_as_a_score(tiny_protocol_file, results_with_joint, monkeypatch):
     import math
 
     from bench_stability_gap.methods import base
@@ -158,7 +158,7 @@ def test_a_diverged_run_is_stored_as_such_never_as_a_score(tiny_protocol_file, t
         return StepStats(loss=math.nan) if calls["n"] == 9 else stats  # session 3, its third update
 
     monkeypatch.setattr(base.StandardMethod, "observe", blows_up)
-    results = tmp_path / "r"
+    results = results_with_joint  # the joint reference is stored: the run trains the A_best run and finetune
     out = run_cli("--protocol", str(tiny_protocol_file), "--method", "finetune", "--results-dir", str(results),
                   "--no-mlflow")
     assert out.exit_code == 0, out.output
