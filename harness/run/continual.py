@@ -232,7 +232,7 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
                     # predict comes from a throwaway copy of the method
                     with timed(progress.seconds, "eval"), meter.evaluating(), accel, lent.predict(method) as predict:
                         acc = evaluate(predict, bench.test_inputs, plan, p.eval.batch_size,
-                                       f"eval S{session.index} u{u}" if options.progress else None)
+                                       f"eval S{session.index} u{u}" if options.progress else None, meter)
                     _curve_point(curve, u, acc)
                     if options.on_eval is not None:
                         options.on_eval(session.index, u, acc)
