@@ -17,7 +17,9 @@ What is counted, and how
   count every sample through each part, whoever made the call: the standard step, a modifier's
   init pass, a teacher that is a ``copy.deepcopy`` of the model (the hooks are closures, copied by
   reference), a REMIND replay through the body. A part's backward is counted when gradient actually
-  reaches its output (a tensor hook on the output), once per backward pass.
+  reaches its output (a tensor hook on the output), once per backward pass. Evaluation forwards
+  (``evaluate`` with the meter) are hooked once per row shape and the rest replay that count
+  (``FlopMeter.once_per_shape``): the same tally, without looking the parts' costs up per chunk.
 * **Backward convention.** Per module of a part (fvcore's per-module count): backward = 2 x its
   forward MACs if it has trainable parameters (gradient w.r.t. input and weights), 1 x if it has none
   but its input requires grad (gradient only passes *through* it to something trainable upstream,

@@ -64,7 +64,8 @@ def evaluate(predict: Callable[[Tensor], Tensor], inputs: InputStore, plan: Eval
     """Top-1 over the output units of every class seen so far (no task id). With ``desc``, a progress
     bar for evaluations that last (57,300 images at paper scale take minutes on a CPU). With ``meter``
     (attached, evaluating), its hooks count the first forward of each row shape and the rest replay
-    that count (``FlopMeter.once_per_shape``); without it, whatever hooks are attached count every one.
+    that count (``FlopMeter.once_per_shape``), and the two-row probe that sizes the chunk is not counted;
+    without it, whatever hooks are attached count every forward, the probe's included (pass ``chunk``).
     On the CPU, rows go through ``chunk`` at a time, by default sized from the model's widest activation
     (``cpu_forward_chunk``)."""
     correct = np.empty(len(plan.ids), dtype=bool)
