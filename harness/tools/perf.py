@@ -299,7 +299,8 @@ def perf(protocol: str, device: str, updates: int, warmup: int, repeats: int, ev
     # counted once per row shape: 16-row chunks, every forward hooked (the ratio is this run's)
     old_path = {f"{key}, 16-row chunks, hooked": store 
                 for key, store in stores.items() if key != "no cache, decode each time" and dev.type == "cpu"}
-    runs = [(key, store, None) for key, store in stores.items()] + [(k, s, CPU_FORWARD_CHUNK) for k, s in old_path.items()]
+    runs = ([(key, store, None) for key, store in stores.items()]
+            + [(key, store, CPU_FORWARD_CHUNK) for key, store in old_path.items()])
     times: dict[str, list[float]] = {key: [] for key, _, _ in runs}
     for r in range(repeats + 1):  # round 0 warms up
         for key, store, chunk in runs:
