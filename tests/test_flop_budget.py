@@ -121,6 +121,19 @@ def test_a_protocol_with_both_budgets_exits_2_naming_the_field(tmp_path):
     assert out.exit_code == 2 and "training.budget.tflops" in out.output, out.output
 
 
+def test_a_budget_no_method_can_spend_exits_2_before_any_compute(tmp_path, monkeypatch):
+    """Output-only training on one batch is the cheapest update there is; a budget below it is refused by
+    the preflight, naming the field, before data opens or anything trains (no cache, no result)."""
+    monkeypatch.setenv("BENCH_CACHE_DIR", str(tmp_path / "cache"))
+    path = tmp_path / "starved.yaml"
+    path.write_text("extends: tiny_cil_flops\nname: starved\ntraining: {budget: {tflops: 1.0e-5}}\n")
+    out = CliRunner().invoke(main, ["run", "-p", str(path), "-m", "vanilla", "--no-mlflow",
+                                    "--results-dir", str(tmp_path / "results")])
+    assert out.exit_code == 2, out.output
+    assert "training.budget.tflops (1e-05)" in out.output and "cheapest method" in out.output, out.output
+    assert not list((tmp_path / "cache").rglob("*.*")) and not list(tmp_path.glob("results/runs/**/*.json"))  # probed only
+
+
 class _PlanLog:
     """What the loop asks of an input store (planning decodes ahead), recorded."""
 
