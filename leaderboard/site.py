@@ -26,7 +26,7 @@ from ..harness.results.tidy import VALUE_KEYS, run_values
 from .aggregate import (ALL_COLUMNS, BASELINE, COLUMN_BY_KEY, DEFAULT_ORDER, Board, Entry, MethodRow, Reached, Stat,
                         assign_slugs, column_marks, paired_text, rank_value, summarize)
 from .glossary import OMEGA_NOTE, TERMS
-from .plots import board_plots, run_plot
+from .plots import board_plots, compute_plots, run_plot
 from .reported import ReportedTable, load_reported
 from .sources import Loaded
 
@@ -282,13 +282,14 @@ def _render(loaded: Loaded, boards: list[Board], reported: dict, out: Path, mlfl
     views = []
     for board in boards:
         slug = board_slug[id(board)]
-        plots = []
-        for stem, (plot_title, svg) in board_plots(board).items():
-            path = f"plots/{slug}-{stem}.svg"
-            (out / path).write_text(svg)
-            plots.append({"src": path, "title": plot_title, "stem": stem})
+        plots, compute = [], []
+        for group, made in ((plots, board_plots(board)), (compute, compute_plots(board))):
+            for stem, (plot_title, svg) in made.items():
+                path = f"plots/{slug}-{stem}.svg"
+                (out / path).write_text(svg)
+                group.append({"src": path, "title": plot_title, "stem": stem})
         views.append({
-            "board": board, "slug": slug, "plots": plots,
+            "board": board, "slug": slug, "plots": plots, "compute_plots": compute,
             "rows": [_row_view(r, run_href, most=board.most_seeds) for r in board.rows],
             "reference": _row_view(board.reference_row, run_href, reference=True) if board.reference_row else None,
             "reported": [_reported_view(t) for t in reported.get(board.name, [])],

@@ -50,8 +50,10 @@ def curves_frame(results: Iterable[RunResult], labels: Mapping[str, str] | None 
     Columns: the run constants (``RUN_KEYS``, ``scale``), ``session``, ``point`` (index within the
     session), ``update`` (within the session), ``total_updates`` (U_j), ``fraction`` (update / U_j),
     ``global_update`` (updates since the first learning session began), ``old``/``new``/``all``,
-    ``task_1``.. (accuracy on the classes first seen in session k; NaN where session < k) and
-    ``train_flops`` (NaN when not recorded). Runs without curves (joint references) add no rows.
+    ``task_1``.. (accuracy on the classes first seen in session k; NaN where session < k),
+    ``train_flops`` (cumulative over the run; NaN when not recorded) and ``session_tflops`` (training TFLOPs
+    spent since the session's update-0 point: the compute axis of the curves). Runs without curves (joint
+    references) add no rows.
     """
     rows: list[dict[str, object]] = []
     n_tasks = 0
@@ -64,12 +66,13 @@ def curves_frame(results: Iterable[RunResult], labels: Mapping[str, str] | None 
             for p, u in enumerate(c.updates):
                 row = {**const, "session": c.session, "point": p, "update": u, "total_updates": c.total_updates,
                        "fraction": u / c.total_updates, "global_update": offset + u,
-                       "old": c.old[p], "new": c.new[p], "all": c.all[p], "train_flops": flops[p]}
+                       "old": c.old[p], "new": c.new[p], "all": c.all[p], "train_flops": flops[p],
+                       "session_tflops": (flops[p] - flops[0]) / 1e12}
                 row.update({f"task_{k + 1}": t[p] for k, t in enumerate(c.tasks)})
                 rows.append(row)
             offset += c.total_updates
     columns = [*RUN_KEYS, "scale", "session", "point", "update", "total_updates", "fraction", "global_update",
-               *CURVE_KEYS, *(f"task_{k + 1}" for k in range(n_tasks)), "train_flops"]
+               *CURVE_KEYS, *(f"task_{k + 1}" for k in range(n_tasks)), "train_flops", "session_tflops"]
     return pd.DataFrame(rows, columns=columns)
 
 
