@@ -519,7 +519,7 @@ def paired_text(paired: Paired | None, column: MetricInfo, row_seeds: int) -> st
     return text
 
 
-def _header(c: MetricInfo) -> str:
+def header_text(c: MetricInfo) -> str:
     return f"{c.symbol}{' (' + c.unit + ')' if c.unit else ''}{' ' + c.arrow if c.ranked else ''}"
 
 
@@ -534,7 +534,7 @@ def format_table(boards: Sequence[Board], fmt: TableFormat = "markdown",
         return format_latex(boards, columns)
     order = COLUMN_BY_KEY[DEFAULT_ORDER]
     out: list[str] = []
-    headers = ["method", "seeds", "settings"] + [_header(c) for c in columns] + [f"Δ{order.symbol} vs {BASELINE} [95% CI]"]
+    headers = ["method", "seeds", "settings"] + [header_text(c) for c in columns] + [f"Δ{order.symbol} vs {BASELINE} [95% CI]"]
     for board in boards:
         title = f"{board.name} (protocol hash {board.current_hash}, {board.precision})"
         out.append(f"## {title}" if fmt == "markdown" else title)
@@ -560,7 +560,7 @@ def format_table(boards: Sequence[Board], fmt: TableFormat = "markdown",
         if not board.rows:
             out.append("(no ranked runs)")
         if body:
-            out.extend(_render(headers, body, fmt))
+            out.extend(render_rows(headers, body, fmt))
         if any(r.partial for r in board.rows):
             out.append("")
             out.append(PARTIAL_NOTE)
@@ -681,7 +681,7 @@ def board_json(boards: Sequence[Board], columns: Sequence[MetricInfo] = COLUMNS)
     return json.dumps(data, indent=1, allow_nan=False) + "\n"
 
 
-def _render(headers: list[str], rows: list[list[str]], fmt: str) -> list[str]:
+def render_rows(headers: list[str], rows: list[list[str]], fmt: str) -> list[str]:
     if fmt == "markdown":
         esc = [[c.replace("|", "\\|") for c in r] for r in [headers, *rows]]
         lines = ["| " + " | ".join(r) + " |" for r in esc]

@@ -24,7 +24,8 @@ from ..harness.results.metrics import RECOVERY_FRACTIONS, Metrics
 from ..harness.results.tidy import VALUE_KEYS, run_values
 
 from .aggregate import (ALL_COLUMNS, BASELINE, COLUMN_BY_KEY, DEFAULT_ORDER, Board, Entry, MethodRow, Reached, Stat,
-                        assign_slugs, column_marks, paired_text, rank_value, summarize)
+                        assign_slugs, column_marks, paired_text, rank_value, seeds_text, summarize)
+from .budget_curve import CURVE_COLUMNS, BudgetFamily, budget_families, family_rows, figure_bytes
 from .glossary import OMEGA_NOTE, TERMS
 from .plots import board_plots, compute_plots, run_plot
 from .reported import ReportedTable, load_reported
@@ -110,6 +111,20 @@ def _reported_view(table: ReportedTable) -> dict:
     return {"table": table.table, "label": table.label, "caption": table.caption, "runs": table.runs,
             "summary": ("mean ± std" if has_std else "mean") + f" over {table.runs} runs" if table.runs > 1 else "",
             "columns": [COLUMN_BY_KEY[k] for k in keys], "rows": rows}
+
+
+def _family_view(family: BudgetFamily, src: str, slugs: dict[int, str]) -> dict:
+    """A budget family for the index: its figure and its budget x method table (cells as the boards')."""
+    return {
+        "base": family.base, "precision": family.precision, "slug": family.slug, "src": src,
+        "points": [{"name": p.board.name, "slug": slugs[id(p.board)], "factor": f"{p.factor:g}x",
+                    "tflops": f"{p.tflops:.4g}"} for p in family.points],
+        "rows": [{"factor": f"{p.factor:g}x", "tflops": f"{p.tflops:.4g}", "method": row.method, "color": row.color,
+                  "dasharray": SVG_DASHES.get(row.dash, ""), "seeds": seeds_text(row, p.board.most_seeds),
+                  "cells": [_cell(row.stats[c.key], c.key, runs=len(row.runs)) for c in CURVE_COLUMNS]}
+                 for p, row in family_rows(family)],
+        "apart": family.apart,
+    }
 
 
 def _time_to_result_rows(m: Metrics | None) -> list[dict]:
@@ -302,13 +317,19 @@ def _render(loaded: Loaded, boards: list[Board], reported: dict, out: Path, mlfl
             "unranked": [{"entry": e, "href": run_href[id(e)]} for e in board.unranked],
             "n_seeds": max((len(r.runs) for r in board.rows), default=0),
         })
+    families = []
+    for family in budget_families(boards):
+        path = f"plots/budget-{family.slug}.svg"
+        (out / path).write_bytes(figure_bytes(family, "svg"))
+        families.append(_family_view(family, path, {id(v["board"]): v["slug"] for v in views}))
     measured = {b.name for b in boards}
     reported_only = [{"name": name, "tables": [_reported_view(t) for t in tables]}
                      for name, tables in sorted(reported.items()) if name not in measured]
 
     pages = 0
     index = env.get_template("index.html").render(
-        **common, root="", boards=views, columns=ALL_COLUMNS, reported_only=reported_only, skipped=loaded.skipped,
+        **common, root="", boards=views, families=families, curve_columns=CURVE_COLUMNS,
+        columns=ALL_COLUMNS, reported_only=reported_only, skipped=loaded.skipped,
         order=COLUMN_BY_KEY[DEFAULT_ORDER], baseline=BASELINE,
         n_runs=len(loaded.entries))
     (out / "index.html").write_text(index)
