@@ -324,7 +324,7 @@ def _current_hash(name: str, entries: Sequence[Entry]) -> tuple[str, str, object
     """The hash results must carry to be ranked: the built-in spec's, else the majority's."""
     from ..harness.spec.protocol import builtin_protocol_names, load_protocol
 
-    if name in builtin_protocol_names():
+    if name.partition("@")[0] in builtin_protocol_names():  # NAME@Kx: NAME with its FLOP budget scaled
         try:
             spec = load_protocol(name)
             return spec.spec_hash, f"built-in spec {name} v{spec.version}", spec
@@ -352,8 +352,9 @@ def summarize_protocol(name: str, entries: list[Entry], precision: str = "fp32")
         e.reason, e.metrics, e.joint, e.p_delta_paper = None, None, None, None
         e.__dict__.pop("method", None)  # the row name split_by_code may have given it last time
     reference_set = spec.best_new_reference if spec is not None else _stored_reference_set(entries)
+    shared = spec.reference.spec_hash if spec is not None and spec.reference is not spec else None
     sel = select_runs(entries, current, reference_set, joint_settings(spec) if spec is not None else None,
-                      result_of=lambda e: e.result, precision=precision)
+                      result_of=lambda e: e.result, precision=precision, reference_hash=shared)
     for e, reason in sel.apart:
         e.reason = reason
     joints = dict(sel.joints)
@@ -373,8 +374,9 @@ def summarize_protocol(name: str, entries: list[Entry], precision: str = "fp32")
             continue
         best, sources = sel.best_new(e.result)
         try:
-            e.metrics = compute_metrics(e.result.curves, joints[seed].result.reference, best)
-            e.p_delta_paper = plasticity_gap(e.result.curves, paper_best[seed])
+            e.metrics = compute_metrics(e.result.curves, joints[seed].result.reference, best,
+                                        eval_weighting=e.result.eval_weighting)
+            e.p_delta_paper = plasticity_gap(e.result.curves, paper_best[seed], e.result.eval_weighting)
         except ValueError as exc:
             e.reason = f"metrics cannot be computed: {exc}"
             continue
@@ -455,6 +457,10 @@ def summarize(entries: Iterable[Entry]) -> list[Board]:
     groups: dict[tuple[str, str], list[Entry]] = defaultdict(list)
     for e in entries:
         groups[(e.result.protocol.name, result_precision(e.result))].append(e)
+    for name, precision in list(groups):  # NAME@Kx is scored against NAME's joint references
+        base = name.partition("@")[0]
+        if base != name:
+            groups[(name, precision)] += [e for e in groups.get((base, precision), []) if e.result.is_reference]
     return [summarize_protocol(name, groups[(name, precision)], precision) for name, precision in sorted(groups)]
 
 

@@ -30,9 +30,11 @@ SpeedReference = Literal["own", "all_runs"]
 TIME_TO_RESULT_FRACTION = 0.99
 # How Ω weights a session's eval points (the paper averages every update 1..L, l. 161-173; the curves hold
 # eval points only): "interval" (bench) weights point p by the updates since the previous point, update 0
-# left out; "points" is the plain mean of the points after update 0; "points_with_start" the plain mean
-# of every point, update 0 included. They agree on evenly spaced points without update 0 counted.
-EvalWeighting = Literal["interval", "points", "points_with_start"]
+# left out; "compute" (bench, FLOP-budgeted protocols) by the training FLOPs since the previous point, so
+# methods whose updates cost different FLOPs are averaged over the same compute; "points" is the plain
+# mean of the points after update 0; "points_with_start" the plain mean of every point, update 0
+# included. They agree on evenly spaced points without update 0 counted.
+EvalWeighting = Literal["interval", "compute", "points", "points_with_start"]
 
 _T = TypeVar("_T")
 
@@ -86,7 +88,7 @@ def _gap(omegas: Sequence[float]) -> float:
 
 
 def omega(updates: Sequence[int], acc: Sequence[float], reference: float,
-          weighting: EvalWeighting = "interval") -> float:
+          weighting: EvalWeighting = "interval", train_flops: Sequence[float] | None = None) -> float:
     """Ω_j: mean accuracy over a session's eval points relative to a reference (paper eq. 1-3).
 
     The paper averages A_i / A_ref over every update i = 1..L. We only have eval points
@@ -95,7 +97,8 @@ def omega(updates: Sequence[int], acc: Sequence[float], reference: float,
     updates since the previous point, so it is weighted by ``(u_p - u_{p-1}) / u_L`` (a
     left-Riemann sum of the per-update curve). With evenly spaced points (u_p = p*c) every weight
     is 1/L and this is the plain mean; a denser start (where the gap is deepest) then does not
-    over-count the first updates. ``weighting``: the other readings (see ``EvalWeighting``).
+    over-count the first updates. ``weighting="compute"`` is the same sum over the cumulative
+    ``train_flops`` at each point instead of the update count. ``weighting``: see ``EvalWeighting``.
     """
     if len(updates) != len(acc):
         raise ValueError(f"{len(updates)} eval points but {len(acc)} accuracies")
@@ -111,11 +114,22 @@ def omega(updates: Sequence[int], acc: Sequence[float], reference: float,
         return _mean(acc[1:]) / reference
     if weighting == "points_with_start":
         return _mean(acc) / reference
-    if weighting != "interval":
+    if weighting == "compute":
+        if train_flops is None or len(train_flops) != len(acc):
+            raise ValueError("compute weighting needs the training FLOPs at every eval point")
+        if any(b <= a for a, b in zip(train_flops, train_flops[1:])):
+            raise ValueError("training FLOPs must grow from one eval point to the next")
+        xs: Sequence[float] = [f - train_flops[0] for f in train_flops]
+    elif weighting == "interval":
+        xs = updates
+    else:
         raise ValueError(f"unknown eval-point weighting {weighting!r}")
-    total = updates[-1]
-    weighted = sum((updates[p] - updates[p - 1]) * acc[p] for p in range(1, len(updates)))
-    return weighted / total / reference
+    weighted = sum((xs[p] - xs[p - 1]) * acc[p] for p in range(1, len(xs)))
+    return weighted / xs[-1] / reference
+
+
+def _omega(c: SessionCurve, acc: Sequence[float], reference: float, weighting: EvalWeighting) -> float:
+    return omega(c.updates, acc, reference, weighting, c.train_flops)
 
 
 def stability_gap(curves: Sequence[SessionCurve], joint: Sequence[ReferenceSession],
@@ -124,7 +138,7 @@ def stability_gap(curves: Sequence[SessionCurve], joint: Sequence[ReferenceSessi
     refs = _by_session(joint)
     return _gap(
         [
-            omega(c.updates, c.old, _reference(refs, c.session, "joint reference").old, weighting)
+            _omega(c, c.old, _reference(refs, c.session, "joint reference").old, weighting)
             for c in _ordered(curves)
         ]
     )
@@ -136,7 +150,7 @@ def continual_knowledge_gap(curves: Sequence[SessionCurve], joint: Sequence[Refe
     refs = _by_session(joint)
     return _gap(
         [
-            omega(c.updates, c.all, _reference(refs, c.session, "joint reference").all, weighting)
+            _omega(c, c.all, _reference(refs, c.session, "joint reference").all, weighting)
             for c in _ordered(curves)
         ]
     )
@@ -154,7 +168,7 @@ def plasticity_gap(curves: Sequence[SessionCurve], best_new: Mapping[int, float]
     best = [float(_reference(best_new, c.session, "best new-class accuracy")) for c in ordered]
     if not all(b > 0 for b in best):
         return None
-    return _gap([omega(c.updates, c.new, b, weighting) for c, b in zip(ordered, best)])
+    return _gap([_omega(c, c.new, b, weighting) for c, b in zip(ordered, best)])
 
 
 def best_new_accuracy(runs: Iterable[Sequence[SessionCurve]]) -> dict[int, float]:
