@@ -21,12 +21,12 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, NullLocator
 
 from ..harness.results.catalog import METRICS, MetricInfo
+from ..harness.spec.protocol import BUDGET_SCALE
 
 from .aggregate import Board, MethodRow, Stat, cell_text, header_text, render_rows, seeds_text
 from .plots import STYLE, plain
 
 # NAME@Kx: NAME's FLOP budget scaled by K (the protocol loader's naming; K a positive decimal)
-BUDGET_NAME = re.compile(r"^(?P<base>.+)@(?P<factor>[0-9]*\.?[0-9]+)x$")
 CURVE_KEYS: tuple[str, ...] = ("S_delta", "P_delta", "CK_delta", "alpha")
 CURVE_COLUMNS: tuple[MetricInfo, ...] = tuple(METRICS[k] for k in CURVE_KEYS)
 
@@ -86,7 +86,7 @@ def budget_families(boards: Sequence[Board]) -> list[BudgetFamily]:
     """The budget families among ``boards`` (every ``BASE@<k>x`` board, grouped by BASE and precision)."""
     families: dict[tuple[str, str], BudgetFamily] = {}
     for board in boards:
-        match = BUDGET_NAME.match(board.name)
+        match = BUDGET_SCALE.match(board.name)
         if match is None:
             continue
         key = (match["base"], board.precision)
