@@ -60,7 +60,8 @@ def test_the_table_shows_time_to_result_in_updates_and_tflops_side_by_side(tmp_p
 
 def test_time_to_result_of_an_update_budgeted_run_without_flops_is_not_recorded(tmp_path: Path) -> None:
     # recorded no FLOPs at its eval points: the updates are there, the TFLOPs are "–" with no count (not 0/1)
-    results = [r.model_copy(update={"curves": [c.model_copy(update={"train_flops": None}) for c in r.curves]})
+    results = [r.model_copy(update={"curves": [c.model_copy(update={"train_flops": None}) for c in r.curves],
+                                    "budget": r.budget.model_copy(update={"train_tflops_budget": None})})
                for r in family_results() if r.protocol.name == f"{BASE}@2x"]
     root = tmp_path / "r"
     for r in results:
