@@ -77,6 +77,23 @@ _TTR_NEW_EQ = ("first eval point where A<sub>i</sub>(E<sub>j</sub>) ≥ 0.99 · 
                "mean over the sessions j that reach it")
 
 
+def _time_to_result(which: str, unit: str) -> MetricInfo:
+    """One of the four time-to-result entries: old classes back at 99 % of the joint model, or new classes
+    at 99 % of A_best, counted in updates or in training TFLOPs from the session's start."""
+    old, updates = which == "old", unit == "updates"
+    goal = "recover old classes" if old else "learn new classes"
+    until = ("old-class accuracy is back at 99 % of the joint model's" if old
+             else "new-class accuracy first reaches 99 % of A_best")
+    amount = "updates" if updates else "training TFLOPs"
+    return MetricInfo(
+        f"ttr_{which}_{unit}", f"T_{which}", f"{amount} to {goal} (time to result)", "min", 0 if updates else 3,
+        "updates" if updates else "TFLOPs",
+        f"{amount} from a session's start until {until}; mean over the sessions that "
+        f"{'got back' if old else 'reached it'}, with how many did",
+        _TTR_OLD if old else _TTR_NEW, _TTR_OLD_EQ if old else _TTR_NEW_EQ, f"T<sub>{which}</sub>", ranked=False,
+        per_session=(f"{which}_{'updates' if updates else 'flops'}", 1.0 if updates else 1e12))
+
+
 CATALOG: tuple[MetricInfo, ...] = (
     MetricInfo("params", "#P", "trainable parameters", "min", 2, "M", "trainable parameters, in millions",
                "What the method may change: the whole body and head for vanilla rehearsal, the head for "
@@ -148,22 +165,7 @@ CATALOG: tuple[MetricInfo, ...] = (
                "How fast a method learns each session's new classes, to its own best level.",
                "first eval point where A<sub>i</sub>(E<sub>j</sub>) ≥ 0.99 · max<sub>i</sub> A<sub>i</sub>(E<sub>j</sub>) "
                "of the same run"),
-    MetricInfo("ttr_old_updates", "T_old", "updates to recover old classes (time to result)", "min", 0, "updates",
-               "updates from a session's start until old-class accuracy is back at 99 % of the joint model's; "
-               "mean over the sessions that got back, with how many did",
-               _TTR_OLD, _TTR_OLD_EQ, "T<sub>old</sub>", ranked=False, per_session=("old_updates", 1.0)),
-    MetricInfo("ttr_old_tflops", "T_old", "training TFLOPs to recover old classes (time to result)", "min", 3,
-               "TFLOPs", "training TFLOPs from a session's start until old-class accuracy is back at 99 % of the "
-               "joint model's; mean over the sessions that got back, with how many did",
-               _TTR_OLD, _TTR_OLD_EQ, "T<sub>old</sub>", ranked=False, per_session=("old_flops", 1e12)),
-    MetricInfo("ttr_new_updates", "T_new", "updates to learn new classes (time to result)", "min", 0, "updates",
-               "updates from a session's start until new-class accuracy first reaches 99 % of A_best; mean over "
-               "the sessions that reached it, with how many did",
-               _TTR_NEW, _TTR_NEW_EQ, "T<sub>new</sub>", ranked=False, per_session=("new_updates", 1.0)),
-    MetricInfo("ttr_new_tflops", "T_new", "training TFLOPs to learn new classes (time to result)", "min", 3,
-               "TFLOPs", "training TFLOPs from a session's start until new-class accuracy first reaches 99 % of "
-               "A_best; mean over the sessions that reached it, with how many did",
-               _TTR_NEW, _TTR_NEW_EQ, "T<sub>new</sub>", ranked=False, per_session=("new_flops", 1e12)),
+    *(_time_to_result(which, unit) for which in ("old", "new") for unit in ("updates", "tflops")),
     MetricInfo("A_joint", "A_joint", "joint reference", "ref", 2, "%",
                "accuracy of a model trained jointly on every session so far",
                "The upper bound, owned by the harness: the newest complete joint run with the same protocol "
@@ -211,6 +213,7 @@ CATALOG: tuple[MetricInfo, ...] = (
                "FWT = <sup>1</sup>⁄<sub>N−1</sub> Σ<sub>k=2..N</sub> (R<sub>k−1,k</sub> − b<sub>k</sub>), "
                "b<sub>k</sub> = 0 &nbsp;(points)", compute=cl_metrics.forward_transfer, optional=True),
 )
+
 METRICS: dict[str, MetricInfo] = {m.key: m for m in CATALOG}
 # Metrics computed from one run's curves alone, by their catalog entry (``compute_metrics`` runs them).
 CURVE_METRICS: tuple[MetricInfo, ...] = tuple(m for m in CATALOG if m.compute is not None)
