@@ -1,8 +1,8 @@
 """The budget curve: one protocol run at several FLOP budgets, each method's gaps against the budget.
 
 Protocols named ``BASE@<k>x`` are BASE with its training budget (TFLOPs per session) scaled by k; their
-boards form one *budget family*. Each board is summarized as any other (its own joint reference, its own
-A_best, its own ranking); this module only lines the boards up by budget, so the family view can never
+boards form one *budget family*. Each board is summarized as any other (BASE's joint reference, which
+the budget does not change, its own A_best, its own ranking); this module only lines the boards up by budget, so the family view can never
 disagree with the per-budget boards. The x of a point is the budget the runs recorded
 (``budget.train_tflops_budget``, TFLOPs per session), not k, so a family whose base budget changed shows
 where its runs really were.
@@ -122,8 +122,9 @@ def format_family_table(family: BudgetFamily, fmt: TableFormat = "markdown") -> 
     out += render_rows(headers, body, fmt) if body else ["(no ranked runs at any budget)"]
     if family.apart:
         out += ["", "Not on the curve:"] + [f"- {name}: {why}" for name, why in family.apart]
-    out += ["", "mean ± std over seeds; each budget is its own protocol, scored against its own joint reference "
-                "and A_best (P_Δ at a budget is relative to the reference set's best at that budget)."]
+    out += ["", "mean ± std over seeds; each budget is its own protocol, scored against the family's joint reference "
+                "(one per seed, shared by every budget) and its own A_best (P_Δ at a budget is relative to the "
+                "reference set's best at that budget)."]
     return "\n".join(out) + "\n"
 
 
