@@ -29,8 +29,8 @@ from typing import Literal
 import pandas as pd
 
 from ..harness.errors import BenchError
-from ..harness.results.catalog import (METRICS, OPTIONAL_KEYS, TABLE_KEYS, Direction, MetricInfo, displayed,
-                                      format_std, format_value)
+from ..harness.results.catalog import (METRICS, OPTIONAL_KEYS, TABLE_KEYS, TIME_TO_RESULT_KEYS, Direction,
+                                      MetricInfo, displayed, format_std, format_value)
 from ..harness.results.metrics import Metrics, best_new_accuracy, compute_metrics, plasticity_gap
 from ..harness.results.schema import RunResult, result_precision, select_runs
 from ..harness.results.tidy import runs_frame, seed_stats
@@ -168,6 +168,30 @@ def column_marks(values: Sequence[float | None], column: MetricInfo) -> list[str
     return marks(values, column.direction) if column.ranked else [""] * len(values)
 
 
+@dataclass(frozen=True)
+class Reached:
+    """Of a row's learning sessions (over its runs), how many reached a time-to-result level: its mean is
+    over those only, so the count is always shown beside it."""
+
+    reached: int
+    sessions: int
+
+    @property
+    def text(self) -> str:
+        return f"{self.reached}/{self.sessions} sessions"
+
+
+def reached_of(frame: pd.DataFrame) -> dict[str, Reached]:
+    """Per time-to-result key, the sessions reached over the runs of ``frame`` (``tidy.reached_counts``), where
+    any run recorded it."""
+    out = {}
+    for key in TIME_TO_RESULT_KEYS:
+        counted = frame[f"{key}_reached"].notna()
+        if counted.any():
+            out[key] = Reached(int(frame.loc[counted, f"{key}_reached"].sum()), int(frame.loc[counted, "sessions"].sum()))
+    return out
+
+
 # ---------------------------------------------------------------------------------- aggregation
 
 
@@ -185,6 +209,7 @@ class MethodRow:
     marks: dict[str, str] = field(default_factory=dict)
     partial: bool = False  # fewer seeds than the best-covered row of the protocol
     paired: dict[str, Paired | None] = field(default_factory=dict)  # key -> this row − BASELINE, shared seeds
+    reached: dict[str, Reached] = field(default_factory=dict)  # time-to-result key -> sessions reached
 
     @property
     def seeds(self) -> list[int]:
@@ -217,7 +242,7 @@ class MethodRow:
         first = entries[0]
         return cls(method=first.method, family=first.family, runs=entries, values=values,
                    stats={c.key: _with_ci(Stat.from_stats(stats, c.key), values[c.key].values())
-                          for c in ALL_COLUMNS})
+                          for c in ALL_COLUMNS}, reached=reached_of(frame))
 
 
 def _with_ci(stat: Stat, values: Iterable[float | None]) -> Stat:
@@ -299,7 +324,7 @@ def _current_hash(name: str, entries: Sequence[Entry]) -> tuple[str, str, object
     """The hash results must carry to be ranked: the built-in spec's, else the majority's."""
     from ..harness.spec.protocol import builtin_protocol_names, load_protocol
 
-    if name in builtin_protocol_names():
+    if name.partition("@")[0] in builtin_protocol_names():  # NAME@Kx: NAME with its FLOP budget scaled
         try:
             spec = load_protocol(name)
             return spec.spec_hash, f"built-in spec {name} v{spec.version}", spec
@@ -327,8 +352,9 @@ def summarize_protocol(name: str, entries: list[Entry], precision: str = "fp32")
         e.reason, e.metrics, e.joint, e.p_delta_paper = None, None, None, None
         e.__dict__.pop("method", None)  # the row name split_by_code may have given it last time
     reference_set = spec.best_new_reference if spec is not None else _stored_reference_set(entries)
+    shared = spec.reference.spec_hash if spec is not None and spec.reference is not spec else None
     sel = select_runs(entries, current, reference_set, joint_settings(spec) if spec is not None else None,
-                      result_of=lambda e: e.result, precision=precision)
+                      result_of=lambda e: e.result, precision=precision, reference_hash=shared)
     for e, reason in sel.apart:
         e.reason = reason
     joints = dict(sel.joints)
@@ -348,8 +374,9 @@ def summarize_protocol(name: str, entries: list[Entry], precision: str = "fp32")
             continue
         best, sources = sel.best_new(e.result)
         try:
-            e.metrics = compute_metrics(e.result.curves, joints[seed].result.reference, best)
-            e.p_delta_paper = plasticity_gap(e.result.curves, paper_best[seed])
+            e.metrics = compute_metrics(e.result.curves, joints[seed].result.reference, best,
+                                        eval_weighting=e.result.eval_weighting)
+            e.p_delta_paper = plasticity_gap(e.result.curves, paper_best[seed], e.result.eval_weighting)
         except ValueError as exc:
             e.reason = f"metrics cannot be computed: {exc}"
             continue
@@ -430,6 +457,10 @@ def summarize(entries: Iterable[Entry]) -> list[Board]:
     groups: dict[tuple[str, str], list[Entry]] = defaultdict(list)
     for e in entries:
         groups[(e.result.protocol.name, result_precision(e.result))].append(e)
+    for name, precision in list(groups):  # NAME@Kx is scored against NAME's joint references
+        base = name.partition("@")[0]
+        if base != name:
+            groups[(name, precision)] += [e for e in groups.get((base, precision), []) if e.result.is_reference]
     return [summarize_protocol(name, groups[(name, precision)], precision) for name, precision in sorted(groups)]
 
 
@@ -442,6 +473,8 @@ def boards_frame(boards: Sequence[Board]) -> pd.DataFrame:
 # ------------------------------------------------------------------------------------ text table
 
 TableFormat = Literal["markdown", "text", "latex", "json"]
+REACHED_NOTE = ("T_old, T_new: time to result (99 % of A_joint old; 99 % of A_best new), mean over the sessions "
+                "that reached it (r/t: sessions reached of all the row's sessions); never ranked")
 PARTIAL_NOTE = ("* fewer seeds than the best-covered row: shown with its n, never marked best, compared with "
                 "vanilla on the seeds both have")
 
@@ -458,15 +491,18 @@ def table_columns(extra: Iterable[str] = ()) -> tuple[MetricInfo, ...]:
     return COLUMNS + tuple(c for c in OPTIONAL_COLUMNS if c.key in keys)
 
 
-def cell_text(stat: Stat, column: MetricInfo, runs: int = 0, ci: bool = True) -> str:
-    """"mean ± std [95 % CI]", with "(n of runs)" when only some of the row's runs had the value."""
+def cell_text(stat: Stat, column: MetricInfo, runs: int = 0, ci: bool = True, reached: Reached | None = None) -> str:
+    """"mean ± std [95 % CI]", with "(n of runs)" when only some of the row's runs had the value, or for a
+    time-to-result column "(r/t sessions)": how many of the row's sessions reached the level."""
     if stat.mean is None:
-        return "–"
+        return f"– ({reached.text})" if reached is not None else "–"
     text = format_value(stat.mean, column)
     std = format_std(stat.std, column)
     text = f"{text} ± {std}" if std else text
     if ci and stat.ci is not None and stat.ci.low < stat.ci.high:  # no spread: nothing an interval adds
         text += f" [{format_value(stat.ci.low, column)}, {format_value(stat.ci.high, column)}]"
+    if reached is not None:
+        return f"{text} ({reached.text})"
     return f"{text} ({stat.n} of {runs})" if 0 < stat.n < runs else text
 
 
@@ -489,7 +525,7 @@ def paired_text(paired: Paired | None, column: MetricInfo, row_seeds: int) -> st
     return text
 
 
-def _header(c: MetricInfo) -> str:
+def header_text(c: MetricInfo) -> str:
     return f"{c.symbol}{' (' + c.unit + ')' if c.unit else ''}{' ' + c.arrow if c.ranked else ''}"
 
 
@@ -504,7 +540,7 @@ def format_table(boards: Sequence[Board], fmt: TableFormat = "markdown",
         return format_latex(boards, columns)
     order = COLUMN_BY_KEY[DEFAULT_ORDER]
     out: list[str] = []
-    headers = ["method", "seeds", "settings"] + [_header(c) for c in columns] + [f"Δ{order.symbol} vs {BASELINE} [95% CI]"]
+    headers = ["method", "seeds", "settings"] + [header_text(c) for c in columns] + [f"Δ{order.symbol} vs {BASELINE} [95% CI]"]
     for board in boards:
         title = f"{board.name} (protocol hash {board.current_hash}, {board.precision})"
         out.append(f"## {title}" if fmt == "markdown" else title)
@@ -513,7 +549,7 @@ def format_table(boards: Sequence[Board], fmt: TableFormat = "markdown",
         for row in board.rows:
             cells = [row.method, seeds_text(row, board.most_seeds), row.effort]
             for c in columns:
-                text = cell_text(row.stats[c.key], c, len(row.runs))
+                text = cell_text(row.stats[c.key], c, len(row.runs), reached=row.reached.get(c.key))
                 mark = row.marks.get(c.key)
                 if fmt == "markdown" and text != "–":
                     text = f"**{text}**" if mark == "best" else f"_{text}_" if mark == "second" else text
@@ -530,7 +566,7 @@ def format_table(boards: Sequence[Board], fmt: TableFormat = "markdown",
         if not board.rows:
             out.append("(no ranked runs)")
         if body:
-            out.extend(_render(headers, body, fmt))
+            out.extend(render_rows(headers, body, fmt))
         if any(r.partial for r in board.rows):
             out.append("")
             out.append(PARTIAL_NOTE)
@@ -545,6 +581,9 @@ def format_table(boards: Sequence[Board], fmt: TableFormat = "markdown",
                    "validation split) or set by hand; **best**, _second best_ (values that read the same are tied); "
                    "↓ lower is better, ↑ higher is better; wall time is shown, never ranked. Δ vs vanilla: mean "
                    "paired difference on shared seeds [95 % bootstrap CI]; n.s.: the interval contains 0.")
+        if any(c.key in TIME_TO_RESULT_KEYS for c in columns):
+            out.append("")
+            out.append(REACHED_NOTE + ".")
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -584,16 +623,17 @@ def format_latex(boards: Sequence[Board], columns: Sequence[MetricInfo] = COLUMN
         for row in board.rows:
             cells = [latex_escape(row.method), f"{len(row.runs)}" + ("$^*$" if row.partial else "")]
             for c in columns:
-                stat = row.stats[c.key]
+                stat, reached = row.stats[c.key], row.reached.get(c.key)
+                count = f" ({reached.reached}/{reached.sessions})" if reached is not None else ""
                 if stat.mean is None:
-                    cells.append("--")
+                    cells.append("--" + count)
                     continue
                 text = format_value(stat.mean, c).replace(",", "{,}")
                 std = format_std(stat.std, c)
                 text = f"{text} $\\pm$ {std}" if std else text
                 mark = row.marks.get(c.key)
-                cells.append(f"\\textbf{{{text}}}" if mark == "best" else f"\\underline{{{text}}}"
-                             if mark == "second" else text)
+                cells.append((f"\\textbf{{{text}}}" if mark == "best" else f"\\underline{{{text}}}"
+                              if mark == "second" else text) + count)
             out.append(" & ".join(cells) + r" \\")
         if board.reference_row:
             ref = board.reference_row
@@ -604,6 +644,8 @@ def format_latex(boards: Sequence[Board], columns: Sequence[MetricInfo] = COLUMN
         out += [r"\bottomrule", r"\end{tabular}"]
         if any(r.partial for r in board.rows):
             out.append("% $^*$ " + PARTIAL_NOTE.lstrip("* "))
+        if any(c.key in TIME_TO_RESULT_KEYS for c in columns):
+            out.append("% " + REACHED_NOTE)
         out.append("")
     return "\n".join(out)
 
@@ -625,10 +667,16 @@ def board_json(boards: Sequence[Board], columns: Sequence[MetricInfo] = COLUMNS)
     paired difference with vanilla per column."""
     import json
 
+    def reached(row: MethodRow, key: str) -> dict[str, object]:
+        r = row.reached.get(key)
+        return {} if key not in TIME_TO_RESULT_KEYS else {
+            "reached": None if r is None else {"sessions": r.reached, "of": r.sessions}}
+
     def row_json(row: MethodRow, reference: bool = False) -> dict[str, object]:
         return {"method": row.method, "seeds": row.seeds, "n": len(row.runs), "partial": row.partial,
                 "reference": reference, "color": row.color,
-                "metrics": {c.key: {**_stat_json(row.stats[c.key]), "mark": row.marks.get(c.key, "")} for c in columns},
+                "metrics": {c.key: {**_stat_json(row.stats[c.key]), "mark": row.marks.get(c.key, ""),
+                                    **reached(row, c.key)} for c in columns},
                 "vs_baseline": {c.key: _paired_json(row.paired.get(c.key)) for c in columns if c.key in row.paired}}
 
     data = {"baseline": BASELINE, "level": 0.95, "columns": [c.key for c in columns], "protocols": [
@@ -639,7 +687,7 @@ def board_json(boards: Sequence[Board], columns: Sequence[MetricInfo] = COLUMNS)
     return json.dumps(data, indent=1, allow_nan=False) + "\n"
 
 
-def _render(headers: list[str], rows: list[list[str]], fmt: str) -> list[str]:
+def render_rows(headers: list[str], rows: list[list[str]], fmt: str) -> list[str]:
     if fmt == "markdown":
         esc = [[c.replace("|", "\\|") for c in r] for r in [headers, *rows]]
         lines = ["| " + " | ".join(r) + " |" for r in esc]

@@ -119,3 +119,55 @@ def table(results_dir: Path | None, tracking_uri: str | None, protocols: tuple[s
         click.echo(boards_frame(boards).to_csv(index=False), nl=False)
         return
     click.echo(format_table(boards, fmt, columns), nl=False)  # type: ignore[arg-type]
+
+
+FIGURE_FORMATS = ("png", "svg", "pdf")
+
+
+@leaderboard.command("budget-curve")
+@_results_option
+@_tracking_option
+@click.option("--family", "family", default=None, metavar="BASE",
+              help="the family's base protocol (BASE of the BASE@<k>x protocols); needed when the results hold several")
+@click.option("--out", "out", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="write the figure to this file (.png, .svg or .pdf)")
+@click.option("--format", "fmt", type=click.Choice(["markdown", "text"]), default="markdown", show_default=True,
+              help="the printed table's format")
+def budget_curve(results_dir: Path | None, tracking_uri: str | None, family: str | None, out: Path | None,
+                 fmt: str) -> None:
+    """Print a budget family's table (each budget x method: S_Δ, P_Δ, CK_Δ and α, mean ± std over seeds) and,
+    with --out, write its figure (the gaps against the training TFLOPs per session, log scale)."""
+    from ..harness.atomic import atomic_write, check_writable_folder
+    from ..harness.errors import did_you_mean
+    from .aggregate import summarize
+    from .budget_curve import budget_families, figure_bytes, format_family_table
+    from .sources import load
+
+    if results_dir is not None and tracking_uri is not None:
+        raise BenchError("Give either --results-dir DIR or --tracking-uri URI, not both.")
+    if out is not None:  # before any result is read
+        out = out.expanduser()
+        if out.suffix.lower().lstrip(".") not in FIGURE_FORMATS:
+            raise BenchError(f"--out {out}: the figure is written as PNG, SVG or PDF, named by its suffix "
+                             f"(.png, .svg, .pdf); {out.suffix or 'no suffix'} is none of them.")
+        check_writable_folder(out.parent, "folder of --out", 0)
+    loaded = load(results_dir, tracking_uri, warn=_warn)
+    families = budget_families(summarize(loaded.entries))
+    if not families:
+        raise BenchError(f"No budget family in {loaded.origin}: a family is the results of protocols named "
+                         f"BASE@<k>x (BASE with its FLOP budget scaled by k), e.g. "
+                         f"`bench run -p tiny_cil_flops@0.5x -m vanilla`.")
+    bases = sorted({f.base for f in families})
+    if family is None and len(bases) > 1:
+        raise BenchError(f"The results hold {len(bases)} budget families ({', '.join(bases)}); name one with --family.")
+    if family is not None and family not in bases:
+        raise did_you_mean(family, bases, "budget family", plural="budget families with results")
+    chosen = [f for f in families if f.base == (family or bases[0])]
+    for i, fam in enumerate(chosen):
+        click.echo(("\n" if i else "") + format_family_table(fam, fmt), nl=False)  # type: ignore[arg-type]
+        if out is None:
+            continue
+        path = out if len(chosen) == 1 else out.with_stem(f"{out.stem}-{fam.precision}")
+        data = figure_bytes(fam, path.suffix.lower().lstrip("."))
+        atomic_write(path, lambda fh, data=data: fh.write(data), what=f"the budget-curve figure of {fam.base}")
+        click.echo(f"Wrote {path}", err=True)

@@ -236,6 +236,70 @@ def average_figure(curves: pd.DataFrame, refs: pd.DataFrame, lines: Sequence[Lin
     return fig
 
 
+COMPUTE_PLOTS: tuple[tuple[str, str, str], ...] = (
+    # (file stem, curve column, title): the same accuracies against training compute, one panel per session
+    ("old-tflops", "old", "Old-class accuracy against training compute"),
+    ("new-tflops", "new", "New-class accuracy against training compute"),
+    ("all-tflops", "all", "All-class accuracy against training compute"),
+)
+
+
+def compute_band(frame: pd.DataFrame, key: str) -> pd.DataFrame:
+    """Per method, session and eval point: the mean training TFLOPs since the session's start (``x``) and the
+    mean, sample std and count of ``key`` in % over the runs (seeds).
+
+    Grouped by eval point, not by x: the seeds of a method evaluate at the same points, and under a FLOP
+    budget at the same compute, but an update-budgeted run's FLOPs can differ by a few samples between seeds.
+    """
+    values = frame.assign(value=frame[key] * frame["scale"])
+    return (values.groupby(["method", "session", "point"], sort=True)
+            .agg(x=("session_tflops", "mean"), mean=("value", "mean"), std=("value", "std"), count=("value", "count"))
+            .reset_index())
+
+
+def compute_figure(curves: pd.DataFrame, refs: pd.DataFrame, lines: Sequence[Line], key: str, title: str) -> Figure:
+    """Accuracy against the training TFLOPs spent since each session's update-0 point, one panel per session
+    (methods spend different compute per update, so under an update budget their sessions end at different
+    x; each panel has its own x), with the joint model's end-of-session accuracy as a dashed level."""
+    sessions = sorted(curves["session"].unique())
+    cols = min(len(sessions), MAX_ZOOM_COLUMNS)
+    rows = math.ceil(len(sessions) / cols)
+    fig = Figure(figsize=(11.0, 1.3 + 2.5 * rows), layout="constrained")
+    joint = (refs[key] * refs["scale"]).groupby(refs["session"]).mean() if not refs.empty else pd.Series(dtype=float)
+    share = None
+    for i, session in enumerate(sessions):
+        ax = fig.add_subplot(rows, cols, i + 1, sharey=share)
+        share = share or ax
+        draw_lines(ax, compute_band(curves[curves["session"] == session], key), lines, "x")
+        if session in joint.index:
+            ax.axhline(joint[session], color=JOINT_COLOR, linestyle="--", linewidth=1.0, label="joint (end of session)")
+        ax.set_title(f"S{session}", fontsize=8, fontweight="normal")
+        ax.set_xlim(left=0)
+        ax.set_xlabel("training TFLOPs since its start", fontsize=8)
+        if i % cols == 0:
+            ax.set_ylabel(f"{key}-class acc. (%)")
+        else:
+            ax.tick_params(labelleft=False)
+    fig.suptitle(title, x=0.01, ha="left", fontsize=10, fontweight="bold")
+    legend(fig, share, 4)
+    return fig
+
+
+def compute_plots(board: Board) -> dict[str, tuple[str, str]]:
+    """``stem -> (title, svg)``: the curves against training compute; empty when nothing is ranked or no
+    ranked run recorded FLOPs at its eval points."""
+    if not board.rows:
+        return {}
+    curves, refs = board_frames(board)
+    curves = curves[curves["session_tflops"].notna()]
+    if curves.empty:
+        return {}
+    lines = board_lines(board)
+    with matplotlib.rc_context(STYLE):
+        return {stem: (title, to_svg(compute_figure(curves, refs, lines, key, title)))
+                for stem, key, title in COMPUTE_PLOTS}
+
+
 def board_plots(board: Board) -> dict[str, tuple[str, str]]:
     """``stem -> (title, svg)`` for one protocol; empty when nothing is ranked."""
     if not board.rows:

@@ -19,14 +19,15 @@ from urllib.parse import quote
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from ..harness.errors import BenchError
-from ..harness.results.catalog import METRICS, format_std, format_value
-from ..harness.results.metrics import RECOVERY_FRACTIONS
+from ..harness.results.catalog import METRICS, TIME_TO_RESULT_KEYS, format_std, format_value
+from ..harness.results.metrics import RECOVERY_FRACTIONS, Metrics
 from ..harness.results.tidy import VALUE_KEYS, run_values
 
-from .aggregate import (ALL_COLUMNS, BASELINE, COLUMN_BY_KEY, DEFAULT_ORDER, Board, Entry, MethodRow, Stat,
-                        assign_slugs, column_marks, paired_text, rank_value, summarize)
+from .aggregate import (ALL_COLUMNS, BASELINE, COLUMN_BY_KEY, DEFAULT_ORDER, Board, Entry, MethodRow, Reached, Stat,
+                        assign_slugs, column_marks, paired_text, rank_value, seeds_text, summarize)
+from .budget_curve import CURVE_COLUMNS, BudgetFamily, budget_families, family_rows, figure_bytes
 from .glossary import OMEGA_NOTE, TERMS
-from .plots import board_plots, run_plot
+from .plots import board_plots, compute_plots, run_plot
 from .reported import ReportedTable, load_reported
 from .sources import Loaded
 
@@ -58,8 +59,10 @@ def protocol_slug(name: str, i: int) -> str:
     return name if _SLUG.match(name) else f"protocol-{i}"
 
 
-def _cell(stat: Stat, key: str, mark: str = "", runs: int = 0, note: str | None = None) -> dict:
-    """One table cell; ``partial`` says how many of the row's runs had the value, when not all did."""
+def _cell(stat: Stat, key: str, mark: str = "", runs: int = 0, note: str | None = None,
+          reached: Reached | None = None) -> dict:
+    """One table cell; ``partial`` says how many of the row's runs had the value, when not all did, or for a
+    time-to-result column ``reached`` how many of the row's sessions reached the level."""
     column = COLUMN_BY_KEY[key]
     std = format_std(stat.std, column)
     value = rank_value(stat, column)
@@ -67,7 +70,8 @@ def _cell(stat: Stat, key: str, mark: str = "", runs: int = 0, note: str | None 
           if stat.ci is not None and stat.ci.low < stat.ci.high else None)
     return {"key": key, "text": format_value(stat.mean, column), "std": std, "mark": mark, "ci": ci,
             "optional": column.optional, "value": "" if value is None else repr(value),
-            "partial": f"{stat.n} of {runs} runs" if 0 < stat.n < runs else None, "note": note}
+            "partial": f"{stat.n} of {runs} runs" if 0 < stat.n < runs and reached is None else None, "note": note,
+            "reached": None if reached is None else reached.text}
 
 
 SVG_DASHES = {"dashed": "6 3", "dotted": "1.5 2.5", "dashdot": "6 2 1.5 2"}  # the plots' line styles, for the swatch
@@ -82,7 +86,7 @@ def _row_view(row: MethodRow, run_href: dict[int, str], reference: bool = False,
         "n": len(row.runs), "distribution": row.distribution,
         "runs": [{"seed": e.result.seed, "href": run_href[id(e)]} for e in row.runs],
         "cells": [_cell(row.stats[c.key], c.key, "" if reference else row.marks.get(c.key, ""), len(row.runs),
-                        row.params_reading if c.key == "params" else None)
+                        row.params_reading if c.key == "params" else None, row.reached.get(c.key))
                   for c in ALL_COLUMNS],
         "paired": None if reference or row.method == BASELINE else {
             "text": paired_text(paired, order, len(row.runs)), "inconclusive": paired is None or paired.inconclusive},
@@ -107,6 +111,35 @@ def _reported_view(table: ReportedTable) -> dict:
     return {"table": table.table, "label": table.label, "caption": table.caption, "runs": table.runs,
             "summary": ("mean ± std" if has_std else "mean") + f" over {table.runs} runs" if table.runs > 1 else "",
             "columns": [COLUMN_BY_KEY[k] for k in keys], "rows": rows}
+
+
+def _family_view(family: BudgetFamily, src: str, slugs: dict[int, str]) -> dict:
+    """A budget family for the index: its figure and its budget x method table (cells as the boards')."""
+    return {
+        "base": family.base, "precision": family.precision, "slug": family.slug, "src": src,
+        "points": [{"name": p.board.name, "slug": slugs[id(p.board)], "factor": f"{p.factor:g}x",
+                    "tflops": f"{p.tflops:.4g}"} for p in family.points],
+        "rows": [{"factor": f"{p.factor:g}x", "tflops": f"{p.tflops:.4g}", "method": row.method, "color": row.color,
+                  "dasharray": SVG_DASHES.get(row.dash, ""), "seeds": seeds_text(row, p.board.most_seeds),
+                  "cells": [_cell(row.stats[c.key], c.key, runs=len(row.runs)) for c in CURVE_COLUMNS]}
+                 for p, row in family_rows(family)],
+        "apart": family.apart,
+    }
+
+
+def _time_to_result_rows(m: Metrics | None) -> list[dict]:
+    """The run page's time-to-result rows: per session, updates and TFLOPs ("–": not reached; a TFLOPs row
+    only when the run recorded FLOPs)."""
+    if m is None or m.time_to_result is None:
+        return []
+    rows = []
+    for info in (METRICS[k] for k in TIME_TO_RESULT_KEYS):
+        field, divisor = info.per_session  # type: ignore[misc]
+        values = getattr(m.time_to_result, field)
+        if values is not None:
+            rows.append({"key": info.key, "name": info.name, "unit": info.unit,
+                         "values": [format_value(None if v is None else v / divisor, info) for v in values]})
+    return rows
 
 
 def _mlflow_href(entry: Entry, ui: str | None) -> tuple[str | None, str | None]:
@@ -264,13 +297,14 @@ def _render(loaded: Loaded, boards: list[Board], reported: dict, out: Path, mlfl
     views = []
     for board in boards:
         slug = board_slug[id(board)]
-        plots = []
-        for stem, (plot_title, svg) in board_plots(board).items():
-            path = f"plots/{slug}-{stem}.svg"
-            (out / path).write_text(svg)
-            plots.append({"src": path, "title": plot_title, "stem": stem})
+        plots, compute = [], []
+        for group, made in ((plots, board_plots(board)), (compute, compute_plots(board))):
+            for stem, (plot_title, svg) in made.items():
+                path = f"plots/{slug}-{stem}.svg"
+                (out / path).write_text(svg)
+                group.append({"src": path, "title": plot_title, "stem": stem})
         views.append({
-            "board": board, "slug": slug, "plots": plots,
+            "board": board, "slug": slug, "plots": plots, "compute_plots": compute,
             "rows": [_row_view(r, run_href, most=board.most_seeds) for r in board.rows],
             "reference": _row_view(board.reference_row, run_href, reference=True) if board.reference_row else None,
             "reported": [_reported_view(t) for t in reported.get(board.name, [])],
@@ -283,13 +317,19 @@ def _render(loaded: Loaded, boards: list[Board], reported: dict, out: Path, mlfl
             "unranked": [{"entry": e, "href": run_href[id(e)]} for e in board.unranked],
             "n_seeds": max((len(r.runs) for r in board.rows), default=0),
         })
+    families = []
+    for family in budget_families(boards):
+        path = f"plots/budget-{family.slug}.svg"
+        (out / path).write_bytes(figure_bytes(family, "svg"))
+        families.append(_family_view(family, path, {id(v["board"]): v["slug"] for v in views}))
     measured = {b.name for b in boards}
     reported_only = [{"name": name, "tables": [_reported_view(t) for t in tables]}
                      for name, tables in sorted(reported.items()) if name not in measured]
 
     pages = 0
     index = env.get_template("index.html").render(
-        **common, root="", boards=views, columns=ALL_COLUMNS, reported_only=reported_only, skipped=loaded.skipped,
+        **common, root="", boards=views, families=families, curve_columns=CURVE_COLUMNS,
+        columns=ALL_COLUMNS, reported_only=reported_only, skipped=loaded.skipped,
         order=COLUMN_BY_KEY[DEFAULT_ORDER], baseline=BASELINE,
         n_runs=len(loaded.entries))
     (out / "index.html").write_text(index)
@@ -321,7 +361,7 @@ def _render(loaded: Loaded, boards: list[Board], reported: dict, out: Path, mlfl
         html = run_tpl.render(
             **common, root="../", entry=entry, r=r, board=board, board_slug=board_slug[id(board)],
             values=[{"column": METRICS[k], "text": format_value(values[k], METRICS[k])} for k in VALUE_KEYS],
-            compare=compare, sessions=sessions, recovery=recovery, metrics=m,
+            compare=compare, sessions=sessions, recovery=recovery, metrics=m, time_to_result=_time_to_result_rows(m),
             plot=f"{entry.slug}.svg" if svg else None, json_href=f"{entry.slug}.json",
             mlflow_href=href, mlflow_hint=hint,
             joint_href=("../" + run_href[id(entry.joint)]) if entry.joint else None,

@@ -8,6 +8,7 @@ optimizer update.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -39,6 +40,7 @@ class Context:
     rng: np.random.Generator        # the method's own numpy stream (the harness draws batches from another)
     generator: torch.Generator      # the method's own torch stream, for any parameter init it does
     counters: dict[str, float] = field(default_factory=dict)  # extra compute a method declares; names and which are charged: harness.flops.COUNTERS
+    planned_updates: Callable[[], int] | None = None  # under a FLOP budget: the updates the rest of the session's budget pays for at the next update's price (a prediction, for a schedule's length); None under an update count
 
 
 @dataclass
@@ -227,9 +229,13 @@ class StandardMethod(Method):
         self._restore_optimizer()
 
     def session_updates(self, session: Session) -> int | None:
-        """Updates in ``session``: the protocol's count, one per sample online, None under a FLOP budget
-        (the run stops the session when its next update would pass the budget)."""
-        return self.ctx.protocol.training.session_updates(len(session.train_ids))
+        """Updates in ``session``: the protocol's count, one per sample online; under a FLOP budget the
+        harness's prediction (``ctx.planned_updates``: the run itself stops when the next update would
+        pass the budget, so a schedule built on it may end an update early or late)."""
+        fixed = self.ctx.protocol.training.session_updates(len(session.train_ids))
+        if fixed is None and self.ctx.planned_updates is not None:
+            return self.ctx.planned_updates()
+        return fixed
 
     def build_optimizer(self, total_steps: int | None):
         """AdamW with layer-wise lr decay over what has ``requires_grad``, shaped by the modifiers; and their schedule."""

@@ -155,7 +155,7 @@ def test_protocols_sharing_sources_but_not_classes_keep_separate_shards(bench_ca
 
 
 def test_cpu_forwards_in_chunks_equal_the_whole_batch():
-    """The CPU eval/trunk forward runs 16 rows at a time for cache locality; a ConvNeXtV2 gives the
+    """The CPU trunk pass runs 16 rows at a time (eval: a chunk sized from the model); a ConvNeXtV2 gives the
     outputs of one forward of the whole batch to float rounding (oneDNN's kernels depend on the batch
     size), and the same predictions."""
     import timm
@@ -172,7 +172,7 @@ def test_cpu_forwards_in_chunks_equal_the_whole_batch():
         return net(batch)
 
     with torch.no_grad():
-        chunked, whole = in_cpu_chunks(forward, x), net(x)
+        chunked, whole = in_cpu_chunks(forward, x, CPU_FORWARD_CHUNK), net(x)
     torch.testing.assert_close(chunked, whole, rtol=0, atol=1e-5)
     assert torch.equal(chunked.argmax(1), whole.argmax(1))
     assert calls == [CPU_FORWARD_CHUNK, CPU_FORWARD_CHUNK, 5]

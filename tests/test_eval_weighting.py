@@ -52,3 +52,21 @@ def test_the_texts_eval_cadence_has_a_protocol():
     assert (base.eval.every, text.eval.every) == (100, 50)
     assert text.model_dump(exclude={"name", "version", "description", "paper_ref", "eval"}) == \
         base.model_dump(exclude={"name", "version", "description", "paper_ref", "eval"})
+
+
+def test_compute_weighting_counts_each_point_for_the_training_flops_since_the_last():
+    """Under a FLOP budget a point stands for the compute since the previous one: cumulative training
+    FLOPs 5, 10, 30, 50 at the points (update 0 at 5 after begin_session's work) give weights 5, 20, 20."""
+    flops = [5.0, 10.0, 30.0, 50.0]
+    expected = (5 * 0.4 + 20 * 0.6 + 20 * 0.8) / 45  # 0.6667, where the update weighting gives 0.74
+    assert omega(UPDATES, NEW, 1.0, "compute", flops) == pytest.approx(expected)
+    with pytest.raises(ValueError, match="needs the training FLOPs"):
+        omega(UPDATES, NEW, 1.0, "compute")
+    with pytest.raises(ValueError, match="must grow"):
+        omega(UPDATES, NEW, 1.0, "compute", [5.0, 10.0, 10.0, 50.0])
+    c = curve(2, 100, UPDATES, old=[0.9, 0.5, 0.7, 0.9], new=NEW, all_=[0.5, 0.5, 0.5, 0.5])
+    c.train_flops = flops
+    joint = [ReferenceSession(session=2, old=1.0, new=1.0, all=1.0, tasks=[1.0, 1.0])]
+    m = compute_metrics([c], joint, {2: 1.0}, eval_weighting="compute")
+    assert m.S_delta == pytest.approx(1 - (5 * 0.5 + 20 * 0.7 + 20 * 0.9) / 45)
+    assert m.P_delta == pytest.approx(1 - expected)

@@ -19,7 +19,7 @@ from bench_stability_gap.harness.model import flops as FL
 from bench_stability_gap.harness.run.continual import run_cl
 from bench_stability_gap.harness.run.options import RunOptions
 from bench_stability_gap.harness.run.workbench import prepare
-from bench_stability_gap.harness.spec.protocol import ComputeBudget, load_protocol
+from bench_stability_gap.harness.spec.protocol import ComputeBudget, ComputeSchedule, load_protocol
 from bench_stability_gap.methods.registry import build_method
 from bench_stability_gap.methods.sgm.lora import inject_adapters
 
@@ -119,6 +119,19 @@ def test_a_protocol_with_both_budgets_exits_2_naming_the_field(tmp_path):
     path.write_text(yaml.safe_dump(spec))
     out = CliRunner().invoke(main, ["validate", str(path)])
     assert out.exit_code == 2 and "training.budget.tflops" in out.output, out.output
+
+
+def test_a_budget_no_method_can_spend_exits_2_before_any_compute(tmp_path, monkeypatch):
+    """Output-only training on one batch is the cheapest update there is; a budget below it is refused by
+    the preflight, naming the field, before data opens or anything trains (no cache, no result)."""
+    monkeypatch.setenv("BENCH_CACHE_DIR", str(tmp_path / "cache"))
+    path = tmp_path / "starved.yaml"
+    path.write_text("extends: tiny_cil_flops\nname: starved\ntraining: {budget: {tflops: 1.0e-5}}\n")
+    out = CliRunner().invoke(main, ["run", "-p", str(path), "-m", "vanilla", "--no-mlflow",
+                                    "--results-dir", str(tmp_path / "results")])
+    assert out.exit_code == 2, out.output
+    assert "training.budget.tflops (1e-05)" in out.output and "cheapest method" in out.output, out.output
+    assert not list((tmp_path / "cache").rglob("*.*")) and not list(tmp_path.glob("results/runs/**/*.json"))  # probed only
 
 
 class _PlanLog:
@@ -234,3 +247,52 @@ def test_a_resumed_flop_budgeted_session_keeps_the_last_price_and_the_numbers(wo
     assert resumed[1].updates_per_session == expected
     assert resumed[1].train_flops_per_session == plain[1].train_flops_per_session
     assert [c.model_dump() for c in resumed[0]] == [c.model_dump() for c in plain[0]]
+
+
+def _by_compute(bench, every_tflops: float):
+    p = bench.protocol
+    schedule = p.eval.model_copy(update={"every": None, "dense_every": None, "dense_until": 0,
+                                         "tflops": ComputeSchedule(every=every_tflops)})
+    return dataclasses.replace(bench, protocol=p.model_copy(update={"eval": schedule}))
+
+
+def test_eval_points_fall_at_the_same_compute_for_methods_with_different_update_costs(workbench):
+    """Under eval.tflops every method is evaluated right after the update that crosses each multiple of
+    ``every``: the k-th point lies within one of the method's own updates past k x every, so vanilla and
+    vanilla+lora, whose updates cost differently, are compared at the same compute (not the same update)."""
+    bench, options = workbench
+    costs = {m: _update_macs(bench, m) for m in ("vanilla", "vanilla+lora")}
+    vanilla = costs["vanilla"][0]
+    every = FL.flops(2.5 * vanilla) / 1e12  # between two and three updates: the two methods cross it apart
+    flop_bench = _by_compute(_with_budget(bench, FL.flops(10.5 * vanilla) / 1e12), every)
+    marks = {}
+    for text, cost in costs.items():
+        curves, budget, _ = _run(flop_bench, options, text)
+        marks[text] = []
+        for curve, c in zip(curves, cost):
+            spent = [(f - curve.train_flops[0]) / 1e12 for f in curve.train_flops]  # session TFLOPs at each point
+            inner = spent[1:-1]  # the schedule's points: after update 0, before the session's end
+            ks = [math.floor(t / every) for t in inner]
+            assert ks == list(range(1, len(ks) + 1)), (text, curve.session, spent)
+            for k, t in zip(ks, inner):  # at or past k x every, by less than one update
+                assert k * every <= t + 1e-12 and t - FL.flops(c) / 1e12 < k * every, (text, k, t)
+            marks[text].append(ks)
+    # 10 updates each: marks at 2.5, 5 and 7.5 of vanilla's updates; the 4th (10) is the session's end point
+    assert marks["vanilla"] == marks["vanilla+lora"] == [[1, 2, 3]] * 4
+
+
+def test_onecycle_under_a_flop_budget_runs_on_the_predicted_update_count(workbench, monkeypatch):
+    """SGM's OneCycle needs a session length: under a FLOP budget the harness predicts it in begin_session
+    (after the init pass, with LoRA's trainability) and the run makes exactly that many updates."""
+    from bench_stability_gap.harness.run import continual
+
+    bench, options = workbench
+    predicted = []
+    original = continual.FlopStop.affordable
+    monkeypatch.setattr(continual.FlopStop, "affordable", lambda self: predicted.append(original(self)) or predicted[-1])
+    # init's forward pass over the session's samples costs about 7 of these updates on this protocol
+    tflops = FL.flops(12.5 * _update_macs(bench, "vanilla")[0]) / 1e12
+    curves, budget, _ = _run(_with_budget(bench, tflops), options, "vanilla+sgm")
+    assert len(predicted) == len(curves) and budget.updates_per_session == predicted
+    assert all(2 <= n < 12 for n in predicted), predicted
+    assert all(f <= tflops * 1e12 for f in budget.train_flops_per_session)

@@ -288,7 +288,8 @@ def test_build_writes_a_self_contained_site(results_dir: Path, tmp_path: Path) -
     for method in {r.method.spec for r in results}:
         assert method in index
     plots = sorted((site / "plots").glob("*.svg"))
-    assert {p.stem for p in plots} == {"tiny_cil-old", "tiny_cil-new", "tiny_cil-all", "tiny_cil-pretrain", "tiny_cil-old-avg"}
+    assert {p.stem for p in plots} == {"tiny_cil-old", "tiny_cil-new", "tiny_cil-all", "tiny_cil-pretrain", "tiny_cil-old-avg",
+                                       "tiny_cil-old-tflops", "tiny_cil-new-tflops", "tiny_cil-all-tflops"}
     for p in plots + sorted((site / "runs").glob("*.svg")):
         ET.parse(p)  # well-formed SVG
         assert 'src="plots/' + p.name + '"' in index or p.parent.name == "runs"

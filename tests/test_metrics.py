@@ -19,8 +19,10 @@ from bench_stability_gap.harness.results.metrics import (
     plasticity_gap,
     recovery_flops,
     recovery_updates,
+    TimeToResult,
     sigma,
     stability_gap,
+    time_to_result,
     updates_to_best_new,
     wc_acc,
 )
@@ -255,6 +257,65 @@ def test_updates_and_flops_to_best_new() -> None:
     assert flops_to_best_new(c, 0.9) is None
 
 
+# --------------------------------------------------------------------------- time to result
+
+# A FLOP-budgeted run: eval points placed by compute (uneven in updates), FLOPs cumulative over the run
+# (session 3 starts 0.1 TFLOPs after session 2 ended: its begin_session's cost, before its update-0 point).
+FLOP_RUN = [
+    curve(2, [0, 3, 7, 12, 20], old=[0.85, 0.40, 0.70, 0.80, 0.84], new=[0.0, 0.30, 0.55, 0.62, 0.60],
+          train_flops=[5.0e12, 5.3e12, 5.7e12, 6.2e12, 7.0e12]),
+    curve(3, [0, 4, 9, 18], old=[0.70, 0.50, 0.60, 0.65], new=[0.0, 0.2, 0.5, 0.58],
+          train_flops=[7.1e12, 7.5e12, 8.0e12, 8.9e12]),
+]
+FLOP_JOINT = [ref(2, old=0.82), ref(3, old=0.80)]
+FLOP_BEST = {2: 0.62, 3: 0.60}  # A_best: session 3's from another run
+
+
+def test_time_to_result_of_a_flop_budgeted_run() -> None:
+    # s2 old: threshold 0.99 * 0.82 = 0.8118; 0.85 at update 0 is above, below at 3, back at 20 (0.84)
+    #   -> 20 updates, 7.0e12 - 5.0e12 = 2.0e12 FLOPs (from the session's update-0 point, not from 0)
+    # s3 old: threshold 0.792; 0.70 is below at update 0 and never back -> not reached
+    # s2 new: threshold 0.99 * 0.62 = 0.6138 -> 0.62 at 12: 12 updates, 6.2e12 - 5.0e12 = 1.2e12 FLOPs
+    # s3 new: threshold 0.594; best 0.58 -> not reached (its own best would count it reached at 18: Fig. 5)
+    ttr = time_to_result(FLOP_RUN, FLOP_JOINT, FLOP_BEST)
+    assert ttr == TimeToResult(old_updates=[20, None], old_flops=[2.0e12, None],
+                               new_updates=[12, None], new_flops=[1.2e12, None])
+    assert updates_to_best_new(FLOP_RUN[1], max(FLOP_RUN[1].new)) == 18
+    m = compute_metrics(FLOP_RUN, FLOP_JOINT, FLOP_BEST)
+    assert m.time_to_result == ttr
+    # the run's numbers: mean over the sessions reached (1 of 2 each), TFLOPs in 10^12
+    assert m.value("ttr_old_updates") == 20 and m.value("ttr_old_tflops") == pytest.approx(2.0)
+    assert m.value("ttr_new_updates") == 12 and m.value("ttr_new_tflops") == pytest.approx(1.2)
+    assert m.reached("ttr_old_updates") == [20.0] and m.sessions == 2
+    assert "ttr_old_updates_s3" not in m.scalars()  # not reached: left out, never logged as a number
+
+
+def test_time_to_result_of_an_update_budgeted_run() -> None:
+    # even eval points every 5 updates, FLOPs counted from 0
+    # s2 old: threshold 0.99 * 0.8 = 0.792, never below -> 0 updates, 0 FLOPs: reached at once (no gap)
+    # s3 old: threshold 0.792: below at 5 (0.6), back at 15 (0.8) -> 15 updates, 450 - 300 = 150 FLOPs
+    # s2 new: threshold 0.99 * 0.5 = 0.495 -> 0.5 at 10: 10 updates, 100 FLOPs
+    # s3 new: threshold 0.99 * 0.9 = 0.891 -> 0.9 at 5: 5 updates, 50 FLOPs
+    run = [curve(2, [0, 5, 10], old=[0.80, 0.81, 0.795], new=[0.0, 0.3, 0.5], train_flops=[0.0, 50.0, 100.0]),
+           curve(3, [0, 5, 10, 15], old=[0.9, 0.6, 0.7, 0.8], new=[0.0, 0.9, 0.9, 0.9],
+                 train_flops=[300.0, 350.0, 400.0, 450.0])]
+    m = compute_metrics(run, [ref(2, old=0.8), ref(3, old=0.8)], {2: 0.5, 3: 0.9})
+    assert m.time_to_result == TimeToResult(old_updates=[0, 15], old_flops=[0.0, 150.0],
+                                            new_updates=[10, 5], new_flops=[100.0, 50.0])
+    assert m.value("ttr_old_updates") == 7.5 and m.value("ttr_old_tflops") == pytest.approx(75e-12)
+    assert m.value("ttr_new_updates") == 7.5 and m.value("ttr_new_tflops") == pytest.approx(75e-12)
+
+
+def test_time_to_result_never_reached_is_none_not_zero() -> None:
+    # old stays below 0.99 * 0.9; no run learned session 2's new classes (A_best 0): nothing to reach
+    run = [curve(2, [0, 5, 10], old=[0.5, 0.4, 0.6], new=[0.0, 0.0, 0.0], train_flops=[0.0, 5.0, 10.0])]
+    m = compute_metrics(run, [ref(2, old=0.9)], {2: 0.0})
+    assert m.time_to_result == TimeToResult(old_updates=[None], old_flops=[None], new_updates=[None], new_flops=[None])
+    for key in ("ttr_old_updates", "ttr_old_tflops", "ttr_new_updates", "ttr_new_tflops"):
+        assert m.value(key) is None and m.reached(key) == []
+    assert not any(k.startswith("ttr_") for k in m.scalars())
+
+
 # ------------------------------------------------------------------------ De Lange et al.
 
 
@@ -336,6 +397,10 @@ FULL_BEST = {2: 0.7, 3: 0.6}
 #   98: 0.735, below at 5 (0.73), back at 10 (0.74) -> 10, 170 - 90 = 80 FLOPs
 #   99: 0.7425 and 100: 0.75, never reached -> None
 # best new: s2 0.99 * 0.7 = 0.693 -> 10 (0.7), 90 FLOPs; s3 0.99 * 0.6 = 0.594 -> 5 (0.6), 40 FLOPs
+# time to result (99 %; old: all old classes vs. A_joint old; new: vs. A_best = FULL_BEST):
+#   old s2 = recovery_99 s2 = 10 updates, 90 FLOPs; old s3: 0.74 < 0.7425 at update 0, never back -> not reached
+#   new s2 = 10 updates, 90 FLOPs; new s3 = 5 updates, 40 FLOPs (as best new above: FULL_BEST is each run's own best)
+#   means over the sessions reached: old 10 updates, 90e-12 TFLOPs (1 of 2); new 7.5 updates, 65e-12 TFLOPs (2 of 2)
 # R (end-of-session accuracy per task): R11 0.9 (s2 update 0), R21 0.8 R22 0.7, R31 0.8 R32 0.65 R33 0.55;
 #   R12 = R23 = 0 (untrained new classes at update 0)
 # ACC = (0.8 + 0.65 + 0.55) / 3 = 2/3;  Ā = ((0.8 + 0.7) / 2 + 2/3) / 2 = 17/24
@@ -354,6 +419,9 @@ FULL_SCALARS = {
     "updates_to_best_new_s2": 10, "updates_to_best_new_s3": 5,
     "flops_to_best_new_s2": 90, "flops_to_best_new_s3": 40,
     "acc": 2 / 3, "avg_acc": 17 / 24, "forgetting": 0.075, "bwt": -0.075, "fwt": 0.0,
+    "ttr_old_updates_s2": 10, "ttr_old_tflops_s2": 90e-12, "ttr_old_updates": 10, "ttr_old_tflops": 90e-12,
+    "ttr_new_updates_s2": 10, "ttr_new_updates_s3": 5, "ttr_new_tflops_s2": 90e-12, "ttr_new_tflops_s3": 40e-12,
+    "ttr_new_updates": 7.5, "ttr_new_tflops": 65e-12,
 }
 
 
@@ -364,7 +432,9 @@ def test_compute_metrics_fills_everything() -> None:
     assert m.recovery_flops == {"97": [90.0, 0.0], "98": [90.0, 80.0], "99": [90.0, None], "100": [90.0, None]}
     assert m.updates_to_best_new == [10, 5]
     assert m.flops_to_best_new == pytest.approx([90.0, 40.0])
-    assert m.scalars() == pytest.approx(FULL_SCALARS)
+    assert m.time_to_result == TimeToResult(old_updates=[10, None], old_flops=[90.0, None],
+                                            new_updates=[10, 5], new_flops=[90.0, 40.0])
+    assert m.scalars() == pytest.approx(FULL_SCALARS, rel=1e-9, abs=0)
 
 
 def test_compute_metrics_without_flops_leaves_them_out() -> None:
@@ -373,6 +443,9 @@ def test_compute_metrics_without_flops_leaves_them_out() -> None:
     assert m.recovery_flops is None
     assert m.flops_to_best_new is None
     assert m.S_delta == pytest.approx(0.0725)
+    # time to result in updates stays; in TFLOPs it is not recorded (None), never 0
+    assert m.time_to_result == TimeToResult(old_updates=[10, None], old_flops=None, new_updates=[10, 5], new_flops=None)
+    assert m.value("ttr_old_tflops") is None and m.reached("ttr_old_tflops") is None
     expected = {k: v for k, v in FULL_SCALARS.items() if "flops" not in k}
     assert m.scalars() == pytest.approx(expected)
 

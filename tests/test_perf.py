@@ -15,8 +15,20 @@ def test_bench_perf_runs_on_synthetic_tensors_and_prints_the_ratios():
                                     "--repeats", "1", "--eval-samples", "32"], catch_exceptions=False)
     assert out.exit_code == 0, out.output
     for words in ("plain PyTorch loop", "harness update", "harness / plain time", "cached trunk",
-                  "no trunk cache", "x vs no trunk cache", "forward MACs per sample (fvcore)"):
+                  "no trunk cache", "x vs no trunk cache", "forward MACs per sample (fvcore)",
+                  "roofline: fp32 GEMM", "train, harness update", "eval, cached trunk", "% of roofline",
+                  "cached trunk, 16-row chunks, hooked", "x faster than 16-row chunks"):
         assert words in out.output
+
+
+def test_roofline_share_is_achieved_macs_over_the_gemm_rate():
+    from bench_stability_gap.harness.tools.perf import gemm_gmacs, roofline_line
+
+    # 200 images/s x 5 M MACs each = 1 GMAC/s; against a 4 GMAC/s GEMM that is 25 %
+    assert roofline_line("eval", 200.0, 5e6, 4.0).split() == ["eval", "1.00", "GMAC/s", "25.0", "%", "of", "roofline"]
+    import torch
+
+    assert gemm_gmacs(torch.device("cpu"), size=64, calls=2) > 0
 
 
 def test_image_files_decode_through_loader_workers_to_the_same_tensors(tmp_path, monkeypatch):

@@ -67,15 +67,15 @@ def test_bad_run_arguments_are_refused_before_compute(results, args, needles) ->
     assert not list(results.rglob("*.json")), "nothing ran"
 
 
-def test_a_typo_answers_in_about_a_second_without_importing_torch(tmp_path) -> None:
+def test_a_typo_is_refused_without_importing_torch_or_mlflow(tmp_path) -> None:
+    """What makes a typo cost a second, not the minute torch and MLflow take to import on a loaded machine:
+    neither is imported before the method string and the settings are checked (no wall-clock bound here,
+    as shared machines make one flaky)."""
     code = ("import sys; from bench_stability_gap.harness.cli import main\n"
             "main(['run', '-m', 'vanila', '--set', 'lr=0.1'], standalone_mode=False)\n"
             "print('torch' in sys.modules, 'mlflow' in sys.modules)")
-    t0 = time.perf_counter()
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path)
-    elapsed = time.perf_counter() - t0
     assert out.stdout.split() == ["False", "False"] and "Unknown method 'vanila'" in out.stderr, out.stdout + out.stderr
-    assert elapsed < 3.0, f"{elapsed:.2f} s (about 0.5 s alone; 3 s leaves room for a loaded CI machine)"
     bad_set = code.replace("'vanila', '--set', 'lr=0.1'", "'vanilla', '--set', 'lrr=0.1'")
     out = subprocess.run([sys.executable, "-c", bad_set], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert out.stdout.split() == ["False", "False"] and "lrr" in out.stderr, out.stdout + out.stderr

@@ -95,6 +95,7 @@ def test_a_field_added_later_changes_no_hash_until_it_is_set():
         data.pop(name)
     data["backbone"].pop("registered_first")
     data["training"].pop("budget")
+    data["eval"].pop("tflops")
     before = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
     assert spec.spec_hash == before
     split = spec.model_copy(update={"memory": Memory(policy="split", capacity=500, pretrain_share=0.8)})
@@ -121,6 +122,9 @@ def test_a_flop_budget_is_the_updates_alternative_named_when_wrong():
     with pytest.raises(BenchError, match=r"training.*exactly one of updates .* and budget .*not both"):
         parse_protocol(yaml.safe_dump(both), "both.yaml")
     del both["training"]["updates"]
+    with pytest.raises(BenchError, match=r"eval\.tflops is required under training\.budget"):
+        parse_protocol(yaml.safe_dump(both), "update-schedule.yaml")
+    both["eval"] = {"tflops": {"every": 0.05}}
     p = parse_protocol(yaml.safe_dump(both), "flops.yaml")
     assert p.training.budget.tflops == 0.5 and p.training.session_updates(40) is None and not p.training.online
     for bad in (0, -1.5):
@@ -130,3 +134,37 @@ def test_a_flop_budget_is_the_updates_alternative_named_when_wrong():
     neither = {**data, "training": {k: v for k, v in data["training"].items() if k != "updates"}}
     with pytest.raises(BenchError, match=r"exactly one of updates"):
         parse_protocol(yaml.safe_dump(neither), "neither.yaml")
+
+
+def test_a_compute_schedule_evaluates_where_an_update_crosses_one_of_its_points():
+    """eval.tflops: points every 0.1 TFLOPs and every 0.025 until 0.05; an update is followed by an eval
+    when the session's TFLOPs crossed a point during it (hand-counted)."""
+    from bench_stability_gap.harness.spec.protocol import ComputeSchedule
+
+    s = ComputeSchedule(every=0.1, dense_every=0.025, dense_until=0.05)
+    assert [s.marks(x) for x in (0.0, 0.02, 0.025, 0.05, 0.07, 0.1, 0.26)] == [0, 0, 1, 2, 2, 3, 4]
+    assert s.due(0.02, 0.03) and not s.due(0.03, 0.045) and s.due(0.045, 0.05) and not s.due(0.05, 0.09)
+    assert s.due(0.09, 0.1) and not s.due(0.1, 0.19) and s.due(0.19, 0.26)
+    assert s.scaled(2) == ComputeSchedule(every=0.2, dense_every=0.05, dense_until=0.1)
+
+
+def test_a_schedule_must_match_the_budget_kind():
+    data = yaml.safe_load(load_protocol("tiny_cil").model_dump_json())
+    data["eval"]["tflops"] = {"every": 0.05}
+    with pytest.raises(BenchError, match=r"eval needs exactly one schedule"):
+        parse_protocol(yaml.safe_dump(data), "two-schedules.yaml")
+    data["eval"] = {"tflops": {"every": 0.05}}
+    with pytest.raises(BenchError, match=r"eval\.tflops places eval points by compute, which needs training\.budget"):
+        parse_protocol(yaml.safe_dump(data), "compute-schedule-on-updates.yaml")
+
+
+def test_name_at_k_x_scales_the_budget_and_schedule_and_shares_the_references():
+    base = load_protocol("tiny_cil_flops")
+    scaled = load_protocol("tiny_cil_flops@0.5x")
+    assert scaled.name == "tiny_cil_flops@0.5x" and scaled.spec_hash != base.spec_hash
+    assert scaled.training.budget.tflops == pytest.approx(base.training.budget.tflops / 2)
+    assert scaled.eval.tflops.every == pytest.approx(base.eval.tflops.every / 2)
+    assert scaled.reference.spec_hash == base.spec_hash and base.reference is base
+    assert scaled.model_copy(update={}).reference.spec_hash == base.spec_hash
+    with pytest.raises(BenchError, match=r"tiny_cil has no FLOP budget"):
+        load_protocol("tiny_cil@2x")

@@ -17,7 +17,9 @@ What is counted, and how
   count every sample through each part, whoever made the call: the standard step, a modifier's
   init pass, a teacher that is a ``copy.deepcopy`` of the model (the hooks are closures, copied by
   reference), a REMIND replay through the body. A part's backward is counted when gradient actually
-  reaches its output (a tensor hook on the output), once per backward pass.
+  reaches its output (a tensor hook on the output), once per backward pass. Evaluation forwards
+  (``evaluate`` with the meter) are hooked once per row shape and the rest replay that count
+  (``FlopMeter.once_per_shape``): the same tally, without looking the parts' costs up per chunk.
 * **Backward convention.** Per module of a part (fvcore's per-module count): backward = 2 x its
   forward MACs if it has trainable parameters (gradient w.r.t. input and weights), 1 x if it has none
   but its input requires grad (gradient only passes *through* it to something trainable upstream,
@@ -66,7 +68,7 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -295,6 +297,7 @@ class FlopMeter:
         self._paused = False
         self._fast: dict[tuple[str, int], _Known] = {}
         self._handles: list[Any] = []
+        self._recording: list | None = None  # what the hooks add, while ``once_per_shape`` records
         _watch_structure()
         self.trunk_cost = self._cost("trunk", model.trunk, self.input_shape, False)
 
@@ -344,16 +347,24 @@ class FlopMeter:
                 return
             n = int(output.shape[0])
             cost = meter.cost(part, module)
-            phase, t = meter.phase, meter.tally
-            t.fwd_samples[phase][part] += n
-            t.macs[phase] += n * cost.forward
-            if part == "body" and meter.trunk_cached and getattr(meter.model, "charge_trunk", True):
-                t.fwd_samples[phase]["trunk"] += n  # the trunk forward an uncached run would make
-                t.macs[phase] += n * meter.trunk_cost.forward
+            charge_trunk = part == "body" and meter.trunk_cached and getattr(meter.model, "charge_trunk", True)
+            meter._count_forward(meter.phase, part, n, cost.forward, charge_trunk)
+            if meter._recording is not None:
+                meter._recording.append((meter.phase, part, n, cost.forward, charge_trunk))
             if output.requires_grad and torch.is_grad_enabled():
-                output.register_hook(meter._backward_hook(part, phase, cost.backward))
+                if meter._recording is not None:
+                    meter._recording.append(None)  # a backward to come: this forward cannot be replayed
+                output.register_hook(meter._backward_hook(part, phase=meter.phase, per_sample=cost.backward))
 
         return hook
+
+    def _count_forward(self, phase: str, part: str, n: int, per_sample: float, charge_trunk: bool) -> None:
+        t = self.tally
+        t.fwd_samples[phase][part] += n
+        t.macs[phase] += n * per_sample
+        if charge_trunk:
+            t.fwd_samples[phase]["trunk"] += n  # the trunk forward an uncached run would make
+            t.macs[phase] += n * self.trunk_cost.forward
 
     def _backward_hook(self, part: str, phase: str, per_sample: float):
         meter = self
@@ -384,6 +395,52 @@ class FlopMeter:
             h.remove()
         self._handles = []
         self._paused = True  # copies of the model made during the run keep the hook closures: mute them
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """Forwards made inside are not counted (a probe the harness makes for itself)."""
+        before, self._paused = self._paused, True
+        try:
+            yield
+        finally:
+            self._paused = before
+
+    def once_per_shape(self, forward: Callable[[Tensor], Tensor]) -> Callable[[Tensor], Tensor]:
+        """``forward`` counted by hooks once per row shape, then by replaying that count.
+
+        Evaluation forwards many chunks of the same row shape through parts that do not change in
+        between, gradient-free and row by row; looking the parts' costs up on every chunk is work the
+        hooks need not repeat. The first call of each row shape runs hooked and records what each hook
+        added (part, rows, per-sample MACs); a later call of ``m`` rows runs with the hooks muted and adds
+        the same terms scaled to ``m`` rows, in the same order, so the tally is the hooked one exactly.
+        A shape whose hooked call registered a backward, or touched a part with a row count that does not
+        scale with the input's, is counted by hooks on every call. Make a new one per evaluation: the
+        record assumes the parts keep their structure."""
+        records: dict[tuple, tuple[int, list] | None] = {}
+
+        def counted(x: Tensor) -> Tensor:
+            key = tuple(x.shape[1:])
+            known = records.get(key, ())
+            if known is None or self._paused or not self._handles:
+                return forward(x)
+            rows = int(x.shape[0])
+            if known == ():
+                self._recording = []
+                try:
+                    out = forward(x)
+                finally:
+                    events, self._recording = self._recording, None
+                replayable = rows > 0 and all(e is not None and e[2] % rows == 0 for e in events)
+                records[key] = (rows, events) if replayable else None
+                return out
+            with self.paused():
+                out = forward(x)
+            first, events = known
+            for phase, part, n, per_sample, charge_trunk in events:
+                self._count_forward(phase, part, n // first * rows, per_sample, charge_trunk)
+            return out
+
+        return counted
 
     @contextmanager
     def evaluating(self) -> Iterator[None]:

@@ -30,7 +30,7 @@ class MetricInfo:
     name: str  # a few words
     direction: Direction
     digits: int  # display precision (see ``format_value``)
-    unit: str  # "%", "M", "s" or ""
+    unit: str  # "%", "M", "s", "updates", "TFLOPs" or ""
     description: str  # one line: header tooltips, the CLI summary
     meaning: str  # the glossary's paragraph
     equation: str  # constant HTML for the glossary
@@ -38,6 +38,9 @@ class MetricInfo:
     ranked: bool = True  # False: shown, never sorted by or marked best (wall time: hardware, not method)
     compute: Callable[[Sequence[SessionCurve]], float] | None = None  # from one run's curves alone
     optional: bool = False  # a leaderboard column shown on request (``--columns``, the site's toggle)
+    # time to result: (``TimeToResult`` field, divisor to the unit); the metric is the mean of that per-session
+    # list over the sessions that reached the level, shown with how many did (``Metrics.value``, ``reached``)
+    per_session: tuple[str, float] | None = None
 
     @property
     def arrow(self) -> str:
@@ -52,6 +55,43 @@ def _omega(kind: str, acc: str, ref: str) -> str:
     """The paper's gap equation (eq. 1-3) for one kind of accuracy, as HTML."""
     return (f"1 − <sup>1</sup>⁄<sub>N−1</sub> Σ<sub>j=2..N</sub> Ω<sub>j</sub><sup>{kind}</sup>, &nbsp; "
             f"Ω<sub>j</sub><sup>{kind}</sup> = Σ<sub>i</sub> w<sub>i</sub> · A<sub>i</sub>({acc}) / {ref}({acc})")
+
+
+_TTR_COMMON = (
+    " Read at eval points and counted from the session's update-0 point (TFLOPs: the training compute spent "
+    "since that point, as the run's FLOP meter counts it). A session that never gets there is not reached: it is "
+    "left out of the mean and counted apart, so the cell reads “mean (r/t sessions)”, r reached out of t over the "
+    "row's runs; “–” when no session of the run reached it (or, for TFLOPs, the run recorded no FLOPs). Shown for "
+    "update- and FLOP-budgeted protocols alike, never ranked: a mean over the sessions reached is not comparable "
+    "between rows that reached different sessions.")
+_TTR_OLD = ("Time to result on the old classes: how long after each session starts the old-class accuracy is "
+            "back at 99 % of the joint model's on the same classes, A<sub>joint</sub>(E<sub>1:j−1</sub>) (the "
+            "paper's Table 4 reading on all old classes). 0: it never fell below that level in the session."
+            + _TTR_COMMON)
+_TTR_OLD_EQ = ("first eval point, after the first one below it, where A<sub>i</sub>(E<sub>1:j−1</sub>) ≥ 0.99 · "
+               "A<sub>joint</sub>(E<sub>1:j−1</sub>) (0 if never below); mean over the sessions j that reach it")
+_TTR_NEW = ("Time to result on the new classes: how long after each session starts the new-class accuracy first "
+            "reaches 99 % of A<sub>best</sub>(E<sub>j</sub>), the level P<sub>Δ</sub> is measured against (the "
+            "paper's Fig. 5 against the protocol's best instead of the run's own)." + _TTR_COMMON)
+_TTR_NEW_EQ = ("first eval point where A<sub>i</sub>(E<sub>j</sub>) ≥ 0.99 · A<sub>best</sub>(E<sub>j</sub>); "
+               "mean over the sessions j that reach it")
+
+
+def _time_to_result(which: str, unit: str) -> MetricInfo:
+    """One of the four time-to-result entries: old classes back at 99 % of the joint model, or new classes
+    at 99 % of A_best, counted in updates or in training TFLOPs from the session's start."""
+    old, updates = which == "old", unit == "updates"
+    goal = "recover old classes" if old else "learn new classes"
+    until = ("old-class accuracy is back at 99 % of the joint model's" if old
+             else "new-class accuracy first reaches 99 % of A_best")
+    amount = "updates" if updates else "training TFLOPs"
+    return MetricInfo(
+        f"ttr_{which}_{unit}", f"T_{which}", f"{amount} to {goal} (time to result)", "min", 0 if updates else 3,
+        "updates" if updates else "TFLOPs",
+        f"{amount} from a session's start until {until}; mean over the sessions that "
+        f"{'got back' if old else 'reached it'}, with how many did",
+        _TTR_OLD if old else _TTR_NEW, _TTR_OLD_EQ if old else _TTR_NEW_EQ, f"T<sub>{which}</sub>", ranked=False,
+        per_session=(f"{which}_{'updates' if updates else 'flops'}", 1.0 if updates else 1e12))
 
 
 CATALOG: tuple[MetricInfo, ...] = (
@@ -125,6 +165,7 @@ CATALOG: tuple[MetricInfo, ...] = (
                "How fast a method learns each session's new classes, to its own best level.",
                "first eval point where A<sub>i</sub>(E<sub>j</sub>) ≥ 0.99 · max<sub>i</sub> A<sub>i</sub>(E<sub>j</sub>) "
                "of the same run"),
+    *(_time_to_result(which, unit) for which in ("old", "new") for unit in ("updates", "tflops")),
     MetricInfo("A_joint", "A_joint", "joint reference", "ref", 2, "%",
                "accuracy of a model trained jointly on every session so far",
                "The upper bound, owned by the harness: the newest complete joint run with the same protocol "
@@ -172,26 +213,35 @@ CATALOG: tuple[MetricInfo, ...] = (
                "FWT = <sup>1</sup>⁄<sub>N−1</sub> Σ<sub>k=2..N</sub> (R<sub>k−1,k</sub> − b<sub>k</sub>), "
                "b<sub>k</sub> = 0 &nbsp;(points)", compute=cl_metrics.forward_transfer, optional=True),
 )
+
 METRICS: dict[str, MetricInfo] = {m.key: m for m in CATALOG}
 # Metrics computed from one run's curves alone, by their catalog entry (``compute_metrics`` runs them).
 CURVE_METRICS: tuple[MetricInfo, ...] = tuple(m for m in CATALOG if m.compute is not None)
 # Leaderboard columns shown only on request.
 OPTIONAL_KEYS: tuple[str, ...] = tuple(m.key for m in CATALOG if m.optional)
 
-# The leaderboard's columns (the paper's Table 1 plus the budget figures) and the CLI summary's rows.
+# Time to result (``MetricInfo.per_session``), updates and TFLOPs side by side.
+TIME_TO_RESULT_KEYS: tuple[str, ...] = tuple(m.key for m in CATALOG if m.per_session is not None)
+
+# The leaderboard's columns (the paper's Table 1 plus the budget figures and time to result) and the CLI summary's rows.
 TABLE_KEYS: tuple[str, ...] = ("params", "S_delta", "P_delta", "P_delta_paper", "CK_delta", "sigma", "mu", "alpha", "updates",
-                               "tflops", "wall")
+                               "tflops") + TIME_TO_RESULT_KEYS + ("wall",)
 SUMMARY_KEYS: tuple[str, ...] = ("params", "S_delta", "P_delta", "CK_delta", "sigma", "mu", "alpha", "min_acc",
                                  "wc_acc")
 # Accuracies stored as fractions (or percentages, by the run's own choice) and shown in %.
 ACCURACY_KEYS: tuple[str, ...] = ("sigma", "mu", "alpha", "min_acc", "wc_acc") + tuple(m.key for m in CURVE_METRICS)
 
 
+def _tiny_compute(value: float, info: MetricInfo) -> bool:
+    """TFLOPs too small for the column's digits (a tiny protocol spends hundredths): scientific notation."""
+    return (info.key == "tflops" or info.unit == "TFLOPs") and 0 < abs(value) < 0.01
+
+
 def format_value(value: float | None, info: MetricInfo) -> str:
     """The metric's display precision; "–" for a missing value; tiny TFLOPs in scientific notation."""
     if value is None:
         return "–"
-    if info.key == "tflops" and 0 < abs(value) < 0.01:
+    if _tiny_compute(value, info):
         return f"{value:.2e}"
     return f"{value:,.{info.digits}f}" if info.digits == 0 else f"{value:.{info.digits}f}"
 
@@ -200,7 +250,9 @@ def format_std(std: float | None, info: MetricInfo) -> str | None:
     """The ± part: one more digit than the mean for the gaps (as the paper prints it); none when 0 or absent."""
     if std is None or std == 0:
         return None
-    digits = info.digits + 1 if info.digits >= 3 else info.digits
+    if _tiny_compute(std, info):
+        return f"{std:.1e}"
+    digits = info.digits + 1 if info.digits >= 3 and info.unit != "TFLOPs" else info.digits
     return f"{std:.{digits}f}"
 
 

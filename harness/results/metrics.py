@@ -14,7 +14,7 @@ from typing import Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .curves import ReferenceSession, SessionCurve
-from .catalog import CURVE_METRICS
+from .catalog import CURVE_METRICS, METRICS, TIME_TO_RESULT_KEYS
 
 # Table 4 of the paper: recover 97/98/99/100 % of the joint model's accuracy on ImageNet-1K, the
 # pre-training classes (task 1: ``tasks[0]``), not on all old classes; ``recovery_on="old"`` is the other reading.
@@ -25,11 +25,16 @@ RecoveryOn = Literal["pretrain", "old"]
 # ``"all_runs"`` measures against A_best(E_j), the best of every run (P_Δ's scale).
 BEST_NEW_FRACTION = 0.99
 SpeedReference = Literal["own", "all_runs"]
+# Time to result: the share of A_joint(E_1:j−1) the old classes must get back to, and of A_best(E_j) (P_Δ's
+# reference) the new classes must reach, after each session starts.
+TIME_TO_RESULT_FRACTION = 0.99
 # How Ω weights a session's eval points (the paper averages every update 1..L, l. 161-173; the curves hold
 # eval points only): "interval" (bench) weights point p by the updates since the previous point, update 0
-# left out; "points" is the plain mean of the points after update 0; "points_with_start" the plain mean
-# of every point, update 0 included. They agree on evenly spaced points without update 0 counted.
-EvalWeighting = Literal["interval", "points", "points_with_start"]
+# left out; "compute" (bench, FLOP-budgeted protocols) by the training FLOPs since the previous point, so
+# methods whose updates cost different FLOPs are averaged over the same compute; "points" is the plain
+# mean of the points after update 0; "points_with_start" the plain mean of every point, update 0
+# included. They agree on evenly spaced points without update 0 counted.
+EvalWeighting = Literal["interval", "compute", "points", "points_with_start"]
 
 _T = TypeVar("_T")
 
@@ -83,7 +88,7 @@ def _gap(omegas: Sequence[float]) -> float:
 
 
 def omega(updates: Sequence[int], acc: Sequence[float], reference: float,
-          weighting: EvalWeighting = "interval") -> float:
+          weighting: EvalWeighting = "interval", train_flops: Sequence[float] | None = None) -> float:
     """Ω_j: mean accuracy over a session's eval points relative to a reference (paper eq. 1-3).
 
     The paper averages A_i / A_ref over every update i = 1..L. We only have eval points
@@ -92,7 +97,8 @@ def omega(updates: Sequence[int], acc: Sequence[float], reference: float,
     updates since the previous point, so it is weighted by ``(u_p - u_{p-1}) / u_L`` (a
     left-Riemann sum of the per-update curve). With evenly spaced points (u_p = p*c) every weight
     is 1/L and this is the plain mean; a denser start (where the gap is deepest) then does not
-    over-count the first updates. ``weighting``: the other readings (see ``EvalWeighting``).
+    over-count the first updates. ``weighting="compute"`` is the same sum over the cumulative
+    ``train_flops`` at each point instead of the update count. ``weighting``: see ``EvalWeighting``.
     """
     if len(updates) != len(acc):
         raise ValueError(f"{len(updates)} eval points but {len(acc)} accuracies")
@@ -108,11 +114,22 @@ def omega(updates: Sequence[int], acc: Sequence[float], reference: float,
         return _mean(acc[1:]) / reference
     if weighting == "points_with_start":
         return _mean(acc) / reference
-    if weighting != "interval":
+    if weighting == "compute":
+        if train_flops is None or len(train_flops) != len(acc):
+            raise ValueError("compute weighting needs the training FLOPs at every eval point")
+        if any(b <= a for a, b in zip(train_flops, train_flops[1:])):
+            raise ValueError("training FLOPs must grow from one eval point to the next")
+        xs: Sequence[float] = [f - train_flops[0] for f in train_flops]
+    elif weighting == "interval":
+        xs = updates
+    else:
         raise ValueError(f"unknown eval-point weighting {weighting!r}")
-    total = updates[-1]
-    weighted = sum((updates[p] - updates[p - 1]) * acc[p] for p in range(1, len(updates)))
-    return weighted / total / reference
+    weighted = sum((xs[p] - xs[p - 1]) * acc[p] for p in range(1, len(xs)))
+    return weighted / xs[-1] / reference
+
+
+def _omega(c: SessionCurve, acc: Sequence[float], reference: float, weighting: EvalWeighting) -> float:
+    return omega(c.updates, acc, reference, weighting, c.train_flops)
 
 
 def stability_gap(curves: Sequence[SessionCurve], joint: Sequence[ReferenceSession],
@@ -121,7 +138,7 @@ def stability_gap(curves: Sequence[SessionCurve], joint: Sequence[ReferenceSessi
     refs = _by_session(joint)
     return _gap(
         [
-            omega(c.updates, c.old, _reference(refs, c.session, "joint reference").old, weighting)
+            _omega(c, c.old, _reference(refs, c.session, "joint reference").old, weighting)
             for c in _ordered(curves)
         ]
     )
@@ -133,7 +150,7 @@ def continual_knowledge_gap(curves: Sequence[SessionCurve], joint: Sequence[Refe
     refs = _by_session(joint)
     return _gap(
         [
-            omega(c.updates, c.all, _reference(refs, c.session, "joint reference").all, weighting)
+            _omega(c, c.all, _reference(refs, c.session, "joint reference").all, weighting)
             for c in _ordered(curves)
         ]
     )
@@ -151,7 +168,7 @@ def plasticity_gap(curves: Sequence[SessionCurve], best_new: Mapping[int, float]
     best = [float(_reference(best_new, c.session, "best new-class accuracy")) for c in ordered]
     if not all(b > 0 for b in best):
         return None
-    return _gap([omega(c.updates, c.new, b, weighting) for c, b in zip(ordered, best)])
+    return _gap([_omega(c, c.new, b, weighting) for c, b in zip(ordered, best)])
 
 
 def best_new_accuracy(runs: Iterable[Sequence[SessionCurve]]) -> dict[int, float]:
@@ -257,6 +274,42 @@ def flops_to_best_new(
     return None if point is None else _flops_at(curve, point)
 
 
+class TimeToResult(BaseModel):
+    """Time to result per session (index 0 = session 2), counted from the session's update-0 point: updates
+    and training FLOPs until old-class accuracy is back at ``TIME_TO_RESULT_FRACTION`` × A_joint(E_1:j−1)
+    (``recovery_updates`` on all old classes) and until new-class accuracy first reaches it × A_best(E_j)
+    (``updates_to_best_new`` against P_Δ's reference). None: not reached in that session. The FLOP lists
+    are None when the run recorded no FLOPs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    old_updates: list[int | None]
+    old_flops: list[float | None] | None
+    new_updates: list[int | None]
+    new_flops: list[float | None] | None
+
+    def reached(self, name: str) -> list[float] | None:
+        """The values of the sessions that reached the level, of the list ``name``; None when not recorded."""
+        values = getattr(self, name)
+        return None if values is None else [float(v) for v in values if v is not None]
+
+
+def time_to_result(curves: Sequence[SessionCurve], joint: Sequence[ReferenceSession],
+                   best_new: Mapping[int, float], fraction: float = TIME_TO_RESULT_FRACTION) -> TimeToResult:
+    """Time to result of one run: see ``TimeToResult``; ``best_new`` is A_best(E_j) as P_Δ uses it."""
+    ordered = _ordered(curves)
+    refs = _by_session(joint)
+    old = [_reference(refs, c.session, "joint reference").old for c in ordered]
+    best = [float(_reference(best_new, c.session, "best new-class accuracy")) for c in ordered]
+    flops = any(c.train_flops is not None for c in ordered)
+    return TimeToResult(
+        old_updates=[recovery_updates(c, j, fraction, "old") for c, j in zip(ordered, old)],
+        old_flops=[recovery_flops(c, j, fraction, "old") for c, j in zip(ordered, old)] if flops else None,
+        new_updates=[updates_to_best_new(c, b, fraction) for c, b in zip(ordered, best)],
+        new_flops=[flops_to_best_new(c, b, fraction) for c, b in zip(ordered, best)] if flops else None,
+    )
+
+
 # ---------------------------------------------------------------- De Lange et al. (ICLR 2023)
 
 
@@ -310,6 +363,8 @@ class Metrics(BaseModel):
     # the catalog's curve metrics (``metric_catalog.CURVE_METRICS``) by key; empty in results stored before
     # they existed (the leaderboard recomputes metrics, so those runs get them there)
     standard: dict[str, float] = Field(default_factory=dict)
+    # None in results stored before time to result existed (the leaderboard recomputes metrics)
+    time_to_result: TimeToResult | None = None
 
     @model_validator(mode="after")
     def _shapes(self) -> Metrics:
@@ -327,14 +382,35 @@ class Metrics(BaseModel):
                 raise ValueError(f"{name} must hold one value per session ({n})")
         if self.flops_to_best_new is not None and len(self.flops_to_best_new) != n:
             raise ValueError(f"flops_to_best_new must hold one value per session ({n})")
+        ttr = self.time_to_result
+        if ttr is not None and any(v is not None and len(v) != n for v in ttr.model_dump().values()):
+            raise ValueError(f"time_to_result must hold one value per session ({n}) in each list")
         return self
 
     def value(self, key: str) -> float | None:
-        """One scalar metric by its catalog key, a field or one of the ``standard`` ones (None: not there)."""
-        if key in type(self).model_fields and key != "standard":
+        """One scalar metric by its catalog key, a field or one of the ``standard`` ones (None: not there).
+        A time-to-result key is the mean over the sessions that reached the level (None: none did)."""
+        info = METRICS.get(key)
+        if info is not None and info.per_session is not None:
+            reached = self.reached(key)
+            if not reached:
+                return None
+            return sum(reached) / len(reached) / info.per_session[1]
+        if key in type(self).model_fields and key not in ("standard", "time_to_result"):
             value = getattr(self, key)
             return None if value is None else float(value)
         return self.standard.get(key)
+
+    def reached(self, key: str) -> list[float] | None:
+        """A time-to-result key's per-session values where the level was reached (None: not recorded)."""
+        info = METRICS[key]
+        if self.time_to_result is None or info.per_session is None:
+            return None
+        return self.time_to_result.reached(info.per_session[0])
+
+    @property
+    def sessions(self) -> int:
+        return len(self.updates_to_best_new)
 
     def scalars(self) -> dict[str, float]:
         """A flat ``name -> float`` dict for MLflow; per-session values as e.g. ``recovery_99_s3``.
@@ -359,6 +435,13 @@ class Metrics(BaseModel):
             per_session(f"recovery_flops_{key}", flops)
         per_session("updates_to_best_new", self.updates_to_best_new)
         per_session("flops_to_best_new", self.flops_to_best_new or [])
+        if self.time_to_result is not None:
+            for info in (METRICS[k] for k in TIME_TO_RESULT_KEYS):
+                field, divisor = info.per_session  # type: ignore[misc]
+                per_session(info.key, [None if v is None else v / divisor
+                                       for v in getattr(self.time_to_result, field) or []])
+                if (mean := self.value(info.key)) is not None:
+                    out[info.key] = mean
         return out
 
 
@@ -416,4 +499,5 @@ def compute_metrics(
         updates_to_best_new=[updates_to_best_new(c, b) for c, b in zip(ordered, best)],
         flops_to_best_new=[flops_to_best_new(c, b) for c, b in zip(ordered, best)] if has_flops else None,
         standard={m.key: float(m.compute(ordered)) for m in CURVE_METRICS if m.compute is not None},
+        time_to_result=time_to_result(ordered, joint, best_new),
     )

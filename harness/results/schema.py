@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ..atomic import write_or_rescue
 from .curves import ReferenceSession, SessionCurve
 from ..errors import BenchError
-from .metrics import Metrics, best_new_accuracy
+from .metrics import EvalWeighting, Metrics, best_new_accuracy
 from .threads import thread_problem
 
 SCHEMA_VERSION = 2  # 2: overrides and the references a run was scored with are stored
@@ -152,6 +152,12 @@ class RunResult(Strict):
     @property
     def label(self) -> str:
         return row_label(self.method.spec, self.overrides, self.tuned)
+
+    @property
+    def eval_weighting(self) -> EvalWeighting:
+        """How its gaps weight the eval points: by compute under a FLOP budget, where the points are placed
+        by compute and methods make different numbers of updates; by updates otherwise."""
+        return "compute" if self.budget.train_tflops_budget is not None else "interval"
 
     @property
     def effort(self) -> str:
@@ -387,20 +393,23 @@ class Selection(Generic[T]):
 def select_runs(items: Iterable[T], protocol_hash: str, best_new_methods: Iterable[str],
                 joint_config: dict[str, Any] | None = None,
                 result_of: Callable[[T], RunResult | BenchError] = lambda item: item,  # type: ignore[assignment,return-value]
-                weights: str | None = None, precision: str | None = None) -> Selection[T]:
+                weights: str | None = None, precision: str | None = None,
+                reference_hash: str | None = None) -> Selection[T]:
     """Sort stored runs of one protocol into what counts and what is set apart (see ``Selection``).
     ``joint_config``: the settings the protocol's joint reference trains with, when known; ``weights``: the
     content digest of the backbone weights in use, when known (a weights file replaced at the same path
     leaves the spec hash as it was, so runs made with the old content are set apart by this); ``precision``:
-    the run's precision, when known (runs made in another precision are neither references nor rows)."""
+    the run's precision, when known (runs made in another precision are neither references nor rows);
+    ``reference_hash``: the hash joint references carry, when the protocol shares another's (NAME@Kx)."""
     sel: Selection[T] = Selection(protocol_hash, tuple(best_new_methods), result_of=result_of)  # type: ignore[arg-type]
     live: list[tuple[T, RunResult]] = []
     for item in items:
         r = result_of(item)
         if isinstance(r, BenchError):
             sel.apart.append((item, str(r)))
-        elif r.protocol.hash != protocol_hash:
-            sel.apart.append((item, f"stale protocol hash {r.protocol.hash} (current: {protocol_hash})"))
+        elif r.protocol.hash != (reference_hash or protocol_hash if r.is_reference else protocol_hash):
+            current = reference_hash or protocol_hash if r.is_reference else protocol_hash
+            sel.apart.append((item, f"stale protocol hash {r.protocol.hash} (current: {current})"))
         elif (problem := result_problem(r)) is not None:
             sel.apart.append((item, problem))
         elif (problem := thread_problem(r.options)) is not None:

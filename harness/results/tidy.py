@@ -18,13 +18,16 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .catalog import ACCURACY_KEYS, TABLE_KEYS
+from .catalog import ACCURACY_KEYS, TABLE_KEYS, TIME_TO_RESULT_KEYS
 from .metrics import Metrics
 from .schema import RunResult
 
 RUN_KEYS: tuple[str, ...] = ("run_id", "protocol", "protocol_hash", "method", "method_spec", "seed")
 CURVE_KEYS: tuple[str, ...] = ("old", "new", "all")
 VALUE_KEYS: tuple[str, ...] = TABLE_KEYS + tuple(k for k in ACCURACY_KEYS if k not in TABLE_KEYS)
+# Beside each time-to-result value: how many of the run's sessions reached the level (``sessions``: how many
+# learning sessions it had), so a mean over the sessions reached never reads as a mean over all of them.
+REACHED_KEYS: tuple[str, ...] = tuple(f"{k}_reached" for k in TIME_TO_RESULT_KEYS) + ("sessions",)
 
 
 def accuracy_scale(result: RunResult) -> float:
@@ -47,8 +50,10 @@ def curves_frame(results: Iterable[RunResult], labels: Mapping[str, str] | None 
     Columns: the run constants (``RUN_KEYS``, ``scale``), ``session``, ``point`` (index within the
     session), ``update`` (within the session), ``total_updates`` (U_j), ``fraction`` (update / U_j),
     ``global_update`` (updates since the first learning session began), ``old``/``new``/``all``,
-    ``task_1``.. (accuracy on the classes first seen in session k; NaN where session < k) and
-    ``train_flops`` (NaN when not recorded). Runs without curves (joint references) add no rows.
+    ``task_1``.. (accuracy on the classes first seen in session k; NaN where session < k),
+    ``train_flops`` (cumulative over the run; NaN when not recorded) and ``session_tflops`` (training TFLOPs
+    spent since the session's update-0 point: the compute axis of the curves). Runs without curves (joint
+    references) add no rows.
     """
     rows: list[dict[str, object]] = []
     n_tasks = 0
@@ -61,12 +66,13 @@ def curves_frame(results: Iterable[RunResult], labels: Mapping[str, str] | None 
             for p, u in enumerate(c.updates):
                 row = {**const, "session": c.session, "point": p, "update": u, "total_updates": c.total_updates,
                        "fraction": u / c.total_updates, "global_update": offset + u,
-                       "old": c.old[p], "new": c.new[p], "all": c.all[p], "train_flops": flops[p]}
+                       "old": c.old[p], "new": c.new[p], "all": c.all[p], "train_flops": flops[p],
+                       "session_tflops": (flops[p] - flops[0]) / 1e12}
                 row.update({f"task_{k + 1}": t[p] for k, t in enumerate(c.tasks)})
                 rows.append(row)
             offset += c.total_updates
     columns = [*RUN_KEYS, "scale", "session", "point", "update", "total_updates", "fraction", "global_update",
-               *CURVE_KEYS, *(f"task_{k + 1}" for k in range(n_tasks)), "train_flops"]
+               *CURVE_KEYS, *(f"task_{k + 1}" for k in range(n_tasks)), "train_flops", "session_tflops"]
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -102,19 +108,34 @@ def run_values(result: RunResult, metrics: Metrics | None) -> dict[str, float | 
     elif metrics is not None:
         out.update(S_delta=metrics.S_delta, P_delta=metrics.P_delta, CK_delta=metrics.CK_delta)
         out.update({k: None if (v := metrics.value(k)) is None else v * scale for k in ACCURACY_KEYS})
+        out.update({k: metrics.value(k) for k in TIME_TO_RESULT_KEYS})
+    return out
+
+
+def reached_counts(metrics: Metrics | None) -> dict[str, float | None]:
+    """``REACHED_KEYS`` of one run: sessions that reached each time-to-result level, and its session count
+    (None where not recorded: no metrics, no time to result, no FLOPs)."""
+    out: dict[str, float | None] = {k: None for k in REACHED_KEYS}
+    if metrics is None or metrics.time_to_result is None:
+        return out
+    for key in TIME_TO_RESULT_KEYS:
+        reached = metrics.reached(key)
+        out[f"{key}_reached"] = None if reached is None else float(len(reached))
+    out["sessions"] = float(metrics.sessions)
     return out
 
 
 def runs_frame(results: Iterable[RunResult], metrics: Mapping[str, Metrics | None] | None = None,
                labels: Mapping[str, str] | None = None,
                extra: Mapping[str, Mapping[str, float | None]] | None = None) -> pd.DataFrame:
-    """One row per run: the run constants, status, start time and its ``run_values`` (NaN: missing);
+    """One row per run: the run constants, status, start time, its ``run_values`` and ``reached_counts`` (NaN: missing);
     ``extra`` adds values that depend on other runs (P_Δ against the paper's A_best), by run id."""
     rows = [{**_constants(r, labels), "status": r.status, "is_reference": r.is_reference,
              "started_at": r.started_at, **run_values(r, (metrics or {}).get(r.run_id)),
-             **(extra or {}).get(r.run_id, {})} for r in results]
-    frame = pd.DataFrame(rows, columns=[*RUN_KEYS, "status", "is_reference", "started_at", *VALUE_KEYS])
-    frame[list(VALUE_KEYS)] = frame[list(VALUE_KEYS)].astype(float)
+             **reached_counts((metrics or {}).get(r.run_id)), **(extra or {}).get(r.run_id, {})} for r in results]
+    numbers = [*VALUE_KEYS, *REACHED_KEYS]
+    frame = pd.DataFrame(rows, columns=[*RUN_KEYS, "status", "is_reference", "started_at", *numbers])
+    frame[numbers] = frame[numbers].astype(float)
     return frame
 
 

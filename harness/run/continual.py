@@ -68,6 +68,13 @@ class FlopStop:
         self.spent, self.first, self.what = spent, first, what
         self.last: float | None = None  # the last update's measured MACs (checkpointed)
 
+    def affordable(self) -> int:
+        """Updates the rest of the session's budget pays for at the price of the next one (at least 1): a
+        prediction, for a method whose schedule needs a length (OneCycle), made in ``begin_session`` once
+        the modifiers have set what trains. Exact when every update costs what the first one does."""
+        cost = self.last if self.last is not None else self.first()
+        return max(1, math.floor((self.macs - self.spent()) / cost))
+
     def __call__(self, update: int) -> bool:
         """True: no more updates in this session (``update`` updates made)."""
         cost = self.last if self.last is not None else self.first()
@@ -167,6 +174,10 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
     def train_macs() -> float:
         return FL.adjusted_train_macs(meter, ctx.counters)
 
+    def session_tflops() -> float:
+        """Training TFLOPs of the session in progress so far, as its budget counts them."""
+        return FL.flops(train_macs() - train0) / 1e12
+
     def snapshot(**extra: Any) -> dict[str, Any]:
         return _snapshot(bench, model, method, memory, ctx, meter, progress, rngs, **extra)
 
@@ -197,12 +208,14 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
             check_no_stray_steps(method, steps[0], progress.observed, "setup or end_session")
             lent.begin_session(session)
             model.head.grow(len(session.new_classes), generator)
-            method.begin_session(session)
-            progress.params = max(progress.params, sum(p_.numel() for p_ in model.parameters() if p_.requires_grad))
-            U = session_updates(p, session)
             stop = None if flop_budget is None else FlopStop(
                 flop_budget.tflops, lambda: train_macs() - train0,
                 lambda: (b_new + b_old) * FL.update_macs_per_sample(meter), f"{method.label} in session {session.index}")
+            if stop is not None:
+                ctx.planned_updates = stop.affordable
+            method.begin_session(session)
+            progress.params = max(progress.params, sum(p_.numel() for p_ in model.parameters() if p_.requires_grad))
+            U = session_updates(p, session)
             made = [0]  # updates made in the session (the last update ``at`` was called for)
             plan = eval_plan(stream, session)
             curve = {"updates": [], "old": [], "new": [], "all": [], "tasks": [[] for _ in range(plan.tasks)],
@@ -224,15 +237,23 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
                     stop.last = mid.get("last_update_macs")
                 mid = None
 
+            spent_at = [session_tflops()]  # compute schedules: the session's TFLOPs at the previous boundary
+
+            def due(u: int) -> bool:
+                if p.eval.tflops is None:
+                    return p.eval.due(u)
+                before, spent_at[0] = spent_at[0], session_tflops()
+                return u == 0 or p.eval.tflops.due(before, spent_at[0])
+
             def at(u: int) -> None:
                 made[0] = u
                 ends = u == U if stop is None else stop(u)
-                if (p.eval.due(u) or ends) and not (u == u0 and u0 > 0):  # a resumed point was evaluated before the checkpoint
+                if (due(u) or ends) and not (u == u0 and u0 > 0):  # a resumed point was evaluated before the checkpoint
                     model.eval()
                     # predict comes from a throwaway copy of the method
                     with timed(progress.seconds, "eval"), meter.evaluating(), accel, lent.predict(method) as predict:
                         acc = evaluate(predict, bench.test_inputs, plan, p.eval.batch_size,
-                                       f"eval S{session.index} u{u}" if options.progress else None)
+                                       f"eval S{session.index} u{u}" if options.progress else None, meter)
                     _curve_point(curve, u, acc)
                     if options.on_eval is not None:
                         options.on_eval(session.index, u, acc)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from collections.abc import Callable
 
@@ -10,8 +11,9 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from ..data.inputs import InputStore, in_cpu_chunks
+from ..data.inputs import InputStore, cpu_forward_chunk, in_cpu_chunks, widest_row_bytes
 from ..data.stream import Session, Stream
+from ..model.flops import FlopMeter
 
 
 @dataclass(frozen=True)
@@ -58,16 +60,26 @@ def _mean(mask: np.ndarray, correct: np.ndarray) -> float:
 
 
 def evaluate(predict: Callable[[Tensor], Tensor], inputs: InputStore, plan: EvalPlan, batch_size: int,
-             desc: str | None = None) -> Accuracies:
+             desc: str | None = None, meter: FlopMeter | None = None, chunk: int | None = None) -> Accuracies:
     """Top-1 over the output units of every class seen so far (no task id). With ``desc``, a progress
-    bar for evaluations that last (57,300 images at paper scale take minutes on a CPU)."""
+    bar for evaluations that last (57,300 images at paper scale take minutes on a CPU). With ``meter``
+    (attached, evaluating), its hooks count the first forward of each row shape and the rest replay
+    that count (``FlopMeter.once_per_shape``), and the two-row probe that sizes the chunk is not counted;
+    without it, whatever hooks are attached count every forward, the probe's included (pass ``chunk``).
+    On the CPU, rows go through ``chunk`` at a time, by default sized from the model's widest activation
+    (``cpu_forward_chunk``)."""
     correct = np.empty(len(plan.ids), dtype=bool)
     predicted = np.empty(len(plan.ids), dtype=np.int32)
     starts = range(0, len(plan.ids), batch_size)
+    forward = predict if meter is None else meter.once_per_shape(predict)
     with torch.no_grad():
         for start in tqdm(starts, desc=desc, unit="batch", leave=False, delay=2.0, disable=desc is None):
             part = plan.ids[start : start + batch_size]
-            pred = in_cpu_chunks(predict, inputs.get(part)).argmax(dim=1).cpu()
+            x = inputs.get(part)
+            if chunk is None and x.device.type == "cpu":  # one probe per evaluation, counted by no meter
+                with meter.paused() if meter is not None else nullcontext():
+                    chunk = cpu_forward_chunk(widest_row_bytes(predict, x))
+            pred = in_cpu_chunks(forward, x, chunk).argmax(dim=1).cpu()
             correct[start : start + len(part)] = (pred == plan.labels[start : start + len(part)]).numpy()
             predicted[start : start + len(part)] = pred.numpy()
     tasks = [_mean(plan.task == k, correct) for k in range(plan.tasks)]

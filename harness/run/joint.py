@@ -102,7 +102,7 @@ def train_joint(bench: Workbench, seed: int, options: RunOptions,
         eval0 = meter.eval_macs()
         with timed(progress.seconds, "eval"), meter.attached(), meter.evaluating(), autocast(bench.device, bench.precision):
             result = evaluate(lambda x: model(x)[:, :n], bench.test_inputs, plan, p.eval.batch_size,
-                              f"eval joint S1..S{session.index}" if options.progress else None)
+                              f"eval joint S1..S{session.index}" if options.progress else None, meter)
         progress.eval_per_session.append(FL.flops(meter.eval_macs() - eval0))
         progress.refs.append(ReferenceSession(session=session.index, old=result.old, new=result.new, all=result.all,
                                               tasks=result.tasks).model_dump())

@@ -106,7 +106,9 @@ def _claim(options: RunOptions, name: str, what: str, **identity: Any):
 
 
 def joint_reference(protocol: Protocol, seed: int, options: RunOptions, bench: Workbench) -> tuple[RunResult, Path]:
-    """The stored joint reference for this protocol spec and seed, trained and stored first when missing."""
+    """The stored joint reference for this protocol spec and seed, trained and stored first when missing
+    (stored under ``protocol.reference``: one for every FLOP budget of a NAME@Kx family)."""
+    protocol = protocol.reference
     found = selection(protocol, options, bench.weights).joints.get(seed)
     if found is not None:
         return found[1], found[0]
@@ -179,7 +181,8 @@ def _score_and_save(result: RunResult, joint: RunResult, chosen: Selection[Store
     problem = None
     try:
         if result.status == "complete":
-            result.metrics = M.compute_metrics(result.curves, joint.reference, best)
+            result.metrics = M.compute_metrics(result.curves, joint.reference, best,
+                                               eval_weighting=result.eval_weighting)
     except ValueError as exc:
         problem = str(exc)
     path = save_result(options.results_dir, result)

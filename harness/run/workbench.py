@@ -168,7 +168,7 @@ def _deploy(bench: Workbench, options: RunOptions) -> None:
     from ..model.backbone import file_sha256
     from ..data.features import move_aside
 
-    p = bench.protocol
+    p = bench.protocol.reference  # NAME@Kx trains on S1 exactly as NAME does
     tag = cache_tag(bench.device)  # a model trained with another thread count differs
     apart = "" if bench.precision == "fp32" else f"-{bench.precision}"  # trained in another precision: its own file
     path = (cache_dir() / "deployed"

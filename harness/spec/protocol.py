@@ -9,9 +9,10 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from ..errors import BenchError
 from .sources import SOURCES
@@ -203,17 +204,58 @@ class Memory(Spec):
         return self
 
 
-class Evaluation(Spec):
-    """Eval schedule: at update 0, every ``every`` updates, and every ``dense_every`` until ``dense_until``."""
+class ComputeSchedule(Spec):
+    """Eval points by a session's training compute (a FLOP-budgeted protocol): every ``every`` TFLOPs, and
+    every ``dense_every`` until ``dense_until``, counted as the budget counts them (begin_session's work
+    included). Updates are discrete, so a point is taken at the first update boundary at or past it: every
+    method is evaluated within one of its own updates of the same compute."""
 
-    every: int = Field(gt=0, le=MAX_UPDATES)
+    every: PositiveFinite = Field(description="training TFLOPs of the session between eval points")
+    dense_every: PositiveFinite | None = Field(None, description="TFLOPs between points until dense_until")
+    dense_until: float = Field(0.0, ge=0, allow_inf_nan=False, description="TFLOPs into the session")
+
+    def marks(self, tflops: float) -> int:
+        """How many schedule points lie at or below ``tflops`` (a point shared by both grids counts twice,
+        which does not matter: a point is due when this count grows)."""
+        dense = math.floor(min(tflops, self.dense_until) / self.dense_every) if self.dense_every else 0
+        return math.floor(tflops / self.every) + dense
+
+    def due(self, before: float, after: float) -> bool:
+        """Whether a schedule point lies in (before, after]: the update that went from one to the other
+        crossed it, so the harness evaluates after it."""
+        return self.marks(after) > self.marks(before)
+
+    def scaled(self, factor: float) -> ComputeSchedule:
+        return ComputeSchedule(every=self.every * factor, dense_every=self.dense_every and self.dense_every * factor,
+                               dense_until=self.dense_until * factor)
+
+
+class Evaluation(Spec):
+    """Eval schedule: at update 0, every ``every`` updates, and every ``dense_every`` until ``dense_until``;
+    under a FLOP budget, by compute instead (``tflops``), so that methods whose updates cost different
+    FLOPs are compared at the same compute."""
+
+    every: int | None = Field(None, gt=0, le=MAX_UPDATES, description="updates between eval points (update budgets)")
     dense_every: int | None = Field(None, gt=0, le=MAX_UPDATES)
     dense_until: int = Field(0, ge=0, le=MAX_UPDATES)
+    tflops: ComputeSchedule | None = Field(None, description="eval points by training TFLOPs (FLOP budgets)")
     batch_size: BatchSize = 256
 
+    @model_validator(mode="after")
+    def _one_schedule(self) -> Evaluation:
+        if (self.every is None) == (self.tflops is None):
+            raise ValueError("eval needs exactly one schedule: every (updates, for training.updates) or tflops "
+                             "(e.g. tflops: {every: 0.05}, for training.budget)")
+        if self.tflops is not None and (self.dense_every is not None or self.dense_until):
+            raise ValueError("eval.dense_every and eval.dense_until count updates; under eval.tflops give "
+                             "tflops.dense_every and tflops.dense_until")
+        return self
+
     def due(self, update: int) -> bool:
-        """Whether the schedule evaluates after ``update`` updates (a session's last update is added by the
-        run: ``points`` when the count is fixed, the session's end under a FLOP budget)."""
+        """Whether the update schedule evaluates after ``update`` updates (a session's last update is added
+        by the run: ``points`` when the count is fixed)."""
+        if self.every is None:
+            raise ValueError("this protocol evaluates by compute (eval.tflops), not by update count")
         return update % self.every == 0 or bool(
             self.dense_every and update <= self.dense_until and update % self.dense_every == 0)
 
@@ -268,7 +310,8 @@ def check_objective(objective: str, field: str) -> None:
 
 
 class Protocol(Spec):
-    name: str = Field(pattern=r"^[a-z0-9_]+$")
+    name: str = Field(pattern=r"^[a-z0-9_]+(@[0-9.]+x)?$", description="lower-case; NAME@Kx is NAME with its "
+                                                                         "FLOP budget scaled by K (load_protocol)")
     version: int = Field(ge=1)
     description: str
     superseded_by: str | None = None
@@ -295,12 +338,27 @@ class Protocol(Spec):
         "test", description="validation: this spec is the tuning view (held-out samples replace the test split); "
                             "set by the harness (Protocol.tuning_view), not written in protocol files")
 
+    _reference: Protocol | None = PrivateAttr(None)  # NAME@Kx: NAME, whose references it shares
+
+    @property
+    def reference(self) -> Protocol:
+        """The protocol whose deployed model and joint reference this one uses: itself, or for NAME@Kx the
+        protocol NAME, as scaling the FLOP budget and its eval schedule changes neither (both are trained
+        and stored once, under NAME's hash, for every budget)."""
+        return self._reference or self
+
     @model_validator(mode="after")
     def _ordering_fields(self) -> Protocol:
         if self.ordering == "cil" and self.classes_per_session is None:
             raise ValueError("classes_per_session is required for ordering 'cil'")
         if self.memory.policy == "none" and self.training.batch.old:
             raise ValueError("training.batch.old must be 0 when memory.policy is 'none'")
+        if self.training.budget is not None and self.eval.tflops is None:
+            raise ValueError("eval.tflops is required under training.budget: a FLOP-budgeted protocol places its "
+                             "eval points by compute (e.g. eval: {tflops: {every: 0.05}}), not eval.every")
+        if self.training.budget is None and self.eval.tflops is not None:
+            raise ValueError("eval.tflops places eval points by compute, which needs training.budget; with "
+                             "training.updates give eval.every")
         return self
 
     @model_validator(mode="after")
@@ -386,7 +444,7 @@ def _size_problems(p: Protocol) -> list[str]:
 
 
 HASHED_WHEN_SET: tuple[tuple[str, str], ...] = (("memory", "pretrain_share"), ("backbone", "registered_first"),
-                                                ("training", "budget"))
+                                                ("training", "budget"), ("eval", "tflops"))
 
 
 def parse_protocol(text: str, origin: str) -> Protocol:
@@ -398,6 +456,27 @@ def builtin_protocol_names() -> list[str]:
     return builtin_names()
 
 
+BUDGET_SCALE = re.compile(r"^(?P<base>.+)@(?P<factor>[0-9]*\.?[0-9]+)x$")
+
+
 def load_protocol(name_or_path: str) -> Protocol:
-    """A built-in protocol by name, or a YAML file by path."""
-    return load_spec(Protocol, name_or_path, "protocol")
+    """A built-in protocol by name, or a YAML file by path; ``NAME@Kx`` is NAME's FLOP budget scaled by K
+    (its eval schedule too, so every budget is scored on as many points), named so, with its own hash."""
+    match = BUDGET_SCALE.match(name_or_path)
+    if match is None:
+        return load_spec(Protocol, name_or_path, "protocol")
+    base = load_spec(Protocol, match["base"], "protocol")
+    factor = float(match["factor"])
+    if base.training.budget is None or not factor > 0:
+        why = (f"{match['base']} has no FLOP budget (training.budget) to scale" if base.training.budget is None
+               else "the factor must be positive")
+        raise BenchError(f"Protocol {name_or_path!r}: NAME@Kx scales a FLOP-budgeted protocol's "
+                         f"training.budget.tflops by K, and {why}.")
+    budget = ComputeBudget(tflops=base.training.budget.tflops * factor)
+    scaled = base.model_copy(update={
+        "name": f"{base.name}@{factor:g}x",
+        "training": base.training.model_copy(update={"budget": budget}),
+        "eval": base.eval.model_copy(update={"tflops": base.eval.tflops.scaled(factor)}),
+    })
+    scaled._reference = base
+    return scaled

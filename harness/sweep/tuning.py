@@ -27,6 +27,9 @@ from ...methods.registry import method_settings, parse_method, resolve_settings
 
 # the curve a trial reports at each eval point for pruning, by objective: the accuracy its metric averages
 PRUNING_CURVE = {"S_delta": "old", "P_delta": "new"}  # every other objective: accuracy on all seen classes
+# eval points a trial reports before it may be pruned: the first session's update-0 point, its first point
+# of training and two more, on either kind of schedule (by updates or by compute)
+WARMUP_POINTS = 4
 
 
 def tuning_root(results_dir: Path) -> Path:
@@ -174,7 +177,7 @@ def tune(request: TuneRequest, options: Any, run_trial: Callable[[Any, dict[str,
     study = optuna.create_study(
         study_name=request.study, storage=request.storage, direction=direction, load_if_exists=True,
         sampler=optuna.samplers.TPESampler(seed=request.seed),
-        pruner=optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=len(view.eval.points(1)) + 2))
+        pruner=optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=WARMUP_POINTS))
     _reopen_interrupted(study)
     distributions = _distributions(request.space)
     done = counted(study)

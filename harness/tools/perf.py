@@ -11,7 +11,11 @@ tensors at the protocol's backbone, batch and input size, it times
    (preprocessed images kept for the run, as ``--no-trunk-cache`` does; and, for reference, decoding
    at every eval point, as the harness did before),
 
-and prints images/s and the ratios. No dataset is needed: images are random uint8 arrays. Backbone
+and prints images/s and the ratios. Beside them, the same run times an fp32 GEMM (square matrices, the
+thread count the stages use; the roofline a dense layer can reach on this machine) between the repeats,
+and prints each stage's achieved GMAC/s (fvcore MACs of what the stage computes per image: forward, and
+backward under the convention of ``harness.model.flops``; the optimizer's elementwise step is not
+counted) and its share of that roofline. No dataset is needed: images are random uint8 arrays. Backbone
 weights: the protocol's packaged or local weights when they load, else (timm hub weights, which are
 never fetched here) random init of the same architecture, which costs the same compute.
 """
@@ -78,6 +82,40 @@ def _median(xs: list[float]) -> float:
     return statistics.median(xs)
 
 
+GEMM_SIZE = 1024  # large enough that the GEMM is compute bound, small enough to time in ~0.1 s per thread
+
+
+def gemm_gmacs(device: torch.device, size: int = GEMM_SIZE, calls: int = 4) -> float:
+    """Achieved GMAC/s of ``calls`` fp32 ``size`` x ``size`` matmuls on ``device`` (one timing)."""
+    import torch
+
+    a = torch.randn(size, size, device=device)
+    b = torch.randn(size, size, device=device)
+    a @ b  # first call: allocation, kernel choice
+    spent = _timed(lambda: [a @ b for _ in range(calls)], device)
+    return calls * size**3 / spent / 1e9
+
+
+def roofline_line(name: str, images_per_s: float, macs_per_image: float, roofline: float, width: int = 34) -> str:
+    """``name: GMAC/s achieved and its share of the GEMM roofline``."""
+    achieved = images_per_s * macs_per_image / 1e9
+    return f"  {name:<{width}}{achieved:8.2f} GMAC/s   {100 * achieved / roofline:5.1f} % of roofline"
+
+
+def eval_chunk(model, store) -> int:
+    """The rows per CPU forward ``evaluate`` chooses for ``model`` on ``store``'s inputs."""
+    import numpy as np
+    import torch
+
+    from ..data.inputs import cpu_forward_chunk, widest_row_bytes
+
+    m = copy.deepcopy(model).eval()
+    m.trunk_cached = store.cached
+    x = store.get(np.arange(2))
+    with torch.no_grad():
+        return cpu_forward_chunk(widest_row_bytes(m, x))
+
+
 @click.command()
 @click.option("--protocol", "-p", default="tiny_cil", show_default=True, help="built-in name or YAML path")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N")
@@ -116,7 +154,7 @@ def perf(protocol: str, device: str, updates: int, warmup: int, repeats: int, ev
     from ..model import flops as FL
     from ..model.backbone import network_or_random_init, split_network
     from ..run.evaluation import EvalPlan, evaluate
-    from ..data.inputs import InputStore, Preprocess
+    from ..data.inputs import CPU_FORWARD_CHUNK, InputStore, Preprocess
     from ..spec.protocol import load_protocol
     from ...methods.registry import build_method
     from ..run.budget_guards import count_optimizer_steps, observe_within_budget
@@ -124,8 +162,11 @@ def perf(protocol: str, device: str, updates: int, warmup: int, repeats: int, ev
     from ..model.device import autocast, resolve_device
     from ...methods.base import Context
 
+    from ..run.threads import pin_threads
+
     spec = load_protocol(protocol)
     dev = resolve_device(device)
+    pin_threads(dev)  # the thread count a run computes with: stages and GEMM alike
     torch.manual_seed(0)
     net, backbone, weights_note = network_or_random_init(spec, allow_download)
     classes = None if spec.pretrain.mode == "weights" else (spec.classes_per_session or 10) * (spec.sessions + 1)
@@ -216,11 +257,13 @@ def perf(protocol: str, device: str, updates: int, warmup: int, repeats: int, ev
 
         plain_block(batches[:warmup])
         harness_block(batches[:warmup])
+        gemm: list[float] = []
         for r in range(repeats):
             chunk = batches[warmup + r * updates : warmup + (r + 1) * updates]
             order = [(plain_block, times_plain), (harness_block, times_harness)]
             for block, out in order if r % 2 == 0 else order[::-1]:
                 out.append(_timed(lambda: block(chunk), dev))
+            gemm.append(gemm_gmacs(dev))  # interleaved: the roofline sees the same machine load
     t_plain, t_harness = _median(times_plain), _median(times_harness)
     n = updates * batch
     click.echo(f"\ntraining ({updates} updates x {repeats} repeats, interleaved; median [best]; inputs: "
@@ -232,6 +275,12 @@ def perf(protocol: str, device: str, updates: int, warmup: int, repeats: int, ev
     click.echo(f"  harness / plain time {t_harness / t_plain:10.3f} x   [best {min(times_harness) / min(times_plain):.3f} x]")
     if cached_train:
         click.echo(f"  (one-off trunk pass over {pool} training images: {build_train:.2f} s)")
+    # what one trained image computes: each part's forward and backward, less the trunk when cached
+    train_macs = FL.update_macs_per_sample(meter)
+    if cached_train:
+        train_macs -= meter.cost("trunk").forward + meter.cost("trunk").backward
+    train_rates = {name: n / _median(ts) for name, ts in (("plain PyTorch loop", times_plain),
+                                                             ("harness update", times_harness))}
 
     # ---- one continual evaluation, with and without the trunk cache
     eval_catalog = _synthetic_catalog(eval_samples, size, K, seed=3)
@@ -246,25 +295,54 @@ def perf(protocol: str, device: str, updates: int, warmup: int, repeats: int, ev
     build_eval = time.perf_counter() - t0
     stores["no trunk cache"] = InputStore(eval_catalog, pre, None, dev, amp=fast)
     stores["no cache, decode each time"] = InputStore(eval_catalog, pre, None, dev, keep_images=False)
-    times: dict[str, list[float]] = {k: [] for k in stores}
+    # the same evaluations as the harness made them before the chunk followed the model and FLOPs were
+    # counted once per row shape: 16-row chunks, every forward hooked (the ratio is this run's)
+    old_path = {f"{key}, 16-row chunks, hooked": store 
+                for key, store in stores.items() if key != "no cache, decode each time" and dev.type == "cpu"}
+    runs = ([(key, store, None) for key, store in stores.items()]
+            + [(key, store, CPU_FORWARD_CHUNK) for key, store in old_path.items()])
+    times: dict[str, list[float]] = {key: [] for key, _, _ in runs}
     for r in range(repeats + 1):  # round 0 warms up
-        for key, store in stores.items():
+        for key, store, chunk in runs:
             m = copy.deepcopy(model).eval()
             m.trunk_cached = store.cached
             eval_meter = FL.FlopMeter(m, input_shape)
 
             def one_evaluation() -> None:
                 with eval_meter.attached(), eval_meter.evaluating(), accel:
-                    evaluate(m, store, plan, spec.eval.batch_size)
+                    if chunk is None:
+                        evaluate(m, store, plan, spec.eval.batch_size, meter=eval_meter)
+                    else:
+                        evaluate(m, store, plan, spec.eval.batch_size, chunk=chunk)
 
             spent = _timed(one_evaluation, dev)
             if r:
                 times[key].append(spent)
+        if r:
+            gemm.append(gemm_gmacs(dev))
     click.echo(f"\ncontinual evaluation ({eval_samples} images, batch {spec.eval.batch_size}, "
                f"median [best] of {repeats}):")
     base, base_best = _median(times["no trunk cache"]), min(times["no trunk cache"])
-    for key in stores:
+    width = max(len(key) for key in times) + 2
+    for key, _, _ in runs:
         t, best = _median(times[key]), min(times[key])
-        click.echo(f"  {key:<28}{eval_samples / t:10.1f} images/s   {t:8.3f} s   "
+        click.echo(f"  {key:<{width}}{eval_samples / t:10.1f} images/s   {t:8.3f} s   "
                    f"{base / t:6.2f} x vs no trunk cache   [best {base_best / best:.2f} x]")
+    if dev.type == "cpu":
+        for key in old_path:
+            now = key.split(",")[0]
+            click.echo(f"  {now}: {_median(times[key]) / _median(times[now]):.2f} x faster than 16-row chunks, hooked "
+                       f"(chunk {eval_chunk(model, stores[now])} rows now)")
     click.echo(f"  (one-off trunk pass over the eval set: {build_eval:.2f} s, kept on disk across runs by `bench run`)")
+
+    roofline = _median(gemm)
+    click.echo(f"\nroofline: fp32 GEMM {GEMM_SIZE}x{GEMM_SIZE}, {torch.get_num_threads()} thread(s), median of "
+               f"{len(gemm)} timings interleaved with the stages: {roofline:.2f} GMAC/s [best {max(gemm):.2f}]")
+    click.echo(f"  training per image: {train_macs / 1e6:.2f} M MACs (forward + backward"
+               f"{', trunk cached' if cached_train else ''}); evaluation: {(macs['body'] + macs['head']) / 1e6:.2f} M "
+               f"cached, {sum(macs.values()) / 1e6:.2f} M uncached")
+    for name, rate in train_rates.items():
+        click.echo(roofline_line(f"train, {name}", rate, train_macs, roofline, width + 7))
+    for key, store, _ in runs:
+        per_image = macs["body"] + macs["head"] + (0.0 if store.cached else macs["trunk"])
+        click.echo(roofline_line(f"eval, {key}", eval_samples / _median(times[key]), per_image, roofline, width + 7))

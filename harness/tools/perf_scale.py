@@ -10,7 +10,8 @@ those per-image costs by the image counts of the protocol's stream and the data 
 ``harness.datapath`` plans for it; it ignores overlap between decoding workers and compute on the
 CPU (they share the cores) and takes the slower of the two on CUDA (workers feed the GPU), where JPEG
 files are decoded on the GPU (nvJPEG, measured on a batch) after workers read them. The forwards are
-timed as the harness makes them: 16-row chunks on the CPU, bf16 autocast and channels_last on CUDA.
+timed as the harness makes them: on the CPU the trunk pass in 16-row chunks and the eval forward in chunks
+sized from its widest activation (``inputs.cpu_forward_chunk``); bf16 autocast and channels_last on CUDA.
 
 A projection for another device (``--project-tflops``) scales the measured compute by the ratio of
 FLOP rates: that device's sustained rate is an assumption the user states, printed beside the result.
@@ -63,7 +64,7 @@ def measure(protocol, model, device, batch: int, images: int, repeats: int) -> C
     from ..model import flops as FL
     from ..data.sources import FileSplit
     from ..data.features import write_shards
-    from ..data.inputs import Preprocess, decode_on, in_cpu_chunks
+    from ..data.inputs import TRUNK_PASS_CHUNK, Preprocess, decode_on, in_cpu_chunks
     from ..model.device import autocast
 
     b = protocol.backbone
@@ -89,9 +90,9 @@ def measure(protocol, model, device, batch: int, images: int, repeats: int) -> C
         model = model.to(device).eval()
         if device.type == "cuda":  # as the harness runs it there: bf16 autocast, channels_last
             model, x = model.to(memory_format=torch.channels_last), x.contiguous(memory_format=torch.channels_last)
-        # the forwards as the harness makes them (CPU: 16-row chunks; CUDA: bf16, the embedded protocols' default)
+        # the forwards as the harness makes them (CPU: chunks as above; CUDA: bf16, the embedded protocols' default)
         with torch.no_grad(), autocast(device, "bf16" if device.type == "cuda" else "fp32"):
-            trunk = _per_image(lambda: (in_cpu_chunks(model.trunk, x), sync()), batch, repeats)
+            trunk = _per_image(lambda: (in_cpu_chunks(model.trunk, x, TRUNK_PASS_CHUNK), sync()), batch, repeats)
             feats = model.trunk(x)
             body_eval = _per_image(lambda: (in_cpu_chunks(lambda f: model.head(model.body(f)), feats), sync()),
                                    batch, repeats)

@@ -178,6 +178,7 @@ def check_backbone(protocol: Protocol) -> None:
             raise BenchError(f"{field} {name!r} of protocol {protocol.name} is not a timm model.{hint}")
     if kind not in ("package", "file", "timm", "none"):
         raise BenchError(f"backbone.weights {spec.weights!r} must start with package:, file:, timm: or none:.")
+    check_flop_budget(protocol)
     if kind != "file":
         return
     path = Path(os.path.expandvars(ref)).expanduser()
@@ -193,3 +194,31 @@ def check_backbone(protocol: Protocol) -> None:
     if not (isinstance(state, dict) and state and all(isinstance(v, torch.Tensor) for v in state.values())):
         raise BenchError(f"backbone.weights file {path} holds a {type(state).__name__}, not a state dict "
                          f"(a mapping of parameter names to tensors).")
+
+
+def check_flop_budget(protocol: Protocol) -> None:
+    """A FLOP budget must pay for one update of the cheapest method there is: output-only training, every
+    part forward and the head's backward on one batch, priced by the FLOP meter's convention on the
+    protocol's network (random init: the price depends on the architecture only)."""
+    budget = protocol.training.budget
+    if budget is None:
+        return
+    from ..model import flops as FL
+    from ..model.backbone import create_network, split_network
+
+    spec = protocol.backbone.model_copy(update={"weights": "none:"})
+    model = split_network(create_network(spec), spec, protocol.pretrain_data.num_classes)
+    for part in (model.trunk, model.body):
+        part.requires_grad_(False)
+    shape, per_sample = (spec.in_chans, spec.input_size, spec.input_size), 0.0
+    for part in FL.PARTS:
+        cost = FL.part_cost(getattr(model, part), shape)
+        per_sample, shape = per_sample + cost.forward + cost.backward, cost.out_shape
+    batch = protocol.training.batch.size
+    cheapest = FL.flops(batch * per_sample) / 1e12
+    if budget.tflops < cheapest:
+        raise BenchError(
+            f"training.budget.tflops ({budget.tflops:g}) of protocol {protocol.name} is smaller than one update of "
+            f"the cheapest method: output-only training on a batch of {batch} costs {cheapest:.3g} TFLOPs on "
+            f"{spec.model} at {spec.input_size} px (every part forward, the head backward). Give a budget of at "
+            f"least a few updates.")

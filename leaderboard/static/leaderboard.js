@@ -83,6 +83,23 @@
   document.querySelectorAll(".toolbar .filter").forEach(function (b) {
     b.addEventListener("click", function () { applyFilter(b.getAttribute("data-filter")); });
   });
+  // the curves against updates or against training TFLOPs, per protocol: without JavaScript both are shown
+  document.querySelectorAll(".axis-toggle").forEach(function (bar) {
+    var section = bar.closest("section.protocol");
+    function show(axis) {
+      section.querySelectorAll(".axis-group").forEach(function (g) { g.hidden = g.getAttribute("data-axis") !== axis; });
+      bar.querySelectorAll("button[data-axis]").forEach(function (b) {
+        var on = b.getAttribute("data-axis") === axis;
+        b.classList.toggle("active", on);
+        b.setAttribute("aria-pressed", on ? "true" : "false");
+      });
+    }
+    bar.querySelectorAll("button[data-axis]").forEach(function (b) {
+      b.addEventListener("click", function () { show(b.getAttribute("data-axis")); });
+    });
+    bar.hidden = false;
+    show("updates");
+  });
   // the standard CL metrics' columns, hidden by default to keep the paper's table readable
   document.querySelectorAll(".toolbar .toggle-optional").forEach(function (b) {
     b.addEventListener("click", function () {

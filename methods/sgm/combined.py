@@ -48,13 +48,25 @@ class OneCycle(Modifier):
         if total_steps is None:
             raise BenchError(
                 f"Method {method.label!r} shapes its learning rate over the session's update count (onecycle), "
-                f"which protocol {method.ctx.protocol.name} does not fix: its training.budget gives TFLOPs "
-                f"instead. Use a protocol with training.updates, or the method without onecycle.")
-        return one_cycle(optimizer, total_steps, self.config, base_lr=method.config.lr)
+                f"which this run does not know: protocol {method.ctx.protocol.name} gives a FLOP budget and the "
+                f"harness predicted no count. Use a protocol with training.updates, or the method without onecycle.")
+        # under a FLOP budget the count is the harness's prediction: the schedule holds its last lr if the
+        # session makes more updates than predicted
+        held = method.ctx.protocol.training.budget is not None
+        return one_cycle(optimizer, total_steps, self.config, base_lr=method.config.lr, hold_at_end=held)
+
+
+class HeldOneCycleLR(torch.optim.lr_scheduler.OneCycleLR):
+    """OneCycle that stays at its final lr after its last step instead of raising."""
+
+    def step(self, epoch: int | None = None) -> None:
+        if self.last_epoch >= self.total_steps:
+            return
+        super().step(epoch)
 
 
 def one_cycle(optimizer: torch.optim.Optimizer, total_steps: int, cfg: OneCycleConfig | None = None,
-              base_lr: float | None = None):
+              base_lr: float | None = None, hold_at_end: bool = False):
     """``base_lr``: the scalar peak (the method's lr); needed for ``max_lr: scalar``."""
     cfg = cfg or OneCycleConfig()
     if cfg.max_lr == "scalar":
@@ -63,7 +75,8 @@ def one_cycle(optimizer: torch.optim.Optimizer, total_steps: int, cfg: OneCycleC
         max_lr: float | list[float] = base_lr * cfg.max_lr_scale
     else:
         max_lr = [g["lr"] * cfg.max_lr_scale for g in optimizer.param_groups]
-    return torch.optim.lr_scheduler.OneCycleLR(
+    schedule = HeldOneCycleLR if hold_at_end else torch.optim.lr_scheduler.OneCycleLR
+    return schedule(
         optimizer, max_lr=max_lr, total_steps=max(total_steps, 2), pct_start=cfg.pct_start,
         div_factor=cfg.div_factor, final_div_factor=cfg.final_div_factor,
         anneal_strategy=cfg.anneal_strategy, cycle_momentum=cfg.cycle_momentum)
