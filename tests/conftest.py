@@ -99,4 +99,5 @@ def fake_training(updates):
     from types import SimpleNamespace
 
     online = updates == "per_sample"
-    return SimpleNamespace(updates=updates, online=online, session_updates=lambda n: n if online else updates)
+    return SimpleNamespace(updates=updates, budget=None, online=online,
+                           session_updates=lambda n: n if online else updates)
