@@ -407,8 +407,7 @@ def select_runs(items: Iterable[T], protocol_hash: str, best_new_methods: Iterab
         r = result_of(item)
         if isinstance(r, BenchError):
             sel.apart.append((item, str(r)))
-        elif r.protocol.hash != (reference_hash or protocol_hash if r.is_reference else protocol_hash):
-            current = reference_hash or protocol_hash if r.is_reference else protocol_hash
+        elif r.protocol.hash != (current := (reference_hash or protocol_hash) if r.is_reference else protocol_hash):
             sel.apart.append((item, f"stale protocol hash {r.protocol.hash} (current: {current})"))
         elif (problem := result_problem(r)) is not None:
             sel.apart.append((item, problem))
