@@ -149,6 +149,7 @@ def _final_metrics(result: RunResult, with_curves: bool) -> list:
     metrics = [Metric(k, float(v), ts, 0) for k, v in (result.metrics.scalars() if result.metrics else {}).items()]
     metrics += [Metric("trainable_params", float(result.trainable_params), ts, 0),
                 Metric("wall_time_s", result.wall_time_s, ts, 0)]
+    metrics += [Metric(f"{stage}_s", float(v), ts, 0) for stage, v in sorted(result.stage_seconds.items())]
     offset = 0
     for c in result.curves:
         for i, u in enumerate(c.updates):

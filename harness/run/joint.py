@@ -87,7 +87,7 @@ def train_joint(bench: Workbench, seed: int, options: RunOptions,
             if resume is None:
                 model_start = meter.train_macs()
             saving = None if checkpoint is None else OfflineCheckpoint(checkpoint, "joint", lambda: outer(pos), resume)
-            with meter.attached(), timed(progress.seconds, "train"):
+            with meter.attached(), timed(progress.seconds, "train", bench.device):
                 train_offline(bench, model, joint_config(p), stream.session_ids(upto), p.joint.updates,
                               p.joint.batch_size, rng, generator, f"joint S1..S{upto}", options, saving)
             progress.samples += p.joint.updates * p.joint.batch_size
@@ -100,7 +100,7 @@ def train_joint(bench: Workbench, seed: int, options: RunOptions,
         n = session.seen_classes
         meter = meter_for(model)
         eval0 = meter.eval_macs()
-        with timed(progress.seconds, "eval"), meter.attached(), meter.evaluating(), autocast(bench.device, bench.precision):
+        with timed(progress.seconds, "eval", bench.device), meter.attached(), meter.evaluating(), autocast(bench.device, bench.precision):
             result = evaluate(lambda x: model(x)[:, :n], bench.test_inputs, plan, p.eval.batch_size,
                               f"eval joint S1..S{session.index}" if options.progress else None, meter)
         progress.eval_per_session.append(FL.flops(meter.eval_macs() - eval0))
