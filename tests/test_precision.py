@@ -97,3 +97,31 @@ def test_precisions_never_share_a_reference_a_checkpoint_or_a_leaderboard_row(tm
         [("bf16", ["b"]), ("fp32", ["a"])]
     keys = {p: RunOptions(results_dir=tmp_path, precision=p).device_key for p in ("fp32", "bf16", None)}
     assert len(set(keys.values())) == 3
+
+
+
+def test_bf16_offline_training_learns_as_fp32_does(tmp_path, bench_cache):
+    """The deployed model and the joint models train offline; under bf16 each update must see the
+    weights the previous one left (an autocast region around the whole training kept its first casts
+    and trained them to chance)."""
+    import yaml
+
+    from bench_stability_gap.harness.results.schema import load_result
+    from conftest import reduced_tiny
+
+    spec = reduced_tiny()
+    spec.update(name="tiny_cil_offline", sessions=2)
+    spec["pretrain"].update(updates=60)
+    spec["joint"].update(updates=30)
+    path = tmp_path / "offline.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    accuracy = {}
+    for precision in ("fp32", "bf16"):
+        out = CliRunner().invoke(main, ["run", "-p", str(path), "-m", "joint", "--device", "cpu", "--precision", precision,
+                                        "--results-dir", str(tmp_path / precision), "--no-mlflow", "--no-progress"])
+        assert out.exit_code == 0, out.output
+        (joint,) = [load_result(p) for p in (tmp_path / precision).rglob("joint/*.json")]
+        assert result_precision(joint) == precision
+        accuracy[precision] = joint.reference[0].all
+    # 15 classes: chance is 0.07
+    assert accuracy["fp32"] > 0.5 and abs(accuracy["bf16"] - accuracy["fp32"]) < 0.08, accuracy

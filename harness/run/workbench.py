@@ -247,9 +247,16 @@ def train_offline(bench: Workbench, model: SplitModel, config: MethodConfig, ids
             "learner": learner.state_dict(), "cycler": (cycler.order, cycler.pos), "pending": planned,
             "rng": rng_state(rng, generator)})
 
+    # One autocast region per update, never one around the stretch: autocast caches its bf16 copies of
+    # the weights until its region ends, so a region spanning many updates trains every forward on the
+    # weights of its first one (the joint model and the deployed model came out at chance under bf16).
+    accel = autocast(bench.device, bench.precision)
+
+    def step(u: int, ids_: np.ndarray) -> None:
+        with accel:
+            learner.observe(bench.batch(ids_, batch_size))
+
     stretch = Stretch(desc, checkpoint.phase if checkpoint is not None else "offline", updates,
-                      draw=lambda: cycler.take(batch_size),
-                      step=lambda u, ids_: learner.observe(bench.batch(ids_, batch_size)),
+                      draw=lambda: cycler.take(batch_size), step=step,
                       start=start, pending=pending, save=save if checkpoint is not None else None)
-    with autocast(bench.device, bench.precision):
-        train_stretch(stretch, None if checkpoint is None else checkpoint.checkpointer, bench.train_inputs, options)
+    train_stretch(stretch, None if checkpoint is None else checkpoint.checkpointer, bench.train_inputs, options)
