@@ -30,6 +30,6 @@ def test_cuda_blocks_add_gpu_seconds_spanned_by_the_block() -> None:
             a = a @ a / 64.0
         float(a.sum())  # the host read every timed block ends with
     assert set(seconds) == {"train", "gpu_train"}
-    # 20 products of 4096^3 are ~2.7 TFLOP: well over a millisecond on any GPU, and the events lie
-    # inside the wall-clock span
-    assert 1e-3 < seconds["gpu_train"] <= seconds["train"]
+    # 20 products of 4096^3 are ~2.7 TFLOP: well over a millisecond on any GPU; the events span the
+    # block's work, within the microseconds it takes to record them of its wall time
+    assert 1e-3 < seconds["gpu_train"] <= seconds["train"] + 1e-3

@@ -45,9 +45,11 @@ class GrowingHead(nn.Module):
         with torch.no_grad():
             new.weight[: old.out_features] = old.weight
             new.bias[: old.out_features] = old.bias
-            rows = torch.empty(n_new, old.in_features, device=old.weight.device)
+            # drawn where the generator lives (the harness's is a CPU one), then moved: a run's new rows
+            # are the same numbers on every device
+            rows = torch.empty(n_new, old.in_features, device=generator.device if generator is not None else None)
             std = (2.0 / old.in_features) ** 0.5
-            new.weight[old.out_features :] = rows.normal_(0.0, std, generator=generator)
+            new.weight[old.out_features :] = rows.normal_(0.0, std, generator=generator).to(old.weight.device)
             new.bias[old.out_features :] = 0.0
         self.fc = new
 

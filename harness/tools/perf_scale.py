@@ -204,6 +204,7 @@ def paper_report(protocol_name: str, device_name: str, batch: int | None, images
     torch.manual_seed(0)
     net, backbone, note = network_or_random_init(protocol, False)
     model = split_network(net, backbone, None if protocol.pretrain.mode == "weights" else stream.pretrain_classes)
+    model = model.to(device)  # the data-path plan runs the trunk once, on the device it will run on
     root = cache_dir() / "trunk"
     root.mkdir(parents=True, exist_ok=True)
     plan = plan_data_path(protocol, stream, model.trunk, device, device.type == "cuda", root, {})
