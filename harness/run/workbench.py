@@ -182,7 +182,9 @@ def _deploy(bench: Workbench, options: RunOptions) -> None:
                 # a file from before precision was recorded was trained as bench then did: bf16 autocast on
                 # CUDA, fp32 elsewhere; one trained in another precision is never loaded as this one
                 made_in = meta.get("precision", "bf16" if bench.device.type == "cuda" else "fp32")
-                ok = (meta.get("spec_hash") == p.spec_hash and made_in == bench.precision
+                # bf16 models trained before autocast was entered per update are near chance: never reused
+                stale = made_in == "bf16" and meta.get("autocast") != "per-update"
+                ok = (meta.get("spec_hash") == p.spec_hash and made_in == bench.precision and not stale
                       and meta.get("sha256") == file_sha256(path))
             except (OSError, ValueError):
                 ok = False
@@ -191,7 +193,8 @@ def _deploy(bench: Workbench, options: RunOptions) -> None:
                 return
             aside = move_aside(path)
             say(options, f"Deployed-model cache {path} failed verification (its sha256, spec hash or precision does "
-                         f"not match {sidecar.name}); moved to {aside} and rebuilt.")
+                         f"not match {sidecar.name}, or it is a bf16 model trained before autocast was entered per "
+                         f"update); moved to {aside} and rebuilt.")
         saver = Checkpointer(path.with_name(f"{path.stem}-{options.device_key}.ckpt"), options.checkpoint_every,
                              options.checkpoint_seconds)
         if options.restart:
@@ -207,7 +210,8 @@ def _deploy(bench: Workbench, options: RunOptions) -> None:
                       OfflineCheckpoint(saver, "pretrain", resume=resume))
         atomic_write(path, lambda fh: torch.save(bench.deployed.state_dict(), fh))
         atomic_write_text(sidecar, json.dumps({"sha256": file_sha256(path), "spec_hash": p.spec_hash,
-                                               "weights": bench.weights, "precision": bench.precision}))
+                                               "weights": bench.weights, "precision": bench.precision,
+                                               "autocast": "per-update"}))
         saver.discard()
 
 
