@@ -251,7 +251,8 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
                 if (due(u) or ends) and not (u == u0 and u0 > 0):  # a resumed point was evaluated before the checkpoint
                     model.eval()
                     # predict comes from a throwaway copy of the method
-                    with timed(progress.seconds, "eval", bench.device), meter.evaluating(), accel, lent.predict(method) as predict:
+                    with (timed(progress.seconds, "eval", bench.device), meter.evaluating(), accel,
+                          lent.predict(method) as predict):
                         acc = evaluate(predict, bench.test_inputs, plan, p.eval.batch_size,
                                        f"eval S{session.index} u{u}" if options.progress else None, meter)
                     _curve_point(curve, u, acc)

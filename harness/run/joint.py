@@ -100,7 +100,8 @@ def train_joint(bench: Workbench, seed: int, options: RunOptions,
         n = session.seen_classes
         meter = meter_for(model)
         eval0 = meter.eval_macs()
-        with timed(progress.seconds, "eval", bench.device), meter.attached(), meter.evaluating(), autocast(bench.device, bench.precision):
+        with (timed(progress.seconds, "eval", bench.device), meter.attached(), meter.evaluating(),
+              autocast(bench.device, bench.precision)):
             result = evaluate(lambda x: model(x)[:, :n], bench.test_inputs, plan, p.eval.batch_size,
                               f"eval joint S1..S{session.index}" if options.progress else None, meter)
         progress.eval_per_session.append(FL.flops(meter.eval_macs() - eval0))
