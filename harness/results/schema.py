@@ -169,7 +169,7 @@ class RunResult(Strict):
 def row_label(method: str, overrides: dict[str, Any], tuned: TunedStamp | None = None) -> str:
     """The row a run belongs to: its method string plus the ``--set`` overrides it ran with
     (``lwf+sgm [lr=0.0002]``), so a variant never averages with, or replaces, the default runs; a tuned
-    run's row is named by its ruleset (``derpp [tuned (20 trials, CK_delta)]``), its settings are in the run."""
+    run's row is named by its ruleset (``derpp [tuned (8 trials, CK_delta)]``), its settings are in the run."""
     if tuned is not None:
         return f"{method} [{tuned.ruleset}]"
     extra = ", ".join(f"{k}={format_setting(v)}" for k, v in sorted(overrides.items()))
