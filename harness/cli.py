@@ -557,14 +557,17 @@ def sweep_table(spec, runs, results_dir: Path) -> str:
 
     wanted = {(r.protocol.name, r.row, r.seed) for r in runs}
     seeds = {r.seed for r in runs}
-    # the references its rows were scored with come along: the joint runs, the A_best reference set
+    # the references its rows were scored with come along: the A_best reference set, and the joint runs
+    # (a NAME@Kx budget's are NAME's, shared by the family)
     references = {(r.protocol.name, m) for r in runs for m in r.protocol.best_new_reference}
+    joints = {(p.name, "joint") for r in runs for p in (r.protocol, r.protocol.reference)}
     entries = [e for e in load_folder(results_dir).entries
                if (e.result.protocol.name, e.result.label, e.result.seed) in wanted
                or (e.result.seed in seeds and (e.result.protocol.name, "joint" if e.is_reference else e.result.label)
-                   in references | {(r.protocol.name, "joint") for r in runs})]
+                   in references | joints)]
     header = f"## Sweep {spec.name}: seeds {', '.join(map(str, sorted(seeds)))}\n\n"
-    return header + (spec.description.strip() + "\n\n" if spec.description else "") + format_table(summarize(entries))
+    boards = [b for b in summarize(entries) if b.name in {r.protocol.name for r in runs}]  # not NAME's own board
+    return header + (spec.description.strip() + "\n\n" if spec.description else "") + format_table(boards)
 
 
 def _register_subcommands() -> None:

@@ -171,3 +171,26 @@ def test_the_budget_curve_and_the_tflops_curves_render_in_chromium(tmp_path: Pat
         finally:
             browser.close()
     assert (artifacts / "budget-curve.png").stat().st_size > 10_000
+
+
+def test_a_sweeps_table_scores_each_budget_against_the_familys_shared_joint_reference(tmp_path: Path) -> None:
+    """A budget-curve sweep trains no joint model of its own for NAME@Kx: its end-of-sweep table must
+    bring NAME's along, as the leaderboard does, instead of calling every budget unranked."""
+    from types import SimpleNamespace
+
+    from results_factory import joint_run, two_session_run
+
+    from bench_stability_gap.harness.cli import sweep_table
+    from bench_stability_gap.harness.results.schema import ProtocolStamp
+    from bench_stability_gap.harness.spec.protocol import load_protocol
+    from bench_stability_gap.methods.configs import joint_settings
+
+    scaled, base = load_protocol("tiny_cil_flops@2x"), load_protocol("tiny_cil_flops")
+    stamp = {p.name: ProtocolStamp(name=p.name, version=p.version, hash=p.spec_hash) for p in (scaled, base)}
+    save_result(tmp_path, two_session_run("v0").model_copy(update={"protocol": stamp[scaled.name]}))
+    save_result(tmp_path, joint_run("j0").model_copy(update={"protocol": stamp[base.name],
+                                                             "config": joint_settings(base)}))
+    planned = [SimpleNamespace(protocol=scaled, row="vanilla", seed=0)]
+    table = sweep_table(SimpleNamespace(name="bc", description=None), planned, tmp_path)
+    assert "no joint reference" not in table and "(no ranked runs)" not in table
+    assert "| vanilla |" in table and "joint (upper bound)" in table
