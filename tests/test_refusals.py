@@ -149,9 +149,12 @@ def test_a_batch_larger_than_its_session_is_refused_when_the_data_opens(tmp_path
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_sigterm_ends_as_ctrl_c_does_and_both_say_rerunning_resumes(tiny_protocol_file, tmp_path, sig, code):
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "PYTHONUNBUFFERED": "1"}
+    # as from a terminal: a test suite started in the background (`cmd &` in a script) has SIGINT
+    # ignored, which its children inherit, and Python then installs no Ctrl-C handler at all
     proc = subprocess.Popen([sys.executable, "-m", "bench_stability_gap.harness.cli", "run", "-p", str(tiny_protocol_file),
                              "--results-dir", str(tmp_path / "r"), "--no-mlflow", "--no-progress"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     seen = []
     try:
         for line in proc.stdout:
