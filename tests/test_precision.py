@@ -99,7 +99,6 @@ def test_precisions_never_share_a_reference_a_checkpoint_or_a_leaderboard_row(tm
     assert len(set(keys.values())) == 3
 
 
-
 def test_bf16_offline_training_learns_as_fp32_does(tmp_path, bench_cache):
     """The deployed model and the joint models train offline; under bf16 each update must see the
     weights the previous one left (an autocast region around the whole training kept its first casts

@@ -141,8 +141,9 @@ class RunResult(Strict):
     started_at: str
     wall_time_s: float  # this process's share (a resumed run counts from its restart)
     stage_seconds: dict[str, float] = Field(
-        default_factory=dict, description="wall seconds spent training and evaluating (train, eval), summed over resumes; on CUDA also "
-                    "the GPU seconds those blocks spanned, by CUDA events (gpu_train, gpu_eval)")
+        default_factory=dict, description="wall seconds spent training and evaluating (train, eval), summed "
+                                          "over resumes; on CUDA also the GPU seconds those blocks spanned, by "
+                                          "CUDA events (gpu_train, gpu_eval)")
     options: dict[str, Any] = Field(default_factory=dict, description="run options (device, caching)")
     tuned: TunedStamp | None = Field(None, description="the settings came from bench tune (overrides hold them)")
 

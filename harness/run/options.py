@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
 from tqdm.auto import tqdm
 
 from ..model.device import check_precision, resolve_device
@@ -65,7 +66,7 @@ def run_precision(protocol: Protocol, options: RunOptions) -> str:
 
 
 @contextmanager
-def timed(seconds: dict[str, float], stage: str, device: Any = None) -> Iterator[None]:
+def timed(seconds: dict[str, float], stage: str, device: torch.device | None = None) -> Iterator[None]:
     """Add the wall time of the block to ``seconds[stage]`` (kept in checkpoints, so resumes add up).
 
     On a CUDA ``device`` it also adds the GPU time the block spans, measured by CUDA events, to
@@ -74,8 +75,6 @@ def timed(seconds: dict[str, float], stage: str, device: Any = None) -> Iterator
     result (a loss, an accuracy), so waiting for the end event costs no extra synchronisation."""
     gpu = getattr(device, "type", None) == "cuda"
     if gpu:
-        import torch
-
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
     t0 = time.perf_counter()
