@@ -57,7 +57,12 @@ def test_no_wait_names_the_holder_and_a_killed_holders_lock_is_taken_over(tiny_p
             seen.append(line)
             if "training it first" in line:  # the joint reference's claim is held
                 break
-        time.sleep(1.0)
+        deadline = time.monotonic() + 60  # let it store a checkpoint, so the takeover has one to resume
+        while not list((results / "checkpoints").glob("*.pt")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # Freeze it holding its claim: a reduced protocol can otherwise finish, and release every claim,
+        # before the refused command below has even imported torch.
+        holder.send_signal(signal.SIGSTOP)
         refused = subprocess.run(command(tiny_protocol_file, results, "--no-wait"), capture_output=True, text=True,
                                  timeout=600, env=ENV)
         assert refused.returncode == 2, refused.stdout + refused.stderr
@@ -74,6 +79,6 @@ def test_no_wait_names_the_holder_and_a_killed_holders_lock_is_taken_over(tiny_p
     said = after.stdout + after.stderr
     assert after.returncode == 0, said[-3000:]
     assert "waiting for it" not in said  # the dead holder's lock did not block anyone
-    if had:  # and what it had checkpointed was resumed, not recomputed
-        assert "Resuming" in said or "resuming" in said, said[-3000:]
+    assert had  # what it had checkpointed was resumed, not recomputed
+    assert "Resuming" in said or "resuming" in said, said[-3000:]
     assert labels(results) == ["joint", "vanilla"]
