@@ -6,10 +6,10 @@ of tests/budget_family.py: every number asserted here is computed by hand in the
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
+from browser import CHROMIUM_FLAGS, playwright_and_chromium, wait_until_loaded
 from budget_family import BASE, family_results, write_family
 from click.testing import CliRunner
 from results_factory import hand_result
@@ -126,16 +126,9 @@ def test_bench_leaderboard_budget_curve_writes_the_figure(tmp_path: Path) -> Non
 
 # ---------------------------------------------------------------------------------- the browser
 
-CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-
-
 @pytest.mark.browser
 def test_the_budget_curve_and_the_tflops_curves_render_in_chromium(tmp_path: Path) -> None:
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
-        pytest.skip("chromium is not installed (apt-get install chromium; CI installs ci/browser-deps.txt)")
+    sync_api, chromium = playwright_and_chromium()
     site = tmp_path / "site"
     build_site(load_folder(write_family(tmp_path / "r")), site)
     artifacts = REPO / "test-artifacts"
@@ -150,8 +143,7 @@ def test_the_budget_curve_and_the_tflops_curves_render_in_chromium(tmp_path: Pat
             page.wait_for_load_state("load")
             family = page.locator(f'section.budget-family[data-base="{BASE}"]')
             figure = family.locator("img.budget-curve")
-            figure.scroll_into_view_if_needed()
-            page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=figure.element_handle())
+            wait_until_loaded(page, figure)
             assert family.locator("table.budget-table tbody tr").count() == 4  # 2 budgets x 2 methods
             family.screenshot(path=str(artifacts / "budget-curve.png"))
 
@@ -164,8 +156,7 @@ def test_the_budget_curve_and_the_tflops_curves_render_in_chromium(tmp_path: Pat
             images = compute.locator("img")
             assert images.count() == 3
             for i in range(3):
-                images.nth(i).scroll_into_view_if_needed()
-                page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=images.nth(i).element_handle())
+                wait_until_loaded(page, images.nth(i))
             compute.screenshot(path=str(artifacts / "curves-tflops.png"))
             assert errors == []
         finally:

@@ -16,7 +16,6 @@ import io
 import json
 import os
 import re
-import shutil
 import time
 import uuid
 import xml.etree.ElementTree as ET
@@ -24,6 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from browser import CHROMIUM_FLAGS, playwright_and_chromium
 from click.testing import CliRunner
 
 from bench_stability_gap.harness.cli import main
@@ -496,26 +496,9 @@ def test_a_site_of_100_results_builds(tmp_path: Path, capsys: pytest.CaptureFixt
 
 # ---------------------------------------------------------------------------------- the browser
 
-CHROMIUM_FLAGS = [  # Playwright adds --headless (headless=True) and a fresh --user-data-dir (the profile dir)
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync",
-]
-
-
-def _chromium() -> str | None:
-    for name in ("chromium", "chromium-browser"):
-        found = shutil.which(name)
-        if found:
-            return found
-    return None
-
-
 @pytest.mark.browser
 def test_the_site_in_headless_chromium(tmp_path: Path) -> None:
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
-    chromium = _chromium()
-    if chromium is None:
-        pytest.skip("chromium is not installed (apt-get install chromium; CI installs ci/browser-deps.txt)")
+    sync_api, chromium = playwright_and_chromium()
 
     results = real_results()
     real_site = tmp_path / "real"

@@ -4,11 +4,11 @@ to test-artifacts/ (ignored by git) for a human to look at."""
 
 from __future__ import annotations
 
-import shutil
 import statistics
 from pathlib import Path
 
 import pytest
+from browser import CHROMIUM_FLAGS, playwright_and_chromium
 from results_factory import joint_run, two_session_run
 
 from bench_stability_gap.harness.results.schema import save_result
@@ -16,8 +16,6 @@ from bench_stability_gap.leaderboard.site import build_site
 from bench_stability_gap.leaderboard.sources import load_folder
 
 REPO = Path(__file__).resolve().parents[1]
-CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 LONG_PATH = "/mnt/shared/datasets/" + "/".join(f"very-long-folder-name-{i}" for i in range(8))
 
 # Pairs of boxes on the run page that must not intersect: each block of the two-column grid against the
@@ -45,16 +43,9 @@ OVERLAPS_JS = """() => {
 }"""
 
 
-def _chromium() -> str | None:
-    return shutil.which("chromium") or shutil.which("chromium-browser")
-
-
 @pytest.mark.browser
 def test_run_page_layout_and_p_delta_paper(tmp_path: Path) -> None:
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
-    chromium = _chromium()
-    if chromium is None:
-        pytest.skip("chromium is not installed (apt-get install chromium; CI installs ci/browser-deps.txt)")
+    sync_api, chromium = playwright_and_chromium()
     root = tmp_path / "a-results-folder-with-a-rather-long-name-as-on-a-shared-cluster"
     options = {"device": "cpu", "data_path": {"tiny_cil": LONG_PATH, "imagenet": LONG_PATH + "/imagenet-1k"}}
     for seed in (0, 1):
