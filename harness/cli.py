@@ -86,7 +86,7 @@ def summary_lines(result, path: Path | str) -> list[str]:
     """The table a run prints when it ends, from its stored result alone (the README's sample is rendered
     by this from a stored run, so the two cannot differ)."""
     m = result.metrics
-    stages = "".join(f", {k.replace('gpu_', 'GPU ')} {v:.0f} s" for k, v in sorted(result.stage_seconds.items()))
+    stages = "".join(f", {'GPU ' if gpu else ''}{stage} {v:.0f} s" for stage, v, gpu in result.stage_times())
     lines = [f"\n{result.protocol.name} | {result.method.spec} | seed {result.seed} | "
              f"{result.wall_time_s:.1f} s{stages} | result: {path}"]
     if result.status != "complete":

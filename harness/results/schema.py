@@ -121,6 +121,9 @@ def format_setting(value: object) -> str:
     return "[" + ",".join(map(str, value)) + "]" if isinstance(value, list) else str(value)
 
 
+GPU_STAGE = "gpu_"  # prefix of a stage_seconds key that holds GPU time by CUDA events, not wall time
+
+
 class RunResult(Strict):
     schema_version: int = SCHEMA_VERSION
     run_id: str
@@ -146,6 +149,11 @@ class RunResult(Strict):
                                           "CUDA events (gpu_train, gpu_eval)")
     options: dict[str, Any] = Field(default_factory=dict, description="run options (device, caching)")
     tuned: TunedStamp | None = Field(None, description="the settings came from bench tune (overrides hold them)")
+
+    def stage_times(self) -> list[tuple[str, float, bool]]:
+        """(stage, seconds, on the GPU) for each timed stage, in key order: wall and GPU seconds of a
+        stage are different clocks, so every reader labels them apart."""
+        return [(k.removeprefix(GPU_STAGE), v, k.startswith(GPU_STAGE)) for k, v in sorted(self.stage_seconds.items())]
 
     @property
     def is_reference(self) -> bool:

@@ -15,6 +15,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..model.device import check_precision, resolve_device
+from ..results.schema import GPU_STAGE
 from ..spec.protocol import Protocol
 from .checkpoint import run_key
 
@@ -70,7 +71,7 @@ def timed(seconds: dict[str, float], stage: str, device: torch.device | None = N
     """Add the wall time of the block to ``seconds[stage]`` (kept in checkpoints, so resumes add up).
 
     On a CUDA ``device`` it also adds the GPU time the block spans, measured by CUDA events, to
-    ``seconds["gpu_" + stage]``: wall time on a GPU counts the host's launch overhead and the GPU's
+    ``seconds[GPU_STAGE + stage]``: wall time on a GPU counts the host's launch overhead and the GPU's
     queue, so the two differ and both are worth reporting. Every timed block ends in a host read of its
     result (a loss, an accuracy), so waiting for the end event costs no extra synchronisation."""
     gpu = getattr(device, "type", None) == "cuda"
@@ -85,7 +86,7 @@ def timed(seconds: dict[str, float], stage: str, device: torch.device | None = N
         if gpu:
             end.record()
             end.synchronize()
-            key = f"gpu_{stage}"
+            key = GPU_STAGE + stage
             seconds[key] = seconds.get(key, 0.0) + start.elapsed_time(end) / 1000.0
 
 
