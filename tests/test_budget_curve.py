@@ -9,8 +9,8 @@ import json
 from pathlib import Path
 
 import pytest
-from browser import CHROMIUM_FLAGS, playwright_and_chromium, wait_until_loaded
 from budget_family import BASE, family_results, write_family
+from chromium import CHROMIUM_FLAGS, playwright_and_chromium, wait_until_loaded
 from click.testing import CliRunner
 from results_factory import hand_result
 

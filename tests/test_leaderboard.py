@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from browser import CHROMIUM_FLAGS, playwright_and_chromium
+from chromium import CHROMIUM_FLAGS, playwright_and_chromium
 from click.testing import CliRunner
 
 from bench_stability_gap.harness.cli import main

@@ -8,7 +8,7 @@ import statistics
 from pathlib import Path
 
 import pytest
-from browser import CHROMIUM_FLAGS, playwright_and_chromium
+from chromium import CHROMIUM_FLAGS, playwright_and_chromium
 from results_factory import joint_run, two_session_run
 
 from bench_stability_gap.harness.results.schema import save_result
