@@ -13,10 +13,11 @@ from bench_stability_gap.harness.results.catalog import (
     METRICS,
     SUMMARY_KEYS,
     TABLE_KEYS,
+    TIME_TO_RESULT_KEYS,
     format_std,
     format_value,
 )
-from bench_stability_gap.harness.results.metrics import best_new_accuracy, compute_metrics
+from bench_stability_gap.harness.results.metrics import TimeToResult, best_new_accuracy, compute_metrics
 from bench_stability_gap.leaderboard.aggregate import COLUMNS, Board, MethodRow, Stat, format_table
 from bench_stability_gap.leaderboard.glossary import TERMS
 
@@ -28,6 +29,15 @@ def test_every_key_is_described_once() -> None:
     for m in CATALOG:
         assert m.symbol and m.name and m.description and m.meaning and m.equation
         assert m.arrow == {"min": "↓", "max": "↑", "ref": ""}[m.direction]
+
+
+def test_each_time_to_result_list_is_read_by_exactly_one_catalog_entry() -> None:
+    """The catalog names the stored list each time-to-result column averages: a list added to, or renamed
+    in, the result model without its entry would be stored and never shown."""
+    fields = [METRICS[k].per_session[0] for k in TIME_TO_RESULT_KEYS]  # type: ignore[index]
+    assert sorted(fields) == sorted(TimeToResult.model_fields)
+    units = {METRICS[k].per_session[1] for k in TIME_TO_RESULT_KEYS if k.endswith("_tflops")}  # type: ignore[index]
+    assert units == {1e12}  # the stored lists hold FLOPs; the columns read TFLOPs
 
 
 def test_the_columns_are_the_catalog_entries() -> None:
