@@ -556,7 +556,7 @@ def sweep_table(spec, runs, results_dir: Path) -> str:
     from ..leaderboard.sources import load_folder
 
     wanted = {(r.protocol.name, r.row, r.seed) for r in runs}
-    seeds = {r.seed for r in runs}
+    seeds, names = {r.seed for r in runs}, {r.protocol.name for r in runs}
     # the references its rows were scored with come along: the A_best reference set, and the joint runs
     # (a NAME@Kx budget's are NAME's, shared by the family)
     references = {(r.protocol.name, m) for r in runs for m in r.protocol.best_new_reference}
@@ -566,7 +566,7 @@ def sweep_table(spec, runs, results_dir: Path) -> str:
                or (e.result.seed in seeds and (e.result.protocol.name, "joint" if e.is_reference else e.result.label)
                    in references | joints)]
     header = f"## Sweep {spec.name}: seeds {', '.join(map(str, sorted(seeds)))}\n\n"
-    boards = [b for b in summarize(entries) if b.name in {r.protocol.name for r in runs}]  # not NAME's own board
+    boards = [b for b in summarize(entries) if b.name in names]  # not NAME's own board
     return header + (spec.description.strip() + "\n\n" if spec.description else "") + format_table(boards)
 
 

@@ -7,19 +7,22 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from budget_family import BASE, family_results, write_family
 from chromium import CHROMIUM_FLAGS, playwright_and_chromium, wait_until_loaded
 from click.testing import CliRunner
-from results_factory import hand_result
+from results_factory import hand_result, joint_run, two_session_run
 
-from bench_stability_gap.harness.cli import main
-from bench_stability_gap.harness.results.schema import save_result
+from bench_stability_gap.harness.cli import main, sweep_table
+from bench_stability_gap.harness.results.schema import ProtocolStamp, save_result
+from bench_stability_gap.harness.spec.protocol import load_protocol
 from bench_stability_gap.leaderboard.aggregate import format_table, summarize
 from bench_stability_gap.leaderboard.budget_curve import budget_families, format_family_table
 from bench_stability_gap.leaderboard.site import build_site
 from bench_stability_gap.leaderboard.sources import load_folder
+from bench_stability_gap.methods.configs import joint_settings
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -167,15 +170,6 @@ def test_the_budget_curve_and_the_tflops_curves_render_in_chromium(tmp_path: Pat
 def test_a_sweeps_table_scores_each_budget_against_the_familys_shared_joint_reference(tmp_path: Path) -> None:
     """A budget-curve sweep trains no joint model of its own for NAME@Kx: its end-of-sweep table must
     bring NAME's along, as the leaderboard does, instead of calling every budget unranked."""
-    from types import SimpleNamespace
-
-    from results_factory import joint_run, two_session_run
-
-    from bench_stability_gap.harness.cli import sweep_table
-    from bench_stability_gap.harness.results.schema import ProtocolStamp
-    from bench_stability_gap.harness.spec.protocol import load_protocol
-    from bench_stability_gap.methods.configs import joint_settings
-
     scaled, base = load_protocol("tiny_cil_flops@2x"), load_protocol("tiny_cil_flops")
     stamp = {p.name: ProtocolStamp(name=p.name, version=p.version, hash=p.spec_hash) for p in (scaled, base)}
     save_result(tmp_path, two_session_run("v0").model_copy(update={"protocol": stamp[scaled.name]}))
