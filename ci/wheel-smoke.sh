@@ -8,16 +8,23 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 python=${PYTHON:-python3}
 echo "==> wheel smoke test in $work"
-rm -rf build ./*.egg-info  # setuptools never prunes build/lib (a deleted module would still ship) and a
-# stale egg-info in the checkout would shadow the installed entry points for anything run from here
-.venv/bin/python -m pip wheel -q --disable-pip-version-check --no-deps --no-build-isolation -w "$work/dist" . 2>&1 \
-  | grep -v "is ignored" || true
-rm -rf build ./*.egg-info
+# Built from a copy of the files git tracks or would track (ignored ones, such as .venv and build/, left
+# out): setuptools never prunes build/lib, so a deleted module would still ship from a checkout's build/,
+# and the egg-info a build writes beside the sources would shadow the installed entry points of anything
+# running from the checkout meanwhile (the test suite runs this script beside other tests).
+mkdir "$work/src"
+git ls-files -z --cached --others --exclude-standard | tar --null -T - --ignore-failed-read -cf - 2>/dev/null \
+  | tar -xf - -C "$work/src"
+.venv/bin/python -m pip wheel -q --disable-pip-version-check --no-deps --no-build-isolation -w "$work/dist" \
+  "$work/src" 2>&1 | grep -v "is ignored" || true
 "$python" -m venv "$work/venv"
-"$work/venv/bin/python" -m pip install -q --disable-pip-version-check -c ci/constraints.txt \
-  "$(ls "$work"/dist/bench_stability_gap-*.whl)[embedded]" 2>&1 | grep -v "is ignored" || true
-"$work/venv/bin/python" -m pip install -q --disable-pip-version-check -c ci/constraints.txt --no-deps animal-mnist \
-  2>&1 | grep -v "is ignored" || true
+wheel=$(ls "$work"/dist/bench_stability_gap-*.whl)
+# The dependencies come from ./.venv (installed by ci/install.sh under the same constraints), lent by link:
+# exactly the closure the wheel declares, so an undeclared import still fails below, without unpacking
+# torch and its CUDA libraries (several GB, two minutes) a second time.
+.venv/bin/python ci/lend_dependencies.py "$wheel" embedded "$work/lent" animal-mnist
+echo "$work/lent" > "$("$work/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/lent.pth"
+"$work/venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps "$wheel" 2>&1 | grep -v "is ignored" || true
 cd "$work"  # away from the checkout, so nothing can import from it
 export BENCH_CACHE_DIR="$work/cache" MLFLOW_DISABLE_TELEMETRY=true
 listing=$(venv/bin/bench ls methods)  # captured first: grep -q closing the pipe early would fail pipefail

@@ -16,6 +16,14 @@ from bench_stability_gap.harness.spec.protocol import Protocol, load_protocol
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 
+def pytest_collection_modifyitems(config, items) -> None:
+    """Under pytest-xdist workers, the slow tier goes first: its tests take 10-100 s each, and handed out
+    last they would queue on one worker while the other sits idle. A single process keeps the file order,
+    so a plain failure in a quick test shows first."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 def reduced_tiny(name: str = "tiny_cil", **training) -> dict:
     """tiny_cil's structure on a budget a unit test can afford (the one ``bench check-method`` uses)."""
     return reduced_spec(name, **training)

@@ -40,10 +40,13 @@ def stored(results: Path) -> dict[str, dict]:
     return out
 
 
-def test_killed_runs_resume_to_the_uninterrupted_numbers(tiny_protocol_file, tmp_path):
-    plain = bench(tiny_protocol_file, tmp_path / "plain", tmp_path / "cache-plain")
+def test_killed_runs_resume_to_the_uninterrupted_numbers(tiny_protocol_file, results_with_joint, bench_cache,
+                                                         tmp_path):
+    # the uninterrupted numbers: the session's deployed model and joint reference (each made once, in one
+    # go), then the run itself; the killed runs below make all three again from an empty cache and folder
+    plain = bench(tiny_protocol_file, results_with_joint, bench_cache)
     assert plain.returncode == 0, plain.stderr
-    assert not list((tmp_path / "plain" / "checkpoints").glob("*.pt"))  # removed once the result is stored
+    assert not list((results_with_joint / "checkpoints").glob("*.pt"))  # removed once the result is stored
 
     pick = random.Random(1234)  # random kill points, the same on every machine
     kills = [f"pretrain:{pick.randint(3, 18)}", f"joint:{pick.randint(3, 20)}", f"continual:{pick.randint(3, 20)}",
@@ -61,12 +64,12 @@ def test_killed_runs_resume_to_the_uninterrupted_numbers(tiny_protocol_file, tmp
     assert "resuming at update" in said[1]  # pre-training
     assert "Resuming the joint reference" in said[2]
     assert "Resuming" in said[3] and "Resuming" in said[4]  # the continual runs
-    assert stored(results) == stored(tmp_path / "plain")
+    assert stored(results) == stored(results_with_joint)
     assert not list((results / "checkpoints").glob("*.pt"))
 
 
-def test_restart_discards_the_checkpoint(tiny_protocol_file, tmp_path, bench_cache):
-    results, cache = tmp_path / "r", bench_cache
+def test_restart_discards_the_checkpoint(tiny_protocol_file, results_with_joint, bench_cache):
+    results, cache = results_with_joint, bench_cache  # the joint reference is not what this test is about
     assert bench(tiny_protocol_file, results, cache, "continual:30").returncode == -signal.SIGKILL
     saved = list((results / "checkpoints").glob("run-*.pt"))
     assert saved  # the A_best reference finished; this run left its checkpoint(s)
@@ -76,8 +79,9 @@ def test_restart_discards_the_checkpoint(tiny_protocol_file, tmp_path, bench_cac
     assert not any(p.exists() for p in saved)
 
 
-def test_an_unreadable_checkpoint_is_moved_aside_and_the_run_starts_over(tiny_protocol_file, tmp_path, bench_cache):
-    results, cache = tmp_path / "r", bench_cache
+def test_an_unreadable_checkpoint_is_moved_aside_and_the_run_starts_over(tiny_protocol_file, results_with_joint,
+                                                                        bench_cache):
+    results, cache = results_with_joint, bench_cache
     assert bench(tiny_protocol_file, results, cache, "continual:30").returncode == -signal.SIGKILL
     (saved,) = [p for p in (results / "checkpoints").glob("run-*.pt") if not p.name.endswith(".mid.pt")]
     saved.write_bytes(saved.read_bytes()[:100])  # truncated, as a full disk leaves it
