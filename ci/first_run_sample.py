@@ -9,8 +9,9 @@
 The sample is the lines ``bench run`` prints from the result (``harness.cli.summary_lines``), with the
 result's path shown under the default ``bench-results/`` folder. The check fails when the README's block
 differs from what the stored result renders (the table's format changed, or the block was edited by
-hand), when the stored result was made under another spec than the protocol's current one, or when the
-README's first command no longer runs that protocol: regenerate with the first form above.
+hand), when the stored result was made under another spec than the protocol's current one or with
+other CPU arithmetic than runs use now (thread count, kernels), or when the README's first command no
+longer runs that protocol: regenerate with the first form above.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ def current_block(readme: str) -> str | None:
 def problems(readme: str, stored: Path = STORED) -> list[str]:
     """What makes the README's sample untrue to the code and the protocol; empty when it is true."""
     from bench_stability_gap.harness.results.schema import RunResult
+    from bench_stability_gap.harness.results.threads import cpu_problem
     from bench_stability_gap.harness.spec.protocol import load_protocol
 
     found = []
@@ -65,6 +67,8 @@ def problems(readme: str, stored: Path = STORED) -> list[str]:
     if result.protocol.name != PROTOCOL or result.protocol.hash != spec_hash:
         found.append(f"the stored run is {result.protocol.name} spec {result.protocol.hash}, the protocol now is "
                      f"{PROTOCOL} spec {spec_hash}")
+    if (arithmetic := cpu_problem(result.options)) is not None:  # a run made now would give other numbers
+        found.append(f"the stored run was {arithmetic}")
     block = current_block(readme)
     if block is None:
         found.append(f"the README has no sample block between {BEGIN!r} and {END!r}")

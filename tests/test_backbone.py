@@ -9,7 +9,8 @@ from torch import nn
 
 from bench_stability_gap.harness.model.backbone import GrowingHead, create_network, split_network
 from bench_stability_gap.harness.errors import BenchError
-from bench_stability_gap.harness.model.fastconv import CroppingDepthwiseConv2d, crop_depthwise_convs
+from bench_stability_gap.harness.model.fastconv import (CroppingDepthwiseConv2d, PointwiseConvAsGemm,
+                                                       crop_depthwise_convs, gemm_pointwise_convs)
 from bench_stability_gap.harness.spec.protocol import load_protocol
 
 
@@ -73,3 +74,41 @@ def test_cropped_depthwise_conv_is_exact(size):
     torch.testing.assert_close(fast.weight.grad, conv.weight.grad, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(x2.grad, x.grad, rtol=1e-5, atol=1e-6)
     assert fast.state_dict().keys() == conv.state_dict().keys()
+
+
+@pytest.mark.parametrize("size", [1, 2, 5])
+def test_a_pointwise_conv_as_one_matrix_product_computes_the_same_sums(size):
+    torch.manual_seed(size)
+    conv = nn.Conv2d(12, 7, 1)
+    fast = copy.deepcopy(conv)
+    assert gemm_pointwise_convs(fast) == 1 and isinstance(fast, PointwiseConvAsGemm)
+    x = torch.randn(4, 12, size, size, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_(True)
+    y, y2 = conv(x), fast(x2)
+    assert y2.shape == y.shape
+    torch.testing.assert_close(y2, y, rtol=1e-5, atol=1e-6)  # the same sums, added in another order
+    upstream = torch.randn_like(y)  # a gradient arriving from above, the same for both
+    (y * upstream).sum().backward()
+    (y2 * upstream).sum().backward()
+    torch.testing.assert_close(fast.weight.grad, conv.weight.grad, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(fast.bias.grad, conv.bias.grad, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(x2.grad, x.grad, rtol=1e-5, atol=1e-5)
+    assert fast.state_dict().keys() == conv.state_dict().keys()
+
+
+def test_only_the_bodys_pointwise_convs_compute_as_matrix_products_and_their_flops_are_counted_alike():
+    from bench_stability_gap.harness.model.flops import split_macs
+
+    spec = load_protocol("tiny_cil").backbone
+    model = split_network(create_network(spec), spec, 10)
+    swapped = [m for m in model.body.modules() if isinstance(m, PointwiseConvAsGemm)]
+    assert len(swapped) == 17  # blocks 4-6 (3, 4 and 1 blocks): an expansion and a projection each; conv_head
+    assert not any(isinstance(m, PointwiseConvAsGemm) for m in model.trunk.modules())  # cached features as before
+    stock = copy.deepcopy(model)
+    for m in stock.body.modules():
+        if isinstance(m, PointwiseConvAsGemm):
+            m.__class__ = nn.Conv2d
+    assert split_macs(model, (3, 32, 32)) == split_macs(stock, (3, 32, 32))
+    with torch.no_grad():
+        x = torch.randn(3, 3, 32, 32)
+        torch.testing.assert_close(model.eval()(x), stock.eval()(x), rtol=1e-5, atol=1e-5)

@@ -6,8 +6,9 @@ Built from real tiny_cil results (tests/browser/fixtures/, ~100 KB: ``bench run 
 vanilla, output_only and finetune with seeds 0 and 1 on CPU, plus the two joint references those runs
 used; the seed-0 joint came from an earlier run of the same spec, reused as the runner's find_joint
 does). Cloned and edited copies of them make the cases no real run gives (hostile names, stale
-hashes, failed runs, 100 results). The fixtures are re-stamped with the current tiny_cil spec hash,
-so a change to the protocol spec does not turn them stale: what is tested here is the leaderboard.
+hashes, failed runs, 100 results). The fixtures are re-stamped with the current tiny_cil spec hash and
+CPU kernel set, so a change to the protocol spec or to the kernels does not turn them stale: what is
+tested here is the leaderboard.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from bench_stability_gap.harness.cli import main
 from bench_stability_gap.harness.results.metrics import best_new_accuracy, compute_metrics, plasticity_gap
 from bench_stability_gap.harness.spec.protocol import load_protocol
 from bench_stability_gap.harness.results.schema import RunResult, load_result, save_result
+from bench_stability_gap.harness.results.threads import CPU_KERNELS
 
 from bench_stability_gap.leaderboard.aggregate import COLUMN_BY_KEY, COLUMNS, Stat, format_table, marks, rank_value, summarize
 from bench_stability_gap.leaderboard.reported import load_reported
@@ -45,9 +47,9 @@ EVIL = "<script>alert(1)</script>"
 
 
 def real_results(protocol: str = "tiny_cil") -> list[RunResult]:
-    """The stored real results, stamped with ``protocol``'s current name and spec hash (and the joint runs
-    with its current joint settings: a setting added to MethodConfig since they were made is not a reason
-    to set the fixtures' joint apart)."""
+    """The stored real results, stamped with ``protocol``'s current name and spec hash and the current CPU
+    kernel set (and the joint runs with its current joint settings: a setting added to MethodConfig since
+    they were made is not a reason to set the fixtures' joint apart)."""
     from bench_stability_gap.methods.configs import joint_settings
 
     spec = load_protocol(protocol)
@@ -55,7 +57,8 @@ def real_results(protocol: str = "tiny_cil") -> list[RunResult]:
     for path in sorted(FIXTURES.glob("*.json")):
         r = load_result(path)
         stamp = r.protocol.model_copy(update={"name": spec.name, "version": spec.version, "hash": spec.spec_hash})
-        update = {"protocol": stamp, **({"config": joint_settings(spec)} if r.is_reference else {})}
+        update = {"protocol": stamp, **({"config": joint_settings(spec)} if r.is_reference else {}),
+                  "options": {**r.options, "cpu_kernels": CPU_KERNELS}}
         out.append(r.model_copy(update=update))
     assert out, f"no fixtures in {FIXTURES}"
     return out

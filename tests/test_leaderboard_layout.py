@@ -12,6 +12,7 @@ from chromium import CHROMIUM_FLAGS, playwright_and_chromium
 from results_factory import joint_run, two_session_run
 
 from bench_stability_gap.harness.results.schema import save_result
+from bench_stability_gap.harness.results.threads import CPU_KERNELS, CPU_THREADS
 from bench_stability_gap.leaderboard.site import build_site
 from bench_stability_gap.leaderboard.sources import load_folder
 
@@ -47,7 +48,7 @@ OVERLAPS_JS = """() => {
 def test_run_page_layout_and_p_delta_paper(tmp_path: Path) -> None:
     sync_api, chromium = playwright_and_chromium()
     root = tmp_path / "a-results-folder-with-a-rather-long-name-as-on-a-shared-cluster"
-    options = {"device": "cpu", "data_path": {"tiny_cil": LONG_PATH, "imagenet": LONG_PATH + "/imagenet-1k"}}
+    options = {"device": "cpu", "torch_threads": CPU_THREADS, "cpu_kernels": CPU_KERNELS, "data_path": {"tiny_cil": LONG_PATH, "imagenet": LONG_PATH + "/imagenet-1k"}}
     for seed in (0, 1):
         save_result(root, joint_run(f"j{seed}", seed))
         for method, lift in (("vanilla", 0.0), ("vanilla+sgm", 0.1)):

@@ -16,6 +16,7 @@ from bench_stability_gap.harness.results.schema import result_precision, select_
 from bench_stability_gap.harness.model.device import autocast
 from bench_stability_gap.harness.run.options import RunOptions, run_precision
 from bench_stability_gap.leaderboard.aggregate import Entry, summarize
+from bench_stability_gap.harness.results.threads import CPU_KERNELS
 
 from results_factory import joint_run, two_session_run
 
@@ -75,7 +76,8 @@ def test_tf32_on_the_cpu_exits_2_before_any_compute(tmp_path):
 
 
 def _stamped(result, precision: str | None, device: str = "cpu"):
-    result.options = {"device": device, **({"precision": precision} if precision else {})}
+    result.options = {"device": device, **({"precision": precision} if precision else {}),
+                      **({"cpu_kernels": CPU_KERNELS} if device == "cpu" else {})}  # as a CPU run records it
     return result
 
 

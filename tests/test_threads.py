@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from bench_stability_gap.harness.results.schema import select_runs
-from bench_stability_gap.harness.results.threads import CPU_THREADS, thread_problem
+from bench_stability_gap.harness.results.threads import CPU_KERNELS, CPU_THREADS, cpu_problem
 
 from conftest import reduced_tiny
 from results_factory import joint_run, two_session_run
@@ -55,7 +55,7 @@ def test_the_deployed_model_and_trunk_features_are_the_same_under_1_and_2_defaul
     assert one["deployed"] == two["deployed"]  # trained apart, bit-identical
     assert one["features"] == two["features"]
     deployed = sorted(p.name for p in (tmp_path / "cache-1" / "deployed").glob("*.pt"))
-    assert len(deployed) == 1 and deployed[0].endswith(f"-cpu-threads{CPU_THREADS}.pt"), deployed
+    assert len(deployed) == 1 and deployed[0].endswith(f"-cpu-threads{CPU_THREADS}-{CPU_KERNELS}.pt"), deployed
 
     # a 2-thread machine that finds the 1-thread machine's cache loads it, and computes as that one did
     cached, log = _probe(protocol, tmp_path / "cache-1", tmp_path / "r", 2)
@@ -63,8 +63,9 @@ def test_the_deployed_model_and_trunk_features_are_the_same_under_1_and_2_defaul
     assert cached["deployed"] == one["deployed"] and cached["threads"] == CPU_THREADS
 
 
-def _on(run, device: str, threads: int | None):
-    run.options = {"device": device, **({"torch_threads": threads} if threads is not None else {})}
+def _on(run, device: str, threads: int | None, kernels: str | None = CPU_KERNELS):
+    run.options = {"device": device, **({"torch_threads": threads} if threads is not None else {}),
+                   **({"cpu_kernels": kernels} if kernels is not None else {})}
     return run
 
 
@@ -79,4 +80,19 @@ def test_runs_made_on_the_cpu_with_another_thread_count_are_never_references_or_
     apart = {r.run_id: why for r, why in sel.apart}
     assert set(apart) == {"j-other", "r-other"}
     assert f"with {other} intra-op threads" in apart["r-other"]
-    assert thread_problem({"device": "cpu", "torch_threads": CPU_THREADS}) is None
+    assert cpu_problem({"device": "cpu", "torch_threads": CPU_THREADS, "cpu_kernels": CPU_KERNELS}) is None
+
+
+def test_cpu_runs_made_with_other_kernels_or_before_kernels_were_recorded_are_never_references_or_rows():
+    runs = [_on(joint_run("j-before", seed=0), "cpu", CPU_THREADS, None),
+            _on(joint_run("j-ok", seed=1), "cpu", CPU_THREADS),
+            _on(two_session_run("r-other"), "cpu", CPU_THREADS, "onednn"),
+            _on(two_session_run("r-ok", seed=1), "cpu", CPU_THREADS),
+            _on(two_session_run("r-gpu", seed=2), "cuda", 16, None)]  # CUDA runs record no CPU kernels
+    sel = select_runs(runs, "h" * 16, ["vanilla"])
+    assert {s: r.run_id for s, r in sel.joints.items()} == {1: "j-ok"}
+    assert sorted(r.run_id for r in sel.runs.values()) == ["r-gpu", "r-ok"]
+    apart = {r.run_id: why for r, why in sel.apart}
+    assert set(apart) == {"j-before", "r-other"}
+    assert "oneDNN's convolution for the body's 1x1 layers" in apart["j-before"]
+    assert "with CPU kernels 'onednn'" in apart["r-other"] and repr(CPU_KERNELS) in apart["r-other"]

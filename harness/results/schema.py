@@ -22,7 +22,7 @@ from ..atomic import write_or_rescue
 from .curves import ReferenceSession, SessionCurve
 from ..errors import BenchError
 from .metrics import EvalWeighting, Metrics, best_new_accuracy
-from .threads import thread_problem
+from .threads import cpu_problem
 
 SCHEMA_VERSION = 2  # 2: overrides and the references a run was scored with are stored
 
@@ -421,7 +421,7 @@ def select_runs(items: Iterable[T], protocol_hash: str, best_new_methods: Iterab
             sel.apart.append((item, f"stale protocol hash {r.protocol.hash} (current: {current})"))
         elif (problem := result_problem(r)) is not None:
             sel.apart.append((item, problem))
-        elif (problem := thread_problem(r.options)) is not None:
+        elif (problem := cpu_problem(r.options)) is not None:
             sel.apart.append((item, problem))
         elif weights is not None and r.options.get("weights") not in (None, "", weights):
             sel.apart.append((item, f"made with other backbone weights ({r.options['weights']}, now {weights})"))

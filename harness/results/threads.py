@@ -1,4 +1,5 @@
-"""The CPU's intra-op thread count runs compute with, and the rule that keeps runs made with another apart.
+"""How runs compute on the CPU (the intra-op thread count and the body's kernels), and the rule that keeps
+runs made otherwise apart.
 
 torch splits a CPU reduction (a convolution, a matmul, a sum) among its intra-op threads, and the
 order in which the partial sums are added depends on how many there are: the same seed on the same
@@ -16,6 +17,12 @@ a reduced tiny_cil pre-training took 11-15 s on one thread and 108 s on two, the
 shared with other jobs. On the CPU, parallelism comes from running several runs at once (``bench sweep``).
 
 On CUDA the numbers come from the GPU, so the CPU's thread count is left as it is (recorded all the same).
+
+The kernels follow the same rule. ``CPU_KERNELS`` names the kernel set a CPU run's body computes with
+(``pointwise-gemm``: 1x1 convolutions as one matrix product, ``harness.model.fastconv``); it is recorded
+on every CPU result (``options.cpu_kernels``) and in the deployed model's cache key. A CPU run that does
+not record it was made before, with oneDNN's convolution for those layers, whose last bits differ: it is
+set apart as a run made with another thread count is.
 """
 
 from __future__ import annotations
@@ -23,14 +30,23 @@ from __future__ import annotations
 from typing import Any
 
 CPU_THREADS = 1
+CPU_KERNELS = "pointwise-gemm"
 
 
-def thread_problem(options: dict[str, Any]) -> str | None:
-    """Why a stored run is not comparable with a run made now, as far as the thread count goes: it ran
-    on the CPU with another intra-op thread count. Runs that did not record the count are kept (bench
-    recorded it before it fixed it, so such a run's count is unknown, not known to differ)."""
+def cpu_problem(options: dict[str, Any]) -> str | None:
+    """Why a stored run is not comparable with a run made now, as far as the CPU's arithmetic goes: it
+    ran on the CPU with another intra-op thread count, or with other kernels. Runs that did not record
+    the thread count are kept (bench recorded it before it fixed it, so such a run's count is unknown,
+    not known to differ); a CPU run without a kernel set was made with the kernels bench used before."""
     device, threads = str(options.get("device", "")), options.get("torch_threads")
-    if device.startswith("cpu") and threads is not None and threads != CPU_THREADS:
+    if not device.startswith("cpu"):
+        return None
+    if threads is not None and threads != CPU_THREADS:
         return (f"made on the CPU with {threads} intra-op threads (runs now compute with {CPU_THREADS}, "
                 f"and the thread count changes float results)")
+    kernels = options.get("cpu_kernels")
+    if kernels != CPU_KERNELS:
+        made = f"with CPU kernels {kernels!r}" if kernels else "with oneDNN's convolution for the body's 1x1 layers"
+        return (f"made on the CPU {made} (runs now compute with {CPU_KERNELS!r}, whose float results differ "
+                f"in the last bits)")
     return None

@@ -33,6 +33,7 @@ from ...methods.configs import joint_settings
 from ...methods.registry import MethodSpec, build_method, code_hash, method_settings
 from ..results.schema import (JOINT, MethodStamp, ProtocolStamp, References, RunResult, Selection, TunedStamp, git_commit,
                       library_versions, now_iso, save_result, stored_selection)
+from .threads import cpu_kernels
 from .workbench import Workbench, prepare
 from .options import RunOptions, run_precision, say
 from ...methods.base import Method
@@ -82,10 +83,11 @@ def _common(protocol: Protocol, bench: Workbench, seed: int, options: RunOptions
         run_id=run_id or new_run_id(), status="complete", seed=seed,
         protocol=ProtocolStamp(name=protocol.name, version=protocol.version, hash=protocol.spec_hash),
         versions=library_versions(), git_commit=git_commit(), started_at=started,
-        # torch's CPU thread count changes float reductions: two runs are bit-identical only with the same count
+        # torch's CPU thread count and kernels change float reductions: two runs are bit-identical only with
+        # the same count and kernel set
         options={"device": str(bench.device), "trunk_cache": options.trunk_cache, "weights": bench.weights,
                  "precision": bench.precision,
-                 "torch_threads": torch.get_num_threads(),
+                 "torch_threads": torch.get_num_threads(), "cpu_kernels": cpu_kernels(bench.device),
                  "data_path": bench.data_path.as_dict() if bench.data_path is not None else None},
     )
 

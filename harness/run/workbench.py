@@ -169,7 +169,7 @@ def _deploy(bench: Workbench, options: RunOptions) -> None:
     from ..data.features import move_aside
 
     p = bench.protocol.reference  # NAME@Kx trains on S1 exactly as NAME does
-    tag = cache_tag(bench.device)  # a model trained with another thread count differs
+    tag = cache_tag(bench.device, body=True)  # a model trained with another thread count or kernels differs
     apart = "" if bench.precision == "fp32" else f"-{bench.precision}"  # trained in another precision: its own file
     path = (cache_dir() / "deployed"
             / f"{p.name}-{p.spec_hash}-{bench.weights.rpartition(':')[2][:16]}{apart}{'-' * bool(tag)}{tag}.pt")
