@@ -18,6 +18,8 @@ kernels are never mixed with runs made now. Other devices keep the stock convolu
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -52,15 +54,18 @@ def _pointwise(m: nn.Module) -> bool:
             and m.dilation == (1, 1) and m.padding in ((0, 0), "valid", "same"))
 
 
+def _swap(module: nn.Module, eligible: Callable[[nn.Module], bool], to: type[nn.Conv2d]) -> int:
+    """Give every eligible conv under ``module`` the class ``to`` in place (same parameters and state
+    dict); returns how many were swapped."""
+    found = [m for m in module.modules() if eligible(m)]
+    for m in found:
+        m.__class__ = to
+    return len(found)
+
+
 def gemm_pointwise_convs(module: nn.Module) -> int:
-    """Swap 1x1 stride-1 convs in place for ``PointwiseConvAsGemm`` (same parameters and state dict);
-    returns how many were swapped."""
-    swapped = 0
-    for m in module.modules():
-        if _pointwise(m):
-            m.__class__ = PointwiseConvAsGemm
-            swapped += 1
-    return swapped
+    """Swap 1x1 stride-1 convs for ``PointwiseConvAsGemm``; returns how many were swapped."""
+    return _swap(module, _pointwise, PointwiseConvAsGemm)
 
 
 def _croppable(m: nn.Module) -> bool:
@@ -73,10 +78,5 @@ def _croppable(m: nn.Module) -> bool:
 
 
 def crop_depthwise_convs(module: nn.Module) -> int:
-    """Swap eligible convs in place (same parameters and state dict); returns how many were swapped."""
-    swapped = 0
-    for m in module.modules():
-        if _croppable(m):
-            m.__class__ = CroppingDepthwiseConv2d
-            swapped += 1
-    return swapped
+    """Swap eligible depthwise convs for ``CroppingDepthwiseConv2d``; returns how many were swapped."""
+    return _swap(module, _croppable, CroppingDepthwiseConv2d)
