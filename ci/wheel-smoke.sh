@@ -12,6 +12,8 @@ echo "==> wheel smoke test in $work"
 # out): setuptools never prunes build/lib, so a deleted module would still ship from a checkout's build/,
 # and the egg-info a build writes beside the sources would shadow the installed entry points of anything
 # running from the checkout meanwhile (the test suite runs this script beside other tests).
+git rev-parse --is-inside-work-tree >/dev/null 2>&1 \
+  || { echo "wheel smoke test: the wheel is built from the files git tracks, and $(pwd) is not a git checkout" >&2; exit 2; }
 mkdir "$work/src"
 git ls-files -z --cached --others --exclude-standard | tar --null -T - --ignore-failed-read -cf - 2>/dev/null \
   | tar -xf - -C "$work/src"
