@@ -35,7 +35,7 @@ def closure(roots: list[tuple[Requirement, str]]) -> dict[str, md.Distribution]:
     """The installed distributions the requirements reach, by canonical name. A requirement whose marker
     holds but which nothing installed satisfies is an error: the fresh venv would lack it."""
     installed = {canonicalize_name(d.metadata["Name"]): d for d in md.distributions()}
-    found: dict[str, md.Distribution] = {}
+    found: dict[tuple[str, str], md.Distribution] = {}  # by (name, extra): each extra pulls its own requirements
     todo = list(roots)
     while todo:
         req, extra = todo.pop()
@@ -47,12 +47,10 @@ def closure(roots: list[tuple[Requirement, str]]) -> dict[str, md.Distribution]:
             sys.exit(f"lend_dependencies: {req} is required but {'not installed' if dist is None else dist.version}"
                      " here; run ci/install.sh first")
         for e in [""] + sorted(req.extras):
-            key = f"{name}[{e}]"
-            if key in found:
-                continue
-            found[key] = dist
-            todo += [(Requirement(r), e) for r in dist.requires or []]
-    return {k.split("[")[0]: d for k, d in found.items()}
+            if (name, e) not in found:
+                found[name, e] = dist
+                todo += [(Requirement(r), e) for r in dist.requires or []]
+    return {name: d for (name, _), d in found.items()}
 
 
 def lend(dists: dict[str, md.Distribution], folder: Path) -> int:
@@ -67,9 +65,8 @@ def lend(dists: dict[str, md.Distribution], folder: Path) -> int:
 
 def main(argv: list[str]) -> None:
     wheel, extras, folder, *names = argv
-    roots = [(r, "") for r in wheel_requirements(Path(wheel))]
-    roots += [(r, e) for e in filter(None, extras.split(",")) for r in wheel_requirements(Path(wheel))]
-    dists = closure(roots)
+    requires = wheel_requirements(Path(wheel))
+    dists = closure([(r, e) for e in ["", *filter(None, extras.split(","))] for r in requires])
     dists.update({canonicalize_name(n): md.distribution(n) for n in names})
     count = lend(dists, Path(folder))
     print(f"==> lent {count} installed distributions (the wheel's declared closure) to the fresh venv")

@@ -17,10 +17,8 @@ export BENCH_CACHE_DIR="${BENCH_CACHE_DIR:-$(mktemp -d)}"
 # one another at the end.
 workers=${BENCH_TEST_WORKERS:-$(($(nproc) + 1))}
 [ "$workers" -gt 4 ] && workers=4
+args=("$@")
+[ $# -gt 0 ] || args=(--durations=15)  # the whole suite: and which tests took the time
 start=$SECONDS
-if [ $# -gt 0 ]; then
-  .venv/bin/python -m pytest -q -n "$workers" --dist loadgroup "$@"
-else
-  .venv/bin/python -m pytest -q -n "$workers" --dist loadgroup --durations=15
-fi
+.venv/bin/python -m pytest -q -n "$workers" --dist loadgroup "${args[@]}"
 echo "==> tests: $((SECONDS - start)) s wall clock on $workers worker(s), on this machine's load"
