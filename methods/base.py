@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from pydantic import BaseModel
 from torch import Tensor, nn
 
+from ..harness.model.fastoptim import adamw
 from .configs import MethodConfig, NoConfig  # noqa: F401 - re-exported: plugins subclass MethodConfig from here
 
 if TYPE_CHECKING:
@@ -246,7 +247,7 @@ class StandardMethod(Method):
         for m in self.modifiers:
             groups = m.param_groups(self, groups)
         groups = [g for g in groups if g["params"]]
-        optimizer = torch.optim.AdamW(groups)
+        optimizer = adamw(groups)
         scheduler = None
         for m in self.modifiers:
             scheduler = m.scheduler(self, optimizer, total_steps) or scheduler

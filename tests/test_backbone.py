@@ -9,8 +9,10 @@ from torch import nn
 
 from bench_stability_gap.harness.model.backbone import GrowingHead, create_network, split_network
 from bench_stability_gap.harness.errors import BenchError
-from bench_stability_gap.harness.model.fastconv import (CroppingDepthwiseConv2d, PointwiseConvAsGemm,
-                                                       crop_depthwise_convs, gemm_pointwise_convs)
+from bench_stability_gap.harness.model.fastconv import (CroppingConv2dSame, CroppingDepthwiseConv2d,
+                                                       PointwiseConvAsGemm, crop_depthwise_convs, crop_same_convs,
+                                                       gemm_pointwise_convs, stock_kernels)
+from timm.layers import Conv2dSame
 from bench_stability_gap.harness.spec.protocol import load_protocol
 
 
@@ -76,6 +78,49 @@ def test_cropped_depthwise_conv_is_exact(size):
     assert fast.state_dict().keys() == conv.state_dict().keys()
 
 
+def _same_sums(conv: nn.Module, fast: nn.Module, x: torch.Tensor, out_tol: float = 1e-6) -> None:
+    """``fast`` computes what ``conv`` does, and back-propagates the same gradients, to float rounding."""
+    x2 = x.detach().clone().requires_grad_(True)
+    x = x.detach().clone().requires_grad_(True)
+    y, y2 = conv(x), fast(x2)
+    assert y2.shape == y.shape
+    torch.testing.assert_close(y2, y, rtol=1e-5, atol=out_tol)
+    upstream = torch.randn(y.shape, generator=torch.Generator().manual_seed(1))  # the same gradient from above
+    (y * upstream).sum().backward()
+    (y2 * upstream).sum().backward()
+    for a, b in ((fast.weight.grad, conv.weight.grad), (x2.grad, x.grad)):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    if conv.bias is not None:
+        torch.testing.assert_close(fast.bias.grad, conv.bias.grad, rtol=1e-5, atol=1e-5)
+    assert fast.state_dict().keys() == conv.state_dict().keys()
+
+
+@pytest.mark.parametrize("size,kernel,channels_last,bias", [
+    (1, 5, False, False), (1, 3, True, True), (2, 5, True, False), (2, 3, True, True), (2, 3, False, False),
+])
+def test_a_depthwise_conv_on_the_smallest_maps_as_a_tap_table_computes_the_same_sums(size, kernel, channels_last,
+                                                                                       bias):
+    torch.manual_seed(size * kernel)
+    conv = nn.Conv2d(6, 6, kernel, padding=kernel // 2, groups=6, bias=bias)
+    fast = copy.deepcopy(conv)
+    assert crop_depthwise_convs(fast) == 1
+    x = torch.randn(4, 6, size, size)
+    if channels_last:  # as the 1x1 matrix products hand it over
+        x = x.contiguous(memory_format=torch.channels_last)
+    _same_sums(conv, fast, x)
+    with stock_kernels():  # the FLOP count's trace takes the cropped convolution, as before
+        assert fast.eval()(x).shape == conv(x).shape
+
+
+@pytest.mark.parametrize("size,kernel,stride", [(1, 5, 2), (2, 5, 2), (2, 3, 2), (3, 5, 1), (5, 3, 2), (8, 5, 2)])
+def test_a_same_conv_cropped_to_the_taps_that_touch_input_computes_the_same_sums(size, kernel, stride):
+    torch.manual_seed(size + kernel)
+    conv = Conv2dSame(6, 6, kernel, stride=stride, groups=6, bias=False)
+    fast = copy.deepcopy(conv)
+    assert crop_same_convs(fast) == 1 and isinstance(fast, CroppingConv2dSame)
+    _same_sums(conv, fast, torch.randn(3, 6, size, size), out_tol=0.0 if size <= 2 else 1e-6)
+
+
 @pytest.mark.parametrize("size", [1, 2, 5])
 def test_a_pointwise_conv_as_one_matrix_product_computes_the_same_sums(size):
     torch.manual_seed(size)
@@ -96,18 +141,22 @@ def test_a_pointwise_conv_as_one_matrix_product_computes_the_same_sums(size):
     assert fast.state_dict().keys() == conv.state_dict().keys()
 
 
-def test_only_the_bodys_pointwise_convs_compute_as_matrix_products_and_their_flops_are_counted_alike():
+def test_only_the_bodys_convs_take_the_cpu_kernels_and_their_flops_are_counted_alike():
     from bench_stability_gap.harness.model.flops import split_macs
 
     spec = load_protocol("tiny_cil").backbone
     model = split_network(create_network(spec), spec, 10)
     swapped = [m for m in model.body.modules() if isinstance(m, PointwiseConvAsGemm)]
     assert len(swapped) == 17  # blocks 4-6 (3, 4 and 1 blocks): an expansion and a projection each; conv_head
-    assert not any(isinstance(m, PointwiseConvAsGemm) for m in model.trunk.modules())  # cached features as before
+    assert sum(isinstance(m, PointwiseConvAsGemm) for m in model.trunk.modules()) == 15  # blocks 0-3: 1 + 2x7
+    assert sum(isinstance(m, CroppingConv2dSame) for m in model.body.modules()) == 1  # block 5's stride-2 5x5
     stock = copy.deepcopy(model)
-    for m in stock.body.modules():
+    for m in stock.modules():
         if isinstance(m, PointwiseConvAsGemm):
             m.__class__ = nn.Conv2d
+        if isinstance(m, CroppingConv2dSame):
+            m.__class__ = Conv2dSame
+    # whatever the CPU computes with, the count is the stock network's (no kernel change moves a budget)
     assert split_macs(model, (3, 32, 32)) == split_macs(stock, (3, 32, 32))
     with torch.no_grad():
         x = torch.randn(3, 3, 32, 32)

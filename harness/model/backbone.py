@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import BenchError
-from .fastconv import crop_depthwise_convs, gemm_pointwise_convs
+from .fastconv import crop_depthwise_convs, crop_same_convs, gemm_pointwise_convs
 from ..spec.protocol import Backbone, Protocol
 
 
@@ -248,8 +248,10 @@ def split_network(net: nn.Module, spec: Backbone, num_classes: int | None) -> Sp
     classifier = _submodule(net, spec.head, "head")
     if not isinstance(classifier, nn.Linear):
         raise BenchError(f"backbone.head {spec.head!r} is a {type(classifier).__name__}, not a Linear layer.")
-    crop_depthwise_convs(body)
-    gemm_pointwise_convs(body)  # the trunk keeps oneDNN's kernels: its cached features stay as they were
+    for part in (trunk, body):  # the CPU kernel set (harness.model.fastconv); other devices compute as before
+        crop_depthwise_convs(part)
+        crop_same_convs(part)
+        gemm_pointwise_convs(part)
     head = GrowingHead(classifier.in_features, num_classes or classifier.out_features)
     if num_classes is None:
         head.fc.load_state_dict(classifier.state_dict())

@@ -76,6 +76,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
+from .fastconv import stock_kernels
+
 if TYPE_CHECKING:
     from ..results.schema import Budget
 
@@ -118,7 +120,7 @@ def fvcore_analysis(module: nn.Module, example: Tensor):
         analysis.unsupported_ops_warnings(False)
         analysis.uncalled_modules_warnings(False)
         analysis.tracer_warnings("none")
-        with torch.autocast(example.device.type, enabled=False):
+        with torch.autocast(example.device.type, enabled=False), stock_kernels():
             analysis.total()  # runs the trace now, while the module is in eval mode
     finally:
         for m, mode in was.items():

@@ -18,11 +18,13 @@ shared with other jobs. On the CPU, parallelism comes from running several runs 
 
 On CUDA the numbers come from the GPU, so the CPU's thread count is left as it is (recorded all the same).
 
-The kernels follow the same rule. ``CPU_KERNELS`` names the kernel set a CPU run's body computes with
-(``pointwise-gemm``: 1x1 convolutions as one matrix product, ``harness.model.fastconv``); it is recorded
-on every CPU result (``options.cpu_kernels``) and in the deployed model's cache key. A CPU run that does
-not record it was made before, with oneDNN's convolution for those layers, whose last bits differ: it is
-set apart as a run made with another thread count is.
+The kernels follow the same rule. ``CPU_KERNELS`` names the kernel set a CPU run's body and optimizer
+compute with: the 1x1 convolutions as one matrix product, depthwise convolutions on the smallest maps as
+a tap table and timm's 'same' convolutions cropped to the taps that touch real input
+(``harness.model.fastconv``), and AdamW fused (``harness.model.fastoptim``). It is recorded on every CPU
+result (``options.cpu_kernels``) and in the deployed model's cache key. A CPU run that records another
+set (``pointwise-gemm``: the matrix products alone), or none (made before, with oneDNN's convolution for
+those layers), differs in the last bits: it is set apart as a run made with another thread count is.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from __future__ import annotations
 from typing import Any
 
 CPU_THREADS = 1
-CPU_KERNELS = "pointwise-gemm"
+CPU_KERNELS = "gemm1x1+dw-small+adamw-fused"
 
 
 def cpu_problem(options: dict[str, Any]) -> str | None:

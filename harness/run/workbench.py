@@ -35,7 +35,7 @@ from ..spec.protocol import Protocol
 from ..data.stream import Cycler, Session, Stream, build_stream, check_batch_sizes
 from ..model.device import autocast, resolve_device, seed_everything, use_channels_last
 from .options import RunOptions, run_precision, say
-from .threads import cache_tag, pin_threads
+from .threads import cache_tag, keep_freed_memory, pin_threads
 from ...methods.base import Context, MethodConfig, StandardMethod, TrainBatch
 
 
@@ -107,6 +107,7 @@ def prepare(protocol: Protocol, seed: int, options: RunOptions) -> Workbench:
     """Open the data, build the network, cache trunk features, and train or load the deployed model."""
     device = resolve_device(options.device)
     pin_threads(device)  # before the first float op: the trunk pass, the deployed model and the run inherit it
+    keep_freed_memory()  # no page faults on every large activation
     precision = run_precision(protocol, options)
     stream = build_stream(protocol, seed)
     check_batch_sizes(stream)  # counts the spec could not fix are known now, before any compute
@@ -169,7 +170,7 @@ def _deploy(bench: Workbench, options: RunOptions) -> None:
     from ..data.features import move_aside
 
     p = bench.protocol.reference  # NAME@Kx trains on S1 exactly as NAME does
-    tag = cache_tag(bench.device, body=True)  # a model trained with another thread count or kernels differs
+    tag = cache_tag(bench.device)  # a model trained with another thread count or kernels differs
     apart = "" if bench.precision == "fp32" else f"-{bench.precision}"  # trained in another precision: its own file
     path = (cache_dir() / "deployed"
             / f"{p.name}-{p.spec_hash}-{bench.weights.rpartition(':')[2][:16]}{apart}{'-' * bool(tag)}{tag}.pt")

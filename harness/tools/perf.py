@@ -161,12 +161,14 @@ def perf(protocol: str, device: str, updates: int, warmup: int, repeats: int, ev
     from ..run.workbench import Workbench
     from ..model.device import autocast, resolve_device
     from ...methods.base import Context
+    from ..model.fastoptim import adamw
 
-    from ..run.threads import pin_threads
+    from ..run.threads import keep_freed_memory, pin_threads
 
     spec = load_protocol(protocol)
     dev = resolve_device(device)
     pin_threads(dev)  # the thread count a run computes with: stages and GEMM alike
+    keep_freed_memory()  # no page faults on every large activation
     torch.manual_seed(0)
     net, backbone, weights_note = network_or_random_init(spec, allow_download)
     classes = None if spec.pretrain.mode == "weights" else (spec.classes_per_session or 10) * (spec.sessions + 1)
@@ -223,7 +225,7 @@ def perf(protocol: str, device: str, updates: int, warmup: int, repeats: int, ev
                   torch.Generator().manual_seed(0))
     method.setup(shared, ctx)
     method.optimizer, method.scheduler = method.build_optimizer(total)
-    optimizer = torch.optim.AdamW(_plain_groups(shared, cfg))
+    optimizer = adamw(_plain_groups(shared, cfg))
     meter = FL.FlopMeter(shared, input_shape)
 
     def plain_step(ids: np.ndarray) -> None:

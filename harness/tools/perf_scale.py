@@ -59,6 +59,7 @@ def measure(protocol, model, device, batch: int, images: int, repeats: int) -> C
     """The per-image costs of ``protocol``'s data path with ``model`` (a SplitModel) on ``device``."""
     import torch
     import torch.nn.functional as F
+    from ..model.fastoptim import adamw
     from PIL import Image
 
     from ..model import flops as FL
@@ -98,7 +99,7 @@ def measure(protocol, model, device, batch: int, images: int, repeats: int) -> C
                                    batch, repeats)
         model.train()
         params = [p for p in list(model.body.parameters()) + list(model.head.parameters())]
-        opt = torch.optim.AdamW(params, lr=1e-4)
+        opt = adamw([{"params": params, "lr": 1e-4}])
         y = torch.zeros(batch, dtype=torch.long, device=device)
 
         def step() -> None:
