@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+import torch
 
 from bench_stability_gap.harness.results.schema import select_runs
 from bench_stability_gap.harness.results.threads import CPU_KERNELS, CPU_THREADS, cpu_problem
@@ -96,3 +97,11 @@ def test_cpu_runs_made_with_other_kernels_or_before_kernels_were_recorded_are_ne
     assert set(apart) == {"j-before", "r-other"}
     assert "oneDNN's convolution for the body's 1x1 layers" in apart["j-before"]
     assert "with CPU kernels 'onednn'" in apart["r-other"] and repr(CPU_KERNELS) in apart["r-other"]
+
+
+def test_a_cpu_run_keeps_freed_memory_for_reuse_and_a_cuda_run_leaves_the_allocator_alone():
+    from bench_stability_gap.harness.run.threads import keep_freed_memory
+
+    assert keep_freed_memory(torch.device("cuda")) is False
+    if sys.platform.startswith("linux"):  # glibc takes the settings; elsewhere nothing changes
+        assert keep_freed_memory(torch.device("cpu")) is True

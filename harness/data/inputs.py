@@ -108,9 +108,9 @@ def in_cpu_chunks(forward: Callable[[Tensor], Tensor], x: Tensor, chunk: int | N
 
 
 try:
-    _LIBC = ctypes.CDLL(None)
+    LIBC = ctypes.CDLL(None)  # the process's C library (glibc on Linux): malloc_trim, mallopt
 except OSError:  # no C library to load symbols from: nothing to trim
-    _LIBC = None
+    LIBC = None
 
 
 def workers_from(loader: torch.utils.data.DataLoader) -> Iterator:
@@ -121,7 +121,7 @@ def workers_from(loader: torch.utils.data.DataLoader) -> Iterator:
     worker had otherwise copied ~1.2 GB of this process's heap."""
     if not loader.num_workers:
         return iter(loader)
-    trim = getattr(_LIBC, "malloc_trim", None)
+    trim = getattr(LIBC, "malloc_trim", None)
     if trim is not None:
         trim(0)
     gc.freeze()

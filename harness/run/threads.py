@@ -3,12 +3,9 @@ and how its process allocates memory on the CPU."""
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import sys
-
 import torch
 
+from ..data.inputs import LIBC
 from ..results.threads import CPU_KERNELS, CPU_THREADS
 
 
@@ -37,19 +34,17 @@ _MMAP_ABOVE = 32 << 20  # glibc's largest mmap threshold on 64-bit machines
 _TRIM_ABOVE = 1 << 30
 
 
-def keep_freed_memory() -> bool:
-    """Have glibc's malloc keep freed blocks of up to 32 MiB for reuse; returns whether it took the settings.
+def keep_freed_memory(device: torch.device) -> bool:
+    """For a run on the CPU, have glibc's malloc keep freed blocks of up to 32 MiB for reuse; returns
+    whether it took the settings.
 
     By default glibc maps every large block (a batch of activations at 16x16) fresh from the kernel and
     gives it back on free, so each forward pays a page fault per 4 KiB it first touches: a third of
-    tiny_cil's evaluation through the whole network. Where the memory lands changes no number; only the
-    process keeps its peak heap instead of returning it. Elsewhere (not glibc) nothing changes.
+    tiny_cil's evaluation through the whole network. Where the memory lands changes no number; the process
+    keeps its heap for reuse instead of returning it (an explicit ``malloc_trim`` still returns it). On
+    other devices the activations are not in this heap, and elsewhere than glibc nothing changes.
     """
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
+    mallopt = getattr(LIBC, "mallopt", None)
+    if device.type != "cpu" or mallopt is None:
         return False
     return bool(mallopt(_M_MMAP_THRESHOLD, _MMAP_ABOVE)) and bool(mallopt(_M_TRIM_THRESHOLD, _TRIM_ABOVE))

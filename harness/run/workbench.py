@@ -107,7 +107,7 @@ def prepare(protocol: Protocol, seed: int, options: RunOptions) -> Workbench:
     """Open the data, build the network, cache trunk features, and train or load the deployed model."""
     device = resolve_device(options.device)
     pin_threads(device)  # before the first float op: the trunk pass, the deployed model and the run inherit it
-    keep_freed_memory()  # no page faults on every large activation
+    keep_freed_memory(device)  # no page faults on every large activation
     precision = run_precision(protocol, options)
     stream = build_stream(protocol, seed)
     check_batch_sizes(stream)  # counts the spec could not fix are known now, before any compute

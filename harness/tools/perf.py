@@ -168,7 +168,7 @@ def perf(protocol: str, device: str, updates: int, warmup: int, repeats: int, ev
     spec = load_protocol(protocol)
     dev = resolve_device(device)
     pin_threads(dev)  # the thread count a run computes with: stages and GEMM alike
-    keep_freed_memory()  # no page faults on every large activation
+    keep_freed_memory(dev)  # no page faults on every large activation
     torch.manual_seed(0)
     net, backbone, weights_note = network_or_random_init(spec, allow_download)
     classes = None if spec.pretrain.mode == "weights" else (spec.classes_per_session or 10) * (spec.sessions + 1)
