@@ -66,7 +66,7 @@ def test_a_store_decoding_bytes_serves_planned_and_unplanned_batches(tmp_path, m
     is handed back before the worker forks (so it does not copy it), and only then."""
     monkeypatch.setenv("BENCH_LOADER_WORKERS", workers)
     trims: list[int] = []
-    monkeypatch.setattr(inputs, "_LIBC", SimpleNamespace(malloc_trim=trims.append))
+    monkeypatch.setattr(inputs, "LIBC", SimpleNamespace(malloc_trim=trims.append))
     split, pre = _jpegs(tmp_path), Preprocess(_backbone())
     catalog = Catalog((split,), split.labels.copy())
     store = InputStore(catalog, pre, None, torch.device("cpu"), mode="decode", gpu_decode=True)

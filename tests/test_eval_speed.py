@@ -56,15 +56,16 @@ def test_chunk_follows_the_widest_activation_per_row():
 
 
 def test_tiny_cil_body_gets_bigger_chunks_than_its_trunk_pass():
-    """The embedded protocol's body over cached 2 x 2 trunk features is narrow: 128 rows per forward,
-    where a constant 16 made its tiny GEMMs thin; the trunk pass keeps 16 (its features are stored)."""
+    """The embedded protocol's body over cached 2 x 2 trunk features is narrow (43 KB per row at its widest,
+    the depthwise tap table's product): 256 rows per forward, where a constant 16 made its tiny GEMMs thin;
+    the trunk pass keeps 16 (its features are stored)."""
     from bench_stability_gap.harness.model.backbone import network_or_random_init, split_network
 
     spec = load_protocol("tiny_cil")
     net, backbone, _ = network_or_random_init(spec, False)
     model = split_network(net, backbone, 25).eval()
     feats = model.trunk(torch.randn(2, 3, 32, 32))
-    assert cpu_forward_chunk(widest_row_bytes(lambda f: model.head(model.body(f)), feats)) == 128
+    assert cpu_forward_chunk(widest_row_bytes(lambda f: model.head(model.body(f)), feats)) == 256
     assert IN.TRUNK_PASS_CHUNK == 16
 
 

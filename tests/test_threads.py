@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 import torch
+import yaml
 
 from bench_stability_gap.harness.results.schema import select_runs
 from bench_stability_gap.harness.results.threads import CPU_KERNELS, CPU_THREADS, cpu_problem

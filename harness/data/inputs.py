@@ -52,7 +52,7 @@ TRUNK_CHUNK = 128
 # ``CPU_ACTIVATION_BUDGET`` (half of a 32 MiB server L3; the block's other tensors and weights fit beside
 # it), between ``CPU_FORWARD_CHUNK`` and ``CPU_FORWARD_CHUNK_MAX`` rows. ConvNeXt at 224 px (2.4 MB per image
 # at its widest) gets 16, as measured by ``ci/cpu_chunk_speed.py`` (1.75x faster than 128 for the trunk);
-# tiny_cil's body over cached 2x2 trunk features (67 KB per row) gets 128, 4-5x faster than 16.
+# tiny_cil's body over cached 2x2 trunk features (43 KB per row) gets 256, 4-5x faster than 16.
 # No layer mixes samples in eval mode, so the outputs equal a whole-batch forward's up to float rounding
 # (oneDNN picks kernels by batch size): eval predictions agree unless two logits tie within ~1e-7.
 CPU_ACTIVATION_BUDGET = 16 << 20

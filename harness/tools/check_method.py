@@ -46,7 +46,7 @@ def reduced_spec(name: str = "tiny_cil", **training: Any) -> dict:
     spec["stream_data"][0].update(train_per_class=40, test_per_class=10)
     spec["stream_data"][1].update(train_per_class=40, test_per_class=10)
     spec["pretrain"].update(updates=20, batch_size=32)
-    spec["training"].update(updates=6, batch={"new": 8, "old": 8}, **training)
+    spec["training"].update({"updates": 6, "batch": {"new": 8, "old": 8}, **training})
     spec["eval"] = {"every": 3, "dense_every": 1, "dense_until": 2, "batch_size": 256}
     spec["joint"].update(updates=8, batch_size=16)
     if spec.get("validation"):  # scaled with the data: 5 of each class's 40-60 training images
