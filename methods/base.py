@@ -239,7 +239,8 @@ class StandardMethod(Method):
         return fixed
 
     def build_optimizer(self, total_steps: int | None):
-        """AdamW with layer-wise lr decay over what has ``requires_grad``, shaped by the modifiers; and their schedule."""
+        """AdamW (fused on the CPU: ``harness.model.fastoptim``) with layer-wise lr decay over what has
+        ``requires_grad``, shaped by the modifiers; and their schedule."""
         cfg = self.config
         groups = layerwise_groups(self.model, cfg.lr, cfg.weight_decay, cfg.layer_decay,
                                   train_body=any(p.requires_grad for p in self.model.body.parameters()),
