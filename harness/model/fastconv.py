@@ -1,19 +1,19 @@
-"""Faster CPU kernels for the convolutions of a network's body.
+"""Faster CPU kernels for the convolutions of a network (trunk and body alike).
 
 **Cropped depthwise convs (exact).** At small input sizes (32 px) EfficientNet's last stages see 1x1
 or 2x2 maps through 5x5 depthwise kernels with padding 2: every tap outside the centre multiplies
-padding zeros, yet PyTorch's CPU kernel takes ~400x longer than the useful arithmetic. Cropping the kernel to the taps that can touch
-real input (and the padding to match) computes the same sums, and the same gradients for the taps
-that matter (the cropped-away taps get zero gradient in both cases).
+padding zeros, yet PyTorch's CPU kernel takes ~400x longer than the useful arithmetic. Cropping the
+kernel to the taps that can touch real input (and the padding to match) computes the same sums, and the
+same gradients for the taps that matter (the cropped-away taps get zero gradient in both cases).
 
 **Pointwise convs as one matrix product (the last bits differ).** On the CPU a 1x1 stride-1 conv goes
 through oneDNN's convolution, which on small maps (EfficientNet-Lite0's body sees 2x2 and 1x1 at 32 px)
 spends most of its time outside the arithmetic: forward and backward of tiny_cil's body ran at 15 % of
-a GEMM's rate. The same sums as one ``F.linear`` over every pixel (rows = batch x height x width) run
-the body's training twice and its evaluation over cached trunk features 1.7 times as fast. The sums are added in another order, so
-outputs move by ~5e-7 and training carries that into every later number: the kernel set is part of a
-CPU run's identity (``harness.results.threads.CPU_KERNELS``), and runs or caches made with the old
-kernels are never mixed with runs made now. Other devices keep the stock convolution.
+a GEMM's rate. The same sums as one ``F.linear`` over every pixel (rows = batch x height x width) ran
+the body's training twice and its evaluation over cached trunk features 1.7 times as fast. The sums are
+added in another order, so outputs move by ~5e-7 and training carries that into every later number: the
+kernel set is part of a CPU run's identity (``harness.results.threads.CPU_KERNELS``), and runs or caches
+made with other kernels are never mixed with runs made now. Other devices keep the stock convolution.
 
 **Depthwise convs on the smallest maps (the last bits of gradients differ).** On the CPU, oneDNN's
 depthwise convolution backward on 2x2 and 1x1 maps cost a quarter of a training step of tiny_cil's body,
