@@ -25,7 +25,8 @@ step() {  # step NAME SECONDS command...
     echo "== $name: rc $rc, $((SECONDS - t0)) s"
     grep -v -E "it/s|upd/s|batch/s|s/it" "$OUT/$name.log" | tail -n "${TAIL:-14}"
 }
-step pytest 60 python3 -m pytest -q -p no:cacheprovider tests/test_stage_time.py tests/test_precision.py tests/test_decode.py
+step pytest 90 python3 -m pytest -q -p no:cacheprovider tests/test_stage_time.py tests/test_precision.py tests/test_decode.py \
+    tests/test_backbone.py tests/test_fastoptim.py
 step perf_tiny 90 bench perf -p tiny_cil --device cuda --repeats 3 --updates 20
 step perf_paper 100 bench perf --paper -p cil_places_lt_synthetic --budget-of cil_places_lt --device cuda
 # the synthetic protocol's own projection, to set beside the measured run below

@@ -161,3 +161,30 @@ def test_only_the_bodys_convs_take_the_cpu_kernels_and_their_flops_are_counted_a
     with torch.no_grad():
         x = torch.randn(3, 3, 32, 32)
         torch.testing.assert_close(model.eval()(x), stock.eval()(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_cuda_the_cpu_kernel_set_leaves_every_number_as_it_was():
+    """The kernel set is the CPU's: on CUDA the swapped layers compute with the stock convolutions (the
+    depthwise crop is exact and ran on CUDA before), and AdamW is not fused, so CUDA runs keep their bits."""
+    from bench_stability_gap.harness.model.fastoptim import adamw
+
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+    spec = load_protocol("tiny_cil").backbone
+    model = split_network(create_network(spec), spec, 10).cuda().train()
+    before = copy.deepcopy(model)
+    for m in before.modules():  # what computed on CUDA before the CPU kernel set
+        if isinstance(m, PointwiseConvAsGemm):
+            m.__class__ = nn.Conv2d
+        if isinstance(m, CroppingConv2dSame):
+            m.__class__ = Conv2dSame
+    x = torch.randn(8, 3, 32, 32, device="cuda")
+    outs = [m(x) for m in (model, before)]
+    assert torch.equal(outs[0], outs[1])
+    for out in outs:
+        out.square().sum().backward()
+    grads = [(name, p.grad, q.grad) for (name, p), q in zip(model.named_parameters(), before.parameters())]
+    assert sum(a is not None for _, a, _ in grads) >= 70  # the body's and the head's (the trunk is frozen)
+    for name, a, b in grads:
+        assert (a is None and b is None) or torch.equal(a, b), name
+    assert adamw([{"params": list(model.parameters())}]).defaults["fused"] is None
