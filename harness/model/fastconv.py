@@ -90,7 +90,7 @@ class CroppingDepthwiseConv2d(nn.Conv2d):
     """A stride-1 'same' depthwise conv that crops its kernel when the input is smaller than it."""
 
     def forward(self, x: Tensor) -> Tensor:
-        (kh, kw), (ph, pw) = self.kernel_size, self.padding
+        ph, pw = self.padding
         h, w = x.shape[-2:]
         if _fast(x) and h * w <= SMALL_MAP_PIXELS and self.out_channels == self.groups:
             return small_map_depthwise(x, self.weight, self.bias, (ph, pw))

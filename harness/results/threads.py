@@ -1,5 +1,5 @@
-"""How runs compute on the CPU (the intra-op thread count and the body's kernels), and the rule that keeps
-runs made otherwise apart.
+"""How runs compute on the CPU (the intra-op thread count and the kernels), and the rule that keeps runs
+made otherwise apart.
 
 torch splits a CPU reduction (a convolution, a matmul, a sum) among its intra-op threads, and the
 order in which the partial sums are added depends on how many there are: the same seed on the same
@@ -18,11 +18,11 @@ shared with other jobs. On the CPU, parallelism comes from running several runs 
 
 On CUDA the numbers come from the GPU, so the CPU's thread count is left as it is (recorded all the same).
 
-The kernels follow the same rule. ``CPU_KERNELS`` names the kernel set a CPU run's body and optimizer
+The kernels follow the same rule. ``CPU_KERNELS`` names the kernel set a CPU run's network and optimizer
 compute with: the 1x1 convolutions as one matrix product, depthwise convolutions on the smallest maps as
 a tap table and timm's 'same' convolutions cropped to the taps that touch real input
 (``harness.model.fastconv``), and AdamW fused (``harness.model.fastoptim``). It is recorded on every CPU
-result (``options.cpu_kernels``) and in the deployed model's cache key. A CPU run that records another
+result (``options.cpu_kernels``) and in the cache keys of the deployed model and the trunk features. A CPU run that records another
 set (``pointwise-gemm``: the matrix products alone), or none (made before, with oneDNN's convolution for
 those layers), differs in the last bits: it is set apart as a run made with another thread count is.
 """

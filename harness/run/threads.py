@@ -48,3 +48,11 @@ def keep_freed_memory(device: torch.device) -> bool:
     if device.type != "cpu" or mallopt is None:
         return False
     return bool(mallopt(_M_MMAP_THRESHOLD, _MMAP_ABOVE)) and bool(mallopt(_M_TRIM_THRESHOLD, _TRIM_ABOVE))
+
+
+def prepare_cpu(device: torch.device) -> int:
+    """What every process that computes a run (or times one) does first: fix the intra-op thread count and,
+    on the CPU, keep freed memory for reuse. Returns the thread count in use."""
+    threads = pin_threads(device)
+    keep_freed_memory(device)
+    return threads

@@ -35,7 +35,7 @@ from ..spec.protocol import Protocol
 from ..data.stream import Cycler, Session, Stream, build_stream, check_batch_sizes
 from ..model.device import autocast, resolve_device, seed_everything, use_channels_last
 from .options import RunOptions, run_precision, say
-from .threads import cache_tag, keep_freed_memory, pin_threads
+from .threads import cache_tag, prepare_cpu
 from ...methods.base import Context, MethodConfig, StandardMethod, TrainBatch
 
 
@@ -106,8 +106,7 @@ class Workbench:
 def prepare(protocol: Protocol, seed: int, options: RunOptions) -> Workbench:
     """Open the data, build the network, cache trunk features, and train or load the deployed model."""
     device = resolve_device(options.device)
-    pin_threads(device)  # before the first float op: the trunk pass, the deployed model and the run inherit it
-    keep_freed_memory(device)  # no page faults on every large activation
+    prepare_cpu(device)  # before the first float op: the trunk pass, the deployed model and the run inherit it
     precision = run_precision(protocol, options)
     stream = build_stream(protocol, seed)
     check_batch_sizes(stream)  # counts the spec could not fix are known now, before any compute

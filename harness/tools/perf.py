@@ -163,12 +163,11 @@ def perf(protocol: str, device: str, updates: int, warmup: int, repeats: int, ev
     from ...methods.base import Context
     from ..model.fastoptim import adamw
 
-    from ..run.threads import keep_freed_memory, pin_threads
+    from ..run.threads import prepare_cpu
 
     spec = load_protocol(protocol)
     dev = resolve_device(device)
-    pin_threads(dev)  # the thread count a run computes with: stages and GEMM alike
-    keep_freed_memory(dev)  # no page faults on every large activation
+    prepare_cpu(dev)  # the thread count and allocator a run computes with: stages and GEMM alike
     torch.manual_seed(0)
     net, backbone, weights_note = network_or_random_init(spec, allow_download)
     classes = None if spec.pretrain.mode == "weights" else (spec.classes_per_session or 10) * (spec.sessions + 1)
