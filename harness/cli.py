@@ -152,6 +152,11 @@ def _run_options(f):
                                               "as the published code), tf32 (CUDA: TF32 matmuls too) or bf16 "
                                               "autocast [default: fp32 on the paper's protocols; embedded ones: "
                                               "bf16 on CUDA, fp32 on the CPU]; part of a run's identity"),
+        click.option("--cpu-kernels", type=click.Choice(["fast", "stock"]), default="fast", show_default=True,
+                     expose_value=False, callback=_remember,
+                     help="on the CPU: the harness's faster kernels for small convolutions and a fused AdamW, "
+                          "or PyTorch's own; they differ in the last bits, so the set is part of a run's "
+                          "identity and runs of the two never share a row or a reference"),
         click.option("--no-wait", is_flag=True, expose_value=False, callback=_remember,
                      help="when another bench process is computing the same run (or reference) right now, exit 2 "
                           "naming it instead of waiting for it and reusing its result"),
@@ -198,7 +203,8 @@ def _options(overrides: dict, results_dir: Path | None, device: str, trunk_cache
                       progress=progress, allow_download=allow_download, overrides=overrides,
                       restart=bool(meta.get("bench.restart")), checkpoint_every=meta.get("bench.checkpoint_every"),
                       wait=not meta.get("bench.no_wait"),
-                      gpu_decode=meta.get("bench.gpu_decode", True), precision=meta.get("bench.precision"))
+                      gpu_decode=meta.get("bench.gpu_decode", True), precision=meta.get("bench.precision"),
+                      cpu_kernels=meta.get("bench.cpu_kernels") or "fast")
 
 
 @main.command()

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from pydantic import BaseModel
 from torch import Tensor, nn
 
-from ..harness.model.fastoptim import adamw
+from ..harness.model.kernels import optimizer as adamw
 from .configs import MethodConfig, NoConfig  # noqa: F401 - re-exported: plugins subclass MethodConfig from here
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ spends most of its time outside the arithmetic: forward and backward of tiny_cil
 a GEMM's rate. The same sums as one ``F.linear`` over every pixel (rows = batch x height x width) ran
 the body's training twice and its evaluation over cached trunk features 1.7 times as fast. The sums are
 added in another order, so outputs move by ~5e-7 and training carries that into every later number: the
-kernel set is part of a CPU run's identity (``harness.results.threads.CPU_KERNELS``), and runs or caches
+kernel set is part of a CPU run's identity (``harness.results.threads.kernel_label``), and runs or caches
 made with other kernels are never mixed with runs made now. Other devices keep the stock convolution.
 
 **Depthwise convs on the smallest maps (the last bits of gradients differ).** On the CPU, oneDNN's
@@ -24,9 +24,8 @@ computes as one broadcast product over a pixels-by-pixels tap table and a sum, i
 layout the 1x1 matrix products hand it. Forward sums move by ~3e-7 at most, weight gradients in the
 last bits: part of the CPU kernel set as well.
 
-**FLOPs count the stock convolutions.** Whatever runs, fvcore traces each part under
-``stock_kernels()``: the count is a property of the network, the same on every device and kernel set,
-so no kernel change moves a FLOP budget.
+**FLOPs count the stock convolutions** (the rule is stated once, in ``harness.model.flops``):
+``stock_kernels()`` below is what the count traces under, so no kernel change moves a FLOP budget.
 """
 
 from __future__ import annotations

@@ -11,8 +11,10 @@ What is counted, and how
   scaling), padding, max / avg pooling, mean, softmax and the loss. PyTorch's own
   ``torch.utils.flop_counter.FlopCounterMode`` counts only the matmul / conv family and skips the
   norms too; ``tests/test_flops.py`` checks the two agree within 10 % (exactly on conv + linear).
-  At small inputs the body's depthwise convs are cropped (``harness.fastconv``): the count is that
-  of the arithmetic that really runs, which is the useful part of the uncropped conv.
+  **The count is the stock network's.** Each part is traced under ``fastconv.stock_kernels()``, so the
+  convolutions counted are PyTorch's, whatever kernel set a run computes with (the CPU's cropped,
+  matrix-product and tap-table rewrites compute the same sums in another way): a FLOP budget is a
+  property of the network, the same on every device and kernel set.
 * **Samples, at run time.** Forward hooks on ``model.trunk``, ``model.body`` and ``model.head``
   count every sample through each part, whoever made the call: the standard step, a modifier's
   init pass, a teacher that is a ``copy.deepcopy`` of the model (the hooks are closures, copied by

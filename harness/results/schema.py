@@ -404,13 +404,14 @@ def select_runs(items: Iterable[T], protocol_hash: str, best_new_methods: Iterab
                 joint_config: dict[str, Any] | None = None,
                 result_of: Callable[[T], RunResult | BenchError] = lambda item: item,  # type: ignore[assignment,return-value]
                 weights: str | None = None, precision: str | None = None,
-                reference_hash: str | None = None) -> Selection[T]:
+                reference_hash: str | None = None, kernels: str = "fast") -> Selection[T]:
     """Sort stored runs of one protocol into what counts and what is set apart (see ``Selection``).
     ``joint_config``: the settings the protocol's joint reference trains with, when known; ``weights``: the
     content digest of the backbone weights in use, when known (a weights file replaced at the same path
     leaves the spec hash as it was, so runs made with the old content are set apart by this); ``precision``:
     the run's precision, when known (runs made in another precision are neither references nor rows);
-    ``reference_hash``: the hash joint references carry, when the protocol shares another's (NAME@Kx)."""
+    ``reference_hash``: the hash joint references carry, when the protocol shares another's (NAME@Kx);
+    ``kernels``: the CPU kernel set (``fast`` or ``stock``) whose runs count."""
     sel: Selection[T] = Selection(protocol_hash, tuple(best_new_methods), result_of=result_of)  # type: ignore[arg-type]
     live: list[tuple[T, RunResult]] = []
     for item in items:
@@ -421,7 +422,7 @@ def select_runs(items: Iterable[T], protocol_hash: str, best_new_methods: Iterab
             sel.apart.append((item, f"stale protocol hash {r.protocol.hash} (current: {current})"))
         elif (problem := result_problem(r)) is not None:
             sel.apart.append((item, problem))
-        elif (problem := cpu_problem(r.options)) is not None:
+        elif (problem := cpu_problem(r.options, r.versions, kernels)) is not None:
             sel.apart.append((item, problem))
         elif weights is not None and r.options.get("weights") not in (None, "", weights):
             sel.apart.append((item, f"made with other backbone weights ({r.options['weights']}, now {weights})"))
@@ -453,7 +454,8 @@ def select_runs(items: Iterable[T], protocol_hash: str, best_new_methods: Iterab
 def stored_selection(root: Path, protocol_name: str, protocol_hash: str, best_new_methods: Iterable[str],
                      joint_config: dict[str, Any] | None = None,
                      weights: str | None = None,
-                     precision: str | None = None) -> Selection[tuple[Path, RunResult | BenchError]]:
+                     precision: str | None = None,
+                     kernels: str = "fast") -> Selection[tuple[Path, RunResult | BenchError]]:
     """``select_runs`` over the result files of one protocol in a results folder."""
     return select_runs(iter_results(root, protocol_name), protocol_hash, best_new_methods, joint_config,
-                       result_of=lambda pr: pr[1], weights=weights, precision=precision)
+                       result_of=lambda pr: pr[1], weights=weights, precision=precision, kernels=kernels)

@@ -3,7 +3,6 @@ callbacks for executors; and the small helpers every stage of a run uses to time
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -16,6 +15,7 @@ from tqdm.auto import tqdm
 
 from ..model.device import check_precision, resolve_device
 from ..results.schema import GPU_STAGE
+from ..results.threads import kernel_label
 from ..spec.protocol import Protocol
 from .checkpoint import run_key
 
@@ -31,9 +31,9 @@ class RunOptions:
     log: bool = True  # print what the harness is doing (references, caches)
     # fp32 | tf32 | bf16 (``model.device.autocast``); None: the protocol's default (``run_precision``)
     precision: str | None = None
-    # opt-in ($BENCH_CPU_CHANNELS_LAST=1): the body in channels_last on a CPU with oneDNN; faster
-    # backward, but float-level differences grow over training, so the curves are not the default's
-    cpu_channels_last: bool = field(default_factory=lambda: os.environ.get("BENCH_CPU_CHANNELS_LAST") == "1")
+    # the CPU kernel set: fast (harness.model.fastconv and fastoptim) or stock (PyTorch's); its label is part
+    # of a CPU run's identity (harness.results.threads)
+    cpu_kernels: str = "fast"
     gpu_decode: bool = True  # on CUDA: JPEG files decoded on the GPU (nvJPEG); no effect elsewhere
     checkpoint_every: int | None = None  # updates between checkpoints; None: every checkpoint_seconds
     checkpoint_seconds: float = 120.0
@@ -49,9 +49,13 @@ class RunOptions:
     @property
     def device_key(self) -> str:
         """The options that change numbers (device, precision, layout), for checkpoint keys."""
-        off = {} if self.gpu_decode else {"gpu_decode": False}  # named only when off: earlier keys stay valid
+        off = {**({} if self.gpu_decode else {"gpu_decode": False}),  # named only when off: earlier keys stay valid
+               # a checkpoint resumes only under the kernel set (code, torch, timm) it was computed with
+               **({"cpu_kernels": kernel_label(self.cpu_kernels)} if self.device.startswith("cpu") else {})}
+        # cpu_channels_last stays in the key (always off since the switch was removed) so that CUDA
+        # checkpoints made before stay resumable
         return run_key(device=self.device, precision=self.precision or "default",
-                       cpu_channels_last=self.cpu_channels_last, trunk_cache=self.trunk_cache, **off)[:8]
+                       cpu_channels_last=False, trunk_cache=self.trunk_cache, **off)[:8]
 
 
 def run_precision(protocol: Protocol, options: RunOptions) -> str:

@@ -87,7 +87,7 @@ def _common(protocol: Protocol, bench: Workbench, seed: int, options: RunOptions
         # the same count and kernel set
         options={"device": str(bench.device), "trunk_cache": options.trunk_cache, "weights": bench.weights,
                  "precision": bench.precision,
-                 "torch_threads": torch.get_num_threads(), "cpu_kernels": cpu_kernels(bench.device),
+                 "torch_threads": torch.get_num_threads(), "cpu_kernels": cpu_kernels(bench.device, options.cpu_kernels),
                  "data_path": bench.data_path.as_dict() if bench.data_path is not None else None},
     )
 
@@ -97,7 +97,8 @@ def selection(protocol: Protocol, options: RunOptions, weights: str | None = Non
     backbone weights' digest, runs made with other weights content do not; runs made in another
     precision than ``options``' (``run_precision``) never do."""
     return stored_selection(options.results_dir, protocol.name, protocol.spec_hash, protocol.best_new_reference,
-                            joint_settings(protocol), weights, run_precision(protocol, options))
+                            joint_settings(protocol), weights, run_precision(protocol, options),
+                            kernels=options.cpu_kernels)
 
 
 def _claim(options: RunOptions, name: str, what: str, **identity: Any):

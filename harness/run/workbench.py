@@ -106,7 +106,7 @@ class Workbench:
 def prepare(protocol: Protocol, seed: int, options: RunOptions) -> Workbench:
     """Open the data, build the network, cache trunk features, and train or load the deployed model."""
     device = resolve_device(options.device)
-    prepare_cpu(device)  # before the first float op: the trunk pass, the deployed model and the run inherit it
+    prepare_cpu(device, options.cpu_kernels)  # before the first float op: the trunk pass, the deployed model and the run inherit it
     precision = run_precision(protocol, options)
     stream = build_stream(protocol, seed)
     check_batch_sizes(stream)  # counts the spec could not fix are known now, before any compute
@@ -133,7 +133,7 @@ def prepare(protocol: Protocol, seed: int, options: RunOptions) -> Workbench:
     # the tuning view evaluates on held-out train samples: their features are cached apart from the test split's
     names = {"train": "train", "test": "test" if protocol.scored_on == "test" else f"validation-{protocol.validation}"}
     keys = {split: feature_cache_key(protocol.backbone, sources, names[split],  # what the trunk saw differs by decoder
-                                     "-".join(v for v in (arithmetic, "nvjpeg" if gpu[split] else "", cache_tag(device))
+                                     "-".join(v for v in (arithmetic, "nvjpeg" if gpu[split] else "", cache_tag(device, options.cpu_kernels))
                                               if v),
                                      weights) for split in pre}
     plan = plan_data_path(protocol, stream, trunk, device, amp, root, keys)  # before any trunk pass
@@ -151,7 +151,7 @@ def prepare(protocol: Protocol, seed: int, options: RunOptions) -> Workbench:
     bench = Workbench(protocol, stream, device, train_inputs, test_inputs, model, plan, weights, precision)
     if protocol.pretrain.mode == "train":
         _deploy(bench, options)
-    use_channels_last(model, device, precision, options.cpu_channels_last)  # after pre-training: the deployed model is as before
+    use_channels_last(model, device, precision)  # after pre-training: the deployed model is as before
     return bench
 
 
@@ -169,7 +169,7 @@ def _deploy(bench: Workbench, options: RunOptions) -> None:
     from ..data.features import move_aside
 
     p = bench.protocol.reference  # NAME@Kx trains on S1 exactly as NAME does
-    tag = cache_tag(bench.device)  # a model trained with another thread count or kernels differs
+    tag = cache_tag(bench.device, options.cpu_kernels)  # a model trained with another thread count or kernels differs
     apart = "" if bench.precision == "fp32" else f"-{bench.precision}"  # trained in another precision: its own file
     path = (cache_dir() / "deployed"
             / f"{p.name}-{p.spec_hash}-{bench.weights.rpartition(':')[2][:16]}{apart}{'-' * bool(tag)}{tag}.pt")

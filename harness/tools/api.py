@@ -145,11 +145,13 @@ def execute(protocol: Any, method: str, seed: int, options: Any, tracking_uri: s
 def run(protocol: str = "tiny_cil", method: str = "vanilla", seed: int = 0, *,
         results_dir: str | Path | None = None, device: str = "auto", mlflow: bool = True,
         tracking_uri: str | None = None, save_predictions: bool = False, progress: bool = False,
-        trunk_cache: bool = True, allow_download: bool = False, **settings: Any) -> RunResult:
+        trunk_cache: bool = True, allow_download: bool = False, cpu_kernels: str = "fast",
+        **settings: Any) -> RunResult:
     """Run ``method`` on ``protocol`` (a built-in name or a YAML path) with ``seed``, as ``bench run`` does,
     and return the validated, stored result. ``settings`` are the method's ``--set`` overrides
     (``lr=0.0005``); a nested one is written with ``__`` for the dot (``sgm__lora__rank=8``). The same
-    checks as the CLI run before anything trains; bad input raises ``BenchError``."""
+    checks as the CLI run before anything trains; bad input raises ``BenchError``. The run computes with
+    the harness's CPU settings (one thread, ``cpu_kernels``); the process gets its own back afterwards."""
     from ...methods.registry import parse_overrides
     from ..paths import results_dir as resolve_results
     from ..spec.protocol import load_protocol
@@ -164,11 +166,23 @@ def run(protocol: str = "tiny_cil", method: str = "vanilla", seed: int = 0, *,
     check_backbone(spec)
     from ..model.device import resolve_device
     from ..run.options import RunOptions
+    from ..run.threads import cpu_settings_restored
 
     options = RunOptions(results_dir=root, device=str(resolve_device(device)), trunk_cache=trunk_cache,
-                         progress=progress, allow_download=allow_download, overrides=overrides)
-    result, _ = execute(spec, method, seed, options, tracking_uri, mlflow=mlflow, save_predictions=save_predictions)
+                         progress=progress, allow_download=allow_download, overrides=overrides,
+                         cpu_kernels=_kernel_set(cpu_kernels))
+    with cpu_settings_restored():
+        result, _ = execute(spec, method, seed, options, tracking_uri, mlflow=mlflow,
+                            save_predictions=save_predictions)
     return result
+
+
+def _kernel_set(name: str) -> str:
+    from ..results.threads import KERNEL_SETS
+
+    if name not in KERNEL_SETS:
+        raise BenchError(f"cpu_kernels {name!r} is not a CPU kernel set: choose one of {', '.join(KERNEL_SETS)}.")
+    return name
 
 
 def run_local_sweep(graph: list[Any], options: Any, tracking_uri: str | None, *, mlflow: bool = True,
@@ -198,10 +212,11 @@ def run_local_sweep(graph: list[Any], options: Any, tracking_uri: str | None, *,
 
 def sweep(sweep: str, seeds: list[int] | None = None, *, results_dir: str | Path | None = None,
           device: str = "auto", mlflow: bool = True, tracking_uri: str | None = None, progress: bool = False,
-          trunk_cache: bool = True, allow_download: bool = False) -> pd.DataFrame:
+          trunk_cache: bool = True, allow_download: bool = False, cpu_kernels: str = "fast") -> pd.DataFrame:
     """Run a sweep (a built-in name or a YAML grid of protocols x methods x seeds) in this process, as
     ``bench sweep`` does with the local executor: runs already stored are skipped. Returns
-    ``load_results`` of the results folder, restricted to the sweep's runs (one row per run)."""
+    ``load_results`` of the results folder, restricted to the sweep's runs (one row per run). The process
+    gets its CPU settings back afterwards, as after ``run``."""
     from ..paths import results_dir as resolve_results
     from ..model.device import resolve_device
     from ..run.options import RunOptions
@@ -217,13 +232,16 @@ def sweep(sweep: str, seeds: list[int] | None = None, *, results_dir: str | Path
     root = resolve_results(Path(results_dir) if results_dir is not None else None)
     check_outputs(root, tracking_uri, mlflow)
     options = RunOptions(results_dir=root, device=str(resolve_device(device)), trunk_cache=trunk_cache,
-                         progress=progress, allow_download=allow_download)
+                         progress=progress, allow_download=allow_download, cpu_kernels=_kernel_set(cpu_kernels))
     runs = plan(spec, root, list(seeds) if seeds else None)  # builds every method: names and settings checked
     todo = [r for r in runs if r.done is None]
     for protocol in {r.protocol.spec_hash: r.protocol for r in todo}.values():
         check_backbone(protocol)
     if todo:
-        run_local_sweep(stage_graph(runs, root), options, tracking_uri, mlflow=mlflow)
+        from ..run.threads import cpu_settings_restored
+
+        with cpu_settings_restored():
+            run_local_sweep(stage_graph(runs, root), options, tracking_uri, mlflow=mlflow)
     frame = load_results(root)
     wanted = {(r.protocol.name, r.row, r.seed) for r in runs}
     keep = [(p, m, s) in wanted for p, m, s in zip(frame["protocol"], frame["method"], frame["seed"])]
