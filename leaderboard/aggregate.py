@@ -6,7 +6,7 @@ table (``bench leaderboard table``) both render what ``summarize`` returns, so t
 
 Reference-dependent metrics are recomputed here, never read from the stored ``RunResult.metrics``:
 A_joint comes from the newest complete joint run of the same protocol hash and seed, and A_best from
-every complete CL run of that protocol hash (``harness.metrics.best_new_accuracy``), so adding a run
+every complete CL run of that protocol hash (``harness.results.metrics.best_new_accuracy``), so adding a run
 updates P_Δ of every other run of the protocol.
 
 A run is ranked only if it is complete, carries the protocol's current spec hash and has a joint
@@ -121,7 +121,7 @@ def assign_slugs(entries: Iterable[Entry]) -> None:
 class Stat:
     """Mean ± sample standard deviation over seeds, as ``seed_stats`` computes it; ``std`` is None
     for a single value, ``mean`` None when no run had the value; ``ci`` the 95 % bootstrap interval of
-    the mean (``harness.uncertainty``), None below two values."""
+    the mean (``harness.results.uncertainty``), None below two values."""
 
     mean: float | None
     std: float | None
@@ -260,7 +260,7 @@ def vanilla_reading(result: RunResult) -> str | None:
 
 
 def entry_frame(entries: Sequence[Entry]) -> pd.DataFrame:
-    """The tidy per-run frame (``harness.tidy.runs_frame``) of these entries, labelled by their rows."""
+    """The tidy per-run frame (``harness.results.tidy.runs_frame``) of these entries, labelled by their rows."""
     return runs_frame([e.result for e in entries], metrics={e.run_id: e.metrics for e in entries},
                       labels={e.run_id: e.method for e in entries},
                       extra={e.run_id: {"P_delta_paper": e.p_delta_paper} for e in entries})

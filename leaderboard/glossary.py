@@ -1,4 +1,4 @@
-"""The glossary page's terms: every metric of ``harness.metric_catalog``, with its HTML marked safe here."""
+"""The glossary page's terms: every metric of ``harness.results.catalog``, with its HTML marked safe here."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Static SVG plots drawn by matplotlib (Agg, no pyplot state) from the tidy curves frame.
 
-Every plot reads ``harness.tidy.curves_frame``: mean over seeds with a ± std band per method, the
+Every plot reads ``harness.results.tidy.curves_frame``: mean over seeds with a ± std band per method, the
 joint model's accuracy at the end of each session as stars, dotted session boundaries. The
 stability gap lives in the first updates of each session, so the old-class figure and each run's
 figure add a row of small multiples zoomed on the first ``ZOOM_FRACTION`` of every session.

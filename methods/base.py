@@ -40,7 +40,7 @@ class Context:
     inputs: LentInputs              # train inputs by global id, for ids in the memory or the session in progress
     rng: np.random.Generator        # the method's own numpy stream (the harness draws batches from another)
     generator: torch.Generator      # the method's own torch stream, for any parameter init it does
-    counters: dict[str, float] = field(default_factory=dict)  # extra compute a method declares; names and which are charged: harness.flops.COUNTERS
+    counters: dict[str, float] = field(default_factory=dict)  # extra compute a method declares; names and which are charged: harness.model.flops.COUNTERS
     planned_updates: Callable[[], int] | None = None  # under a FLOP budget: the updates the rest of the session's budget pays for at the next update's price (a prediction, for a schedule's length); None under an update count
 
 

@@ -141,7 +141,7 @@ def test_a_pointwise_conv_as_one_matrix_product_computes_the_same_sums(size):
     assert fast.state_dict().keys() == conv.state_dict().keys()
 
 
-def test_only_the_bodys_convs_take_the_cpu_kernels_and_their_flops_are_counted_alike():
+def test_trunk_and_body_convs_take_the_cpu_kernels_and_flops_count_the_stock_network():
     from bench_stability_gap.harness.model.flops import split_macs
 
     spec = load_protocol("tiny_cil").backbone
@@ -164,7 +164,7 @@ def test_only_the_bodys_convs_take_the_cpu_kernels_and_their_flops_are_counted_a
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_on_cuda_the_cpu_kernel_set_leaves_every_number_as_it_was():
+def test_on_cuda_the_swapped_layers_give_the_stock_bits_and_adamw_is_not_fused():
     """The kernel set is the CPU's: on CUDA the swapped layers compute with the stock convolutions (the
     depthwise crop is exact and ran on CUDA before), and AdamW is not fused, so CUDA runs keep their bits."""
     from bench_stability_gap.harness.model.fastoptim import adamw

@@ -258,7 +258,7 @@ def _as_list(batch: list[Tensor]) -> list[Tensor]:
 
 
 class InputStore:
-    """Inputs for the model by global id, held the way ``mode`` says (``harness.datapath`` decides):
+    """Inputs for the model by global id, held the way ``mode`` says (``harness.data.datapath`` decides):
 
     - ``trunk-ram``: trunk features computed once (kept on disk across runs), loaded into RAM;
     - ``trunk-disk``: the same features, memory-mapped from disk one shard at a time;

@@ -51,7 +51,7 @@ class MethodStamp(Strict):
 
 
 class Budget(Strict):
-    """Every budget figure the run used, as the harness counted them (FLOP conventions: harness.flops).
+    """Every budget figure the run used, as the harness counted them (FLOP conventions: harness.model.flops).
 
     FLOPs are 2 x fvcore MACs. ``train_flops`` / ``eval_flops`` and their per-session lists count a
     cached trunk as if it ran for every sample (uncached equivalent, the same for both cache

@@ -55,7 +55,7 @@ def _flat(prefix: str, value, out: dict[str, str]) -> None:
 
 
 def curves_csv(result: RunResult) -> str:
-    """The run's rows of the tidy curves frame (``harness.tidy.curves_frame``), one per session × eval point."""
+    """The run's rows of the tidy curves frame (``harness.results.tidy.curves_frame``), one per session × eval point."""
     from .tidy import curves_frame
 
     frame = curves_frame([result]).rename(columns={"old": "acc_old", "new": "acc_new", "all": "acc_all"})

@@ -15,7 +15,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from ..model import flops as FL
 from ..errors import BenchError
-from .memory import Memory
+from .memory import Memory, Overfilled
 from ..spec.protocol import Memory as MemorySpec
 from ..spec.protocol import Protocol
 from ...methods.base import Method, StepStats, TrainBatch
@@ -78,10 +78,11 @@ def check_memory(method: Method, memory: Memory) -> None:
 
 
 def add_to_memory(method: Method, memory: Memory, ids: np.ndarray) -> None:
+    """Offer ``ids`` to the memory; an overfilled memory fails the run naming the method."""
     try:
         memory.add(ids)
-    except AssertionError:
-        check_memory(method, memory)
+    except Overfilled:
+        check_memory(method, memory)  # the error that names the method and the cap
         raise
     check_memory(method, memory)
 

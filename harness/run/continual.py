@@ -3,31 +3,34 @@
 Exactly U ``observe`` calls per session under the budget guards (or, under a FLOP budget, as many as fit
 the session's TFLOPs), batches drawn by the harness (new samples from the session, old ones from the
 memory the harness owns), evaluation at update 0, on the protocol's schedule and at the session's end,
-FLOPs counted by part. Returns the curves and the budget used; scoring and
-storing them is the pipeline's job.
+FLOPs counted by part. Returns the curves and the budget used; scoring and storing them is the
+pipeline's job.
+
+The loop is one object, ``ContinualRun``: its state is its attributes, one ``state_dict`` /
+``load_state_dict`` pair is its checkpoint, and each step of a run is a method (``resume``,
+``begin_session``, ``update``, ``eval_point``, ``end_session``), in the manner of Lightning's loops.
 """
 
 from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 from tqdm.auto import tqdm
 
-from ..errors import BenchError
 from ..model import flops as FL
 from .checkpoint import Checkpointer, rng_state, set_rng_state
 from .budget_guards import (add_to_memory, check_memory, check_no_stray_steps, count_optimizer_steps,
                             memory_spec, observe_within_budget)
 from ..results.curves import SessionCurve
-from .evaluation import eval_plan, evaluate
+from .evaluation import EvalPlan, eval_plan, eval_point
 from .isolation import random_streams
 from .memory import Memory
+from .schedule import EvalSchedule, FlopStop
 from ..spec.protocol import MAX_UPDATES, Protocol
 from ..results.schema import Budget
 from ..data.stream import Cycler, Session
@@ -37,54 +40,12 @@ from .loop import Progress, Stretch, closing_budget, seen_state, setseen_state, 
 from ..model.device import autocast, seed_everything
 from ...methods.base import Method
 
-
-def _curve_point(curve: dict, update: int, acc) -> None:
-    curve["updates"].append(update)
-    curve["old"].append(acc.old)
-    curve["new"].append(acc.new)
-    curve["all"].append(acc.all)
-    for k, a in enumerate(acc.tasks):
-        curve["tasks"][k].append(a)
+__all__ = ["ContinualRun", "Diverged", "FlopStop", "run_cl", "session_updates"]
 
 
 def session_updates(protocol: Protocol, session: Session) -> int | None:
     """The session's update count, or None under a FLOP budget (known only when the session ends)."""
     return protocol.training.session_updates(len(session.train_ids))
-
-
-class FlopStop:
-    """When a FLOP-budgeted session stops: before the update that would take the session's training
-    FLOPs (begin_session's work included) past its budget.
-
-    The next update's cost is predicted from the last update's measured cost (the meter's tally around
-    it), which holds whatever the method does per update (teacher forwards, replay decoding, declared
-    ``extra_macs``), and is exact for a method whose per-update work is constant within a session, as the
-    costs change only at session boundaries (head growth, adapters). Before a session's first update it
-    is the standard step's cost from the meter's per-sample costs x batch size (forward and backward of
-    each part under the current trainability); a budget that cannot pay for that is refused."""
-
-    def __init__(self, tflops: float, spent: Callable[[], float], first: Callable[[], float], what: str) -> None:
-        self.macs = tflops * 1e12 / 2  # FLOPs are 2 x MACs
-        self.spent, self.first, self.what = spent, first, what
-        self.last: float | None = None  # the last update's measured MACs (checkpointed)
-
-    def affordable(self) -> int:
-        """Updates the rest of the session's budget pays for at the price of the next one (at least 1): a
-        prediction, for a method whose schedule needs a length (OneCycle), made in ``begin_session`` once
-        the modifiers have set what trains. Exact when every update costs what the first one does."""
-        cost = self.last if self.last is not None else self.first()
-        return max(1, math.floor((self.macs - self.spent()) / cost))
-
-    def __call__(self, update: int) -> bool:
-        """True: no more updates in this session (``update`` updates made)."""
-        cost = self.last if self.last is not None else self.first()
-        over = self.spent() + cost > self.macs
-        if over and update == 0:
-            raise BenchError(
-                f"training.budget.tflops ({self.macs * 2 / 1e12:g}) is smaller than one update of {self.what}: "
-                f"the session had spent {FL.flops(self.spent()) / 1e12:.3g} TFLOPs before its first update, "
-                f"which costs {FL.flops(cost) / 1e12:.3g} TFLOPs. Give a budget of at least a few updates.")
-        return over
 
 
 class Diverged(Exception):
@@ -95,217 +56,295 @@ class Diverged(Exception):
         self.curves, self.budget, self.params = curves, budget, params
 
 
-def _snapshot(bench: Workbench, model: nn.Module, method: Method, memory: Memory, ctx, meter: FL.FlopMeter,
-              progress: Progress, rngs: tuple, **extra: Any) -> dict[str, Any]:
-    """Everything the rest of the run depends on, as a checkpoint (tensors are copied when serialised)."""
-    return {
-        "model": model.state_dict(), "method": method.state_dict(), "memory": memory.state_dict(),
-        "rng": rng_state(*rngs), "counters": dict(ctx.counters), "tally": copy.deepcopy(meter.tally),
-        "seen": [seen_state(s) for s in (bench.train_inputs, bench.test_inputs)],
-        "progress": progress.state(),
-        **extra,
-    }
-
-
-def _restore(state: dict[str, Any], bench: Workbench, model: nn.Module, method: Method, memory: Memory, ctx,
-             meter: FL.FlopMeter, rngs: tuple) -> Progress:
-    """Put a snapshot back into freshly built objects of the same structure."""
-    model.load_state_dict(state["model"])
-    method.load_state_dict(state["method"])
-    memory.load_state_dict(state["memory"])
-    set_rng_state(state["rng"], *rngs)
-    ctx.counters.clear()
-    ctx.counters.update(state["counters"])
-    meter.tally = copy.deepcopy(state["tally"])
-    for store, seen in zip((bench.train_inputs, bench.test_inputs), state["seen"], strict=True):
-        setseen_state(store, seen)
-    return Progress.from_state(state["progress"])
-
-
-def _finite(model: nn.Module) -> bool:
+def _finite(model: torch.nn.Module) -> bool:
     return all(bool(torch.isfinite(p).all()) for p in model.parameters() if p.requires_grad)
 
 
-def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
-           checkpoint: Checkpointer | None = None) -> tuple[list[SessionCurve], Budget, int]:
-    """Sessions 2..N: exactly U observe calls each, eval at 0 and on the schedule.
+def _new_curve(tasks: int) -> dict[str, list]:
+    return {"updates": [], "old": [], "new": [], "all": [], "tasks": [[] for _ in range(tasks)],
+            "train_flops": [], "loss": []}
+
+
+@dataclass
+class OpenSession:
+    """The session in progress: what its updates, eval points and mid-session checkpoints share."""
+
+    pos: int  # the session's position in the stream's sessions
+    session: Session
+    updates: int | None  # U; None under a FLOP budget
+    train0: float  # training and evaluation MACs when the session began
+    eval0: float
+    stop: FlopStop | None = None
+    plan: EvalPlan | None = None
+    arrivals: Cycler | None = None
+    curve: dict[str, list] = field(default_factory=dict)
+    start: int = 0  # the update a resumed session continues from
+    pending: list | None = None  # batches drawn before a mid-session checkpoint and not trained yet
+    made: int = 0  # updates made (the last update an eval point was asked for)
+    schedule: EvalSchedule | None = None
+
+
+class ContinualRun:
+    """Sessions 2..N of ``method`` on ``bench`` with ``seed``: exactly U observe calls each, evaluated at
+    update 0 and on the schedule.
 
     With a ``checkpoint``, the run saves itself every K updates and at each session end, and starts from
     the stored checkpoint when there is one: a boundary checkpoint (after a session) is the state the next
     session starts from; a mid-session one also holds its session's boundary, so the session's start
-    (head growth, ``begin_session``) is replayed exactly before the mid-session state is put back.
-    """
-    p, stream = bench.protocol, bench.stream
-    seed_everything(seed)
-    streams = random_streams(seed)  # the harness's batches and head growth; the method gets its own
-    rng, generator = streams.harness, streams.harness_torch
-    rngs = (rng, generator, streams.method, streams.method_torch)
-    model = copy.deepcopy(bench.deployed)
-    memory = Memory(memory_spec(p, method), stream.train.labels,
-                    lambda gid: method.sample_bytes(gid) or stream.train.sample_bytes(gid), rng)
-    if p.memory.include_pretrain:
-        memory.add(stream.pretrain_ids, pretrain=True)
-    cached = bool(model.trunk_cached)
-    meter = FL.FlopMeter(model, bench.input_shape, cached)
-    bench.train_inputs.reset_seen()
-    bench.test_inputs.reset_seen()
-    lent = bench.lend(memory, method, streams)  # views without test data, the method's own streams
-    ctx = lent.ctx
-    online = p.training.online
-    flop_budget = p.training.budget
-    b_new, b_old = p.training.batch.new, p.training.batch.old
-    if not method.rehearsal:
-        b_new, b_old = b_new + b_old, 0
-    limit = b_new + b_old
-    total = None if flop_budget else sum(session_updates(p, s) for s in stream.sessions)
-    accel = autocast(bench.device, bench.precision)
-    progress = Progress()
+    (head growth, ``begin_session``) is replayed exactly before the mid-session state is put back."""
 
-    def closing() -> Budget:
-        """The budget as counted so far: at the end, or when the run diverges."""
-        return closing_budget(
-            progress, meter, bench.train_inputs, bench.test_inputs, options, ctx.counters,
-            updates_per_session=[c.total_updates for c in progress.curves], batch_new=b_new, batch_old=b_old,
-            optimizer_steps=steps[0], memory_policy=p.memory.policy, memory_capacity=p.memory.capacity,
-            memory_peak_samples=memory.peak_samples, memory_peak_bytes=memory.peak_bytes, batch_limit=limit,
-            max_trained_per_update=progress.most_trained,
-            train_tflops_budget=flop_budget.tflops if flop_budget else None)
+    def __init__(self, bench: Workbench, method: Method, seed: int, options: RunOptions,
+                 checkpoint: Checkpointer | None = None) -> None:
+        p, stream = bench.protocol, bench.stream
+        self.bench, self.method, self.seed, self.options, self.checkpoint = bench, method, seed, options, checkpoint
+        seed_everything(seed)
+        streams = random_streams(seed)  # the harness's batches and head growth; the method gets its own
+        self.rng, self.generator = streams.harness, streams.harness_torch
+        self.rngs = (self.rng, self.generator, streams.method, streams.method_torch)
+        self.model = copy.deepcopy(bench.deployed)
+        self.memory = Memory(memory_spec(p, method), stream.train.labels,
+                             lambda gid: method.sample_bytes(gid) or stream.train.sample_bytes(gid), self.rng)
+        if p.memory.include_pretrain:
+            self.memory.add(stream.pretrain_ids, pretrain=True)
+        self.meter = FL.FlopMeter(self.model, bench.input_shape, bool(self.model.trunk_cached))
+        bench.train_inputs.reset_seen()
+        bench.test_inputs.reset_seen()
+        self.lent = bench.lend(self.memory, method, streams)  # views without test data, the method's own streams
+        self.ctx = self.lent.ctx
+        self.b_new, self.b_old = p.training.batch.new, p.training.batch.old
+        if not method.rehearsal:
+            self.b_new, self.b_old = self.b_new + self.b_old, 0
+        self.accel = autocast(bench.device, bench.precision)  # reusable: entered at every update and eval point
+        self.progress = Progress()
+        self.steps = [0]  # optimizer steps counted by the budget guard (``count_optimizer_steps``)
+        self.open: OpenSession | None = None
+        self.bar: Any = None
 
-    def train_macs() -> float:
-        return FL.adjusted_train_macs(meter, ctx.counters)
+    # ------------------------------------------------------------------ the state a checkpoint holds
 
-    def session_tflops() -> float:
+    def state_dict(self, **extra: Any) -> dict[str, Any]:
+        """Everything the rest of the run depends on (tensors are copied when serialised)."""
+        self.progress.steps = self.steps[0]
+        bench = self.bench
+        return {
+            "model": self.model.state_dict(), "method": self.method.state_dict(), "memory": self.memory.state_dict(),
+            "rng": rng_state(*self.rngs), "counters": dict(self.ctx.counters), "tally": copy.deepcopy(self.meter.tally),
+            "seen": [seen_state(s) for s in (bench.train_inputs, bench.test_inputs)],
+            "progress": self.progress.state(),
+            **extra,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Put a ``state_dict`` back into this run's objects (built alike, the head grown to match)."""
+        self.model.load_state_dict(state["model"])
+        self.method.load_state_dict(state["method"])
+        self.memory.load_state_dict(state["memory"])
+        set_rng_state(state["rng"], *self.rngs)
+        self.ctx.counters.clear()
+        self.ctx.counters.update(state["counters"])
+        self.meter.tally = copy.deepcopy(state["tally"])
+        for store, seen in zip((self.bench.train_inputs, self.bench.test_inputs), state["seen"], strict=True):
+            setseen_state(store, seen)
+        self.progress = Progress.from_state(state["progress"])
+        self.steps[0] = self.progress.steps
+
+    def _mid_state(self, u: int, planned: list | None) -> dict[str, Any]:
+        s = self.open
+        assert s is not None and s.arrivals is not None
+        return self.state_dict(kind="mid", next_session=s.pos, update=u, curve=s.curve, flops0=(s.train0, s.eval0),
+                               arrivals=(s.arrivals.order, s.arrivals.pos), pending=planned,
+                               last_update_macs=s.stop.last if s.stop else None)
+
+    # ------------------------------------------------------------------ spending so far
+
+    def train_macs(self) -> float:
+        return FL.adjusted_train_macs(self.meter, self.ctx.counters)
+
+    def session_tflops(self) -> float:
         """Training TFLOPs of the session in progress so far, as its budget counts them."""
-        return FL.flops(train_macs() - train0) / 1e12
+        assert self.open is not None
+        return FL.flops(self.train_macs() - self.open.train0) / 1e12
 
-    def snapshot(**extra: Any) -> dict[str, Any]:
-        return _snapshot(bench, model, method, memory, ctx, meter, progress, rngs, **extra)
+    def closing(self) -> Budget:
+        """The budget as counted so far: at the end, or when the run diverges."""
+        p, budget = self.bench.protocol, self.bench.protocol.training.budget
+        return closing_budget(
+            self.progress, self.meter, self.bench.train_inputs, self.bench.test_inputs, self.options,
+            self.ctx.counters, updates_per_session=[c.total_updates for c in self.progress.curves],
+            batch_new=self.b_new, batch_old=self.b_old, optimizer_steps=self.steps[0],
+            memory_policy=p.memory.policy, memory_capacity=p.memory.capacity,
+            memory_peak_samples=self.memory.peak_samples, memory_peak_bytes=self.memory.peak_bytes,
+            batch_limit=self.b_new + self.b_old, max_trained_per_update=self.progress.most_trained,
+            train_tflops_budget=budget.tflops if budget else None)
 
-    with count_optimizer_steps() as steps, meter.attached():
-        method.setup(model, ctx)
-        # the last session boundary (the state the next session starts from), and a mid-session checkpoint
-        # when it continues from that boundary (the session's start is replayed first, then it is put back)
-        boundary = checkpoint.load() if checkpoint is not None else None
-        mid = checkpoint.load(mid=True) if checkpoint is not None else None
+    # ------------------------------------------------------------------ the steps of a run
+
+    def resume(self) -> tuple[int, dict[str, Any] | None]:
+        """Load the stored checkpoint, if any: the position of the first session to run, and the
+        mid-session state to put back once that session's start is replayed (None: start it afresh)."""
+        if self.checkpoint is None:
+            return 0, None
+        stream = self.bench.stream
+        boundary, mid = self.checkpoint.load(), self.checkpoint.load(mid=True)
         if mid is not None and mid["next_session"] != (boundary["next_session"] if boundary else 0):
             mid = None  # left from a session whose end is stored already
-        first = 0
         if boundary is not None or mid is not None:
             where = f"update {mid['update']} of session {stream.sessions[mid['next_session']].index}" if mid else \
                 f"the end of session {boundary['next_session'] + 1}"
-            say(options, f"Resuming {p.name} {method.label} (seed {seed}) from its checkpoint at {where}.")
-        if boundary is not None:
-            first = boundary["next_session"]
-            grown = stream.sessions[first - 1].seen_classes if first else model.head.num_classes
-            model.head.grow(grown - model.head.num_classes, generator)
-            progress = _restore(boundary, bench, model, method, memory, ctx, meter, rngs)
-            steps[0] = progress.steps
-        bar = tqdm(total=total, initial=progress.observed, desc=f"{p.name} {method.label}", unit="upd",
-                   disable=not options.progress)
-        for pos in range(first, len(stream.sessions)):
-            session = stream.sessions[pos]
-            train0, eval0 = train_macs(), meter.eval_macs()
-            check_no_stray_steps(method, steps[0], progress.observed, "setup or end_session")
-            lent.begin_session(session)
-            model.head.grow(len(session.new_classes), generator)
-            stop = None if flop_budget is None else FlopStop(
-                flop_budget.tflops, lambda: train_macs() - train0,
-                lambda: (b_new + b_old) * FL.update_macs_per_sample(meter), f"{method.label} in session {session.index}")
-            if stop is not None:
-                ctx.planned_updates = stop.affordable
-            method.begin_session(session)
-            progress.params = max(progress.params, sum(p_.numel() for p_ in model.parameters() if p_.requires_grad))
-            U = session_updates(p, session)
-            made = [0]  # updates made in the session (the last update ``at`` was called for)
-            plan = eval_plan(stream, session)
-            curve = {"updates": [], "old": [], "new": [], "all": [], "tasks": [[] for _ in range(plan.tasks)],
-                     "train_flops": [], "loss": []}
-            arrivals = Cycler(session.train_ids, rng, shuffle=not online)
+            say(self.options, f"Resuming {self.bench.protocol.name} {self.method.label} (seed {self.seed}) "
+                              f"from its checkpoint at {where}.")
+        if boundary is None:
+            return 0, mid
+        first = boundary["next_session"]
+        grown = stream.sessions[first - 1].seen_classes if first else self.model.head.num_classes
+        self.model.head.grow(grown - self.model.head.num_classes, self.generator)
+        self.load_state_dict(boundary)
+        return first, mid
 
-            def draw() -> tuple[np.ndarray, np.ndarray]:
-                new_ids = arrivals.take(b_new)
-                return new_ids, memory.sample(b_old, p.training.class_balanced) if b_old else new_ids[:0]
+    def begin_session(self, pos: int, mid: dict[str, Any] | None = None) -> OpenSession:
+        """Open the session at ``pos``: the head grown, the method's ``begin_session``, the session's eval
+        plan and arrivals; with ``mid``, the session's middle put back after its start is replayed."""
+        p, session = self.bench.protocol, self.bench.stream.sessions[pos]
+        s = self.open = OpenSession(pos, session, session_updates(p, session), self.train_macs(),
+                                    self.meter.eval_macs())
+        check_no_stray_steps(self.method, self.steps[0], self.progress.observed, "setup or end_session")
+        self.lent.begin_session(session)
+        self.model.head.grow(len(session.new_classes), self.generator)
+        if p.training.budget is not None:
+            s.stop = FlopStop(p.training.budget.tflops, lambda: self.train_macs() - s.train0,
+                              lambda: (self.b_new + self.b_old) * FL.update_macs_per_sample(self.meter),
+                              f"{self.method.label} in session {session.index}")
+            self.ctx.planned_updates = s.stop.affordable
+        self.method.begin_session(session)
+        self.progress.params = max(self.progress.params,
+                                   sum(p_.numel() for p_ in self.model.parameters() if p_.requires_grad))
+        s.plan = eval_plan(self.bench.stream, session)
+        s.curve = _new_curve(s.plan.tasks)
+        s.arrivals = Cycler(session.train_ids, self.rng, shuffle=not p.training.online)  # after begin_session
+        if mid is not None:  # the session's start replayed: now its middle
+            self.load_state_dict(mid)
+            s.start, s.curve, (s.train0, s.eval0) = mid["update"], mid["curve"], mid["flops0"]
+            s.arrivals.order, s.arrivals.pos = mid["arrivals"]
+            s.pending = mid.get("pending")  # absent from checkpoints that drew batch by batch
+            if s.stop is not None:
+                s.stop.last = mid.get("last_update_macs")
+        s.schedule = EvalSchedule(p.eval, self.session_tflops)  # the session's TFLOPs at the previous boundary
+        return s
 
-            u0, pending = 0, None
-            if mid is not None and mid["next_session"] == pos:  # the session's start replayed: now its middle
-                progress = _restore(mid, bench, model, method, memory, ctx, meter, rngs)
-                steps[0] = progress.steps
-                u0, curve, (train0, eval0) = mid["update"], mid["curve"], mid["flops0"]
-                arrivals.order, arrivals.pos = mid["arrivals"]
-                pending = mid.get("pending")  # absent from checkpoints that drew batch by batch
-                if stop is not None:
-                    stop.last = mid.get("last_update_macs")
+    def draw(self) -> tuple[np.ndarray, np.ndarray]:
+        """The next batch: new samples from the session's arrivals, old ones from the harness's memory."""
+        assert self.open is not None
+        assert self.open.arrivals is not None
+        new_ids = self.open.arrivals.take(self.b_new)
+        old = self.memory.sample(self.b_old, self.bench.protocol.training.class_balanced) if self.b_old else new_ids[:0]
+        return new_ids, old
+
+    def update(self, u: int, batch: tuple[np.ndarray, np.ndarray]) -> None:
+        """One observe call on ``batch`` under the budget guards; a non-finite loss or weight ends the run."""
+        s, bench = self.open, self.bench
+        assert s is not None
+        new_ids, old_ids = batch
+        ids = np.concatenate([new_ids, old_ids])
+        check_no_stray_steps(self.method, self.steps[0], self.progress.observed, "begin_session or predict")
+        before = self.train_macs()
+        with timed(self.progress.seconds, "train", bench.device), self.accel:
+            stats, trained = observe_within_budget(self.method, bench.batch(ids, len(new_ids)), self.steps,
+                                                   self.meter, self.b_new + self.b_old)
+        if s.stop is not None:
+            s.stop.last = self.train_macs() - before
+        s.curve["loss"].append(float(stats.loss))  # the paper's Fig. 2a
+        if not math.isfinite(s.curve["loss"][-1]) or not _finite(self.model):
+            self._diverged(u)
+        self.progress.most_trained = max(self.progress.most_trained, trained)
+        self.progress.observed += 1
+        check_memory(self.method, self.memory)
+        self.progress.samples += len(ids)
+        if bench.protocol.training.online:
+            add_to_memory(self.method, self.memory, new_ids)
+
+    def _diverged(self, u: int) -> None:
+        s = self.open
+        assert s is not None
+        loss = s.curve["loss"][-1]
+        what = f"loss {loss}" if not math.isfinite(loss) else "a non-finite weight"
+        partial = {**s.curve, "loss": []}  # the session's points so far (its losses are not all there)
+        self.progress.curves.append(SessionCurve(session=s.session.index, total_updates=s.updates or u + 1, **partial))
+        raise Diverged(f"{self.method.name} diverged at update {u + 1} of session {s.session.index}: {what}",
+                       self.progress.curves, self.closing(), self.progress.params)
+
+    def eval_point(self, u: int) -> None:
+        """Before update ``u`` (and after the last): evaluate when the schedule says so or the session ends,
+        on a throwaway copy of the method, and add the point to the session's curve."""
+        s, bench, options = self.open, self.bench, self.options
+        assert s is not None and s.schedule is not None and s.plan is not None
+        s.made = u
+        ends = u == s.updates if s.stop is None else s.stop(u)
+        if not (s.schedule.due(u) or ends) or (u == s.start and s.start > 0):
+            return  # (a resumed point was evaluated before the checkpoint)
+        self.model.eval()
+        acc = eval_point(self.lent.predict(self.method), bench.test_inputs, s.plan, bench.protocol.eval.batch_size,
+                         self.meter, self.progress.seconds, bench.device, self.accel,
+                         f"eval S{s.session.index} u{u}" if options.progress else None)
+        for key, value in (("updates", u), ("old", acc.old), ("new", acc.new), ("all", acc.all)):
+            s.curve[key].append(value)
+        for k, a in enumerate(acc.tasks):
+            s.curve["tasks"][k].append(a)
+        if options.on_eval is not None:
+            options.on_eval(s.session.index, u, acc)
+        s.curve["train_flops"].append(FL.flops(self.train_macs()))
+        self.bar.set_postfix(session=s.session.index, old=f"{acc.old:.3f}", new=f"{acc.new:.3f}")
+
+    def end_session(self) -> None:
+        """Close the session: the method's ``end_session``, the storage checks, the memory's update, the
+        session's curve and FLOPs, and a boundary checkpoint."""
+        s, bench = self.open, self.bench
+        assert s is not None
+        self.method.end_session(s.session)
+        check_memory(self.method, self.memory)
+        self.lent.check_storage(self.method)
+        check_no_stray_steps(self.method, self.steps[0], self.progress.observed, "predict or end_session")
+        if not bench.protocol.training.online:
+            add_to_memory(self.method, self.memory, s.session.train_ids)
+        self.progress.train_per_session.append(FL.flops(self.train_macs() - s.train0))
+        self.progress.eval_per_session.append(FL.flops(self.meter.eval_macs() - s.eval0))
+        self.progress.curves.append(SessionCurve(session=s.session.index, total_updates=s.made, **s.curve))
+        self.progress.steps = self.steps[0]
+        if self.checkpoint is not None:
+            self.checkpoint.save(self.state_dict(kind="boundary", next_session=s.pos + 1))
+        self.open = None
+
+    def _stretch(self, s: OpenSession) -> Stretch:
+        """The session's updates as the shared training loop runs them. Under a FLOP budget the count is
+        known only at the end: batches are drawn when due, not ahead."""
+        online = self.bench.protocol.training.online
+        return Stretch(f"session {s.session.index}", "continual", s.updates or MAX_UPDATES, self.draw, self.update,
+                       start=s.start, pending=s.pending, draw_ahead=not online and s.stop is None,
+                       ids_of=np.concatenate, before=self.eval_point,
+                       save=lambda u, planned: self.checkpoint.save(self._mid_state(u, planned), mid=True),
+                       bar=self.bar, stop=s.stop)
+
+    def run(self) -> tuple[list[SessionCurve], Budget, int]:
+        """Every session from where the checkpoint left off: the curves, the budget used and the most
+        trainable parameters the method had."""
+        p, stream = self.bench.protocol, self.bench.stream
+        total = None if p.training.budget else sum(session_updates(p, s) for s in stream.sessions)
+        with count_optimizer_steps() as self.steps, self.meter.attached():
+            self.method.setup(self.model, self.ctx)
+            first, mid = self.resume()
+            self.bar = tqdm(total=total, initial=self.progress.observed, desc=f"{p.name} {self.method.label}",
+                            unit="upd", disable=not self.options.progress)
+            for pos in range(first, len(stream.sessions)):
+                s = self.begin_session(pos, mid if mid is not None and mid["next_session"] == pos else None)
                 mid = None
+                train_stretch(self._stretch(s), self.checkpoint, self.bench.train_inputs, self.options)
+                self.end_session()
+            budget = self.closing()
+        self.bar.close()
+        return self.progress.curves, budget, self.progress.params
 
-            spent_at = [session_tflops()]  # compute schedules: the session's TFLOPs at the previous boundary
 
-            def due(u: int) -> bool:
-                if p.eval.tflops is None:
-                    return p.eval.due(u)
-                before, spent_at[0] = spent_at[0], session_tflops()
-                return u == 0 or p.eval.tflops.due(before, spent_at[0])
-
-            def at(u: int) -> None:
-                made[0] = u
-                ends = u == U if stop is None else stop(u)
-                if (due(u) or ends) and not (u == u0 and u0 > 0):  # a resumed point was evaluated before the checkpoint
-                    model.eval()
-                    # predict comes from a throwaway copy of the method
-                    with (timed(progress.seconds, "eval", bench.device), meter.evaluating(), accel,
-                          lent.predict(method) as predict):
-                        acc = evaluate(predict, bench.test_inputs, plan, p.eval.batch_size,
-                                       f"eval S{session.index} u{u}" if options.progress else None, meter)
-                    _curve_point(curve, u, acc)
-                    if options.on_eval is not None:
-                        options.on_eval(session.index, u, acc)
-                    curve["train_flops"].append(FL.flops(train_macs()))
-                    bar.set_postfix(session=session.index, old=f"{acc.old:.3f}", new=f"{acc.new:.3f}")
-
-            def save(u: int, planned: list | None) -> None:
-                progress.steps = steps[0]
-                checkpoint.save(snapshot(kind="mid", next_session=pos, update=u, curve=curve, flops0=(train0, eval0),
-                                         arrivals=(arrivals.order, arrivals.pos), pending=planned,
-                                         last_update_macs=stop.last if stop else None), mid=True)
-
-            def step(u: int, batch: tuple[np.ndarray, np.ndarray]) -> None:
-                new_ids, old_ids = batch
-                ids = np.concatenate([new_ids, old_ids])
-                check_no_stray_steps(method, steps[0], progress.observed, "begin_session or predict")
-                before = train_macs()
-                with timed(progress.seconds, "train", bench.device), accel:
-                    stats, trained = observe_within_budget(method, bench.batch(ids, len(new_ids)), steps, meter, limit)
-                if stop is not None:
-                    stop.last = train_macs() - before
-                curve["loss"].append(float(stats.loss))  # the paper's Fig. 2a
-                if not math.isfinite(curve["loss"][-1]) or not _finite(model):
-                    what = f"loss {curve['loss'][-1]}" if not math.isfinite(curve["loss"][-1]) else "a non-finite weight"
-                    partial = {**curve, "loss": []}  # the session's points so far (its losses are not all there)
-                    progress.curves.append(SessionCurve(session=session.index, total_updates=U or u + 1, **partial))
-                    raise Diverged(f"{method.name} diverged at update {u + 1} of session {session.index}: {what}",
-                                   progress.curves, closing(), progress.params)
-                progress.most_trained, progress.observed = max(progress.most_trained, trained), progress.observed + 1
-                check_memory(method, memory)
-                progress.samples += len(ids)
-                if online:
-                    add_to_memory(method, memory, new_ids)
-
-            # under a FLOP budget the count is known only at the end: batches are drawn when due, not ahead
-            train_stretch(Stretch(f"session {session.index}", "continual", U or MAX_UPDATES, draw, step, start=u0,
-                                  pending=pending, draw_ahead=not online and stop is None, ids_of=np.concatenate,
-                                  before=at, save=save, bar=bar, stop=stop),
-                          checkpoint, bench.train_inputs, options)
-            method.end_session(session)
-            check_memory(method, memory)
-            lent.check_storage(method)
-            check_no_stray_steps(method, steps[0], progress.observed, "predict or end_session")
-            if not online:
-                add_to_memory(method, memory, session.train_ids)
-            progress.train_per_session.append(FL.flops(train_macs() - train0))
-            progress.eval_per_session.append(FL.flops(meter.eval_macs() - eval0))
-            progress.curves.append(SessionCurve(session=session.index, total_updates=made[0], **curve))
-            progress.steps = steps[0]
-            if checkpoint is not None:
-                checkpoint.save(snapshot(kind="boundary", next_session=pos + 1))
-        budget = closing()
-    bar.close()
-    return progress.curves, budget, progress.params
+def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
+           checkpoint: Checkpointer | None = None) -> tuple[list[SessionCurve], Budget, int]:
+    """Sessions 2..N of ``method`` (``ContinualRun``): the curves, the budget used, the most trainable
+    parameters."""
+    return ContinualRun(bench, method, seed, options, checkpoint).run()

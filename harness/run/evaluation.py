@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -14,6 +15,7 @@ from tqdm.auto import tqdm
 from ..data.inputs import InputStore, cpu_forward_chunk, in_cpu_chunks, widest_row_bytes
 from ..data.stream import Session, Stream
 from ..model.flops import FlopMeter
+from .options import timed
 
 
 @dataclass(frozen=True)
@@ -85,3 +87,14 @@ def evaluate(predict: Callable[[Tensor], Tensor], inputs: InputStore, plan: Eval
     tasks = [_mean(plan.task == k, correct) for k in range(plan.tasks)]
     return Accuracies(_mean(plan.old, correct), _mean(plan.new, correct), float(correct.mean()), tasks,
                       ids=plan.ids, predicted=predicted, labels=plan.labels.numpy())
+
+
+def eval_point(predict_scope: AbstractContextManager[Callable[[Tensor], Tensor]], inputs: InputStore, plan: EvalPlan,
+               batch_size: int, meter: FlopMeter, seconds: dict[str, float], device: torch.device,
+               precision: AbstractContextManager[Any], desc: str | None = None) -> Accuracies:
+    """One eval point of any stage (a continual session, a joint model): ``evaluate`` through the predict
+    function ``predict_scope`` lends (a throwaway copy, so nothing seen at the point survives), under the
+    run's ``precision`` context, its wall time added to ``seconds["eval"]``, its forwards counted as
+    evaluation FLOPs on ``meter`` (attached by the caller)."""
+    with timed(seconds, "eval", device), meter.evaluating(), precision, predict_scope as predict:
+        return evaluate(predict, inputs, plan, batch_size, desc, meter)

@@ -354,3 +354,12 @@ def isolated_predict(method: Any, shared: list[Any]) -> Iterator[Callable[[Tenso
             f"Rule: evaluation teaches a method nothing (the harness evaluates a throwaway copy and checks "
             f"it is unchanged); keep test inputs, labels or statistics of them out of the method's state."
         )
+
+
+@contextmanager
+def isolated_model_predict(model: torch.nn.Module, outputs: int) -> Iterator[Callable[[Tensor], Tensor]]:
+    """The first ``outputs`` logits of a throwaway copy of ``model``: a stage without a method (the joint
+    reference) is evaluated as a method is, so nothing an eval point does survives in the model it goes
+    on training or storing. The copy keeps the model's FLOP hooks (closures, copied by reference)."""
+    clone = copy.deepcopy(model)
+    yield lambda x: clone(x)[:, :outputs]

@@ -20,7 +20,8 @@ from ..model.backbone import SplitModel
 from .checkpoint import Checkpointer
 from .loop import Progress, closing_budget, seen_state, setseen_state
 from ..results.curves import ReferenceSession
-from .evaluation import eval_plan, evaluate
+from .evaluation import eval_plan, eval_point
+from .isolation import isolated_model_predict
 from ..results.schema import Budget
 from .workbench import OfflineCheckpoint, Workbench, train_offline
 from .options import RunOptions, say, timed
@@ -100,10 +101,12 @@ def train_joint(bench: Workbench, seed: int, options: RunOptions,
         n = session.seen_classes
         meter = meter_for(model)
         eval0 = meter.eval_macs()
-        with (timed(progress.seconds, "eval", bench.device), meter.attached(), meter.evaluating(),
-              autocast(bench.device, bench.precision)):
-            result = evaluate(lambda x: model(x)[:, :n], bench.test_inputs, plan, p.eval.batch_size,
-                              f"eval joint S1..S{session.index}" if options.progress else None, meter)
+        with meter.attached():
+            result = eval_point(isolated_model_predict(model, n), bench.test_inputs, plan, p.eval.batch_size, meter,
+                                progress.seconds, bench.device, autocast(bench.device, bench.precision),
+                                f"eval joint S1..S{session.index}" if options.progress else None)
+        if options.on_eval is not None:  # the point closes the joint model's training: its step is that count
+            options.on_eval(session.index, p.joint.updates, result)
         progress.eval_per_session.append(FL.flops(meter.eval_macs() - eval0))
         progress.refs.append(ReferenceSession(session=session.index, old=result.old, new=result.new, all=result.all,
                                               tasks=result.tasks).model_dump())

@@ -25,6 +25,11 @@ from ..spec.protocol import Memory as MemorySpec
 PRETRAIN_SUBSET_SEED = 0  # the split policy's S1 subset: fixed across runs and seeds
 
 
+class Overfilled(RuntimeError):
+    """A memory policy kept more samples than the cap: a bug of the policy (the method's, when it brings
+    its own eviction), which the harness turns into an error naming the method."""
+
+
 class Memory:
     def __init__(self, spec: MemorySpec, labels: np.ndarray, sample_bytes: Callable[[int], int],
                  rng: np.random.Generator) -> None:
@@ -64,8 +69,9 @@ class Memory:
                 self._offer(int(gid))
         self.peak_samples = max(self.peak_samples, len(self.ids))
         self.peak_bytes = max(self.peak_bytes, self.bytes)
-        if self.capacity is not None:
-            assert len(self.ids) <= self.capacity, "memory policy overfilled its cap"
+        if self.capacity is not None and len(self.ids) > self.capacity:  # a check that `python -O` keeps
+            raise Overfilled(f"memory policy {self.spec.policy!r} kept {len(self.ids)} samples over its cap of "
+                             f"{self.capacity}")
 
     @property
     def pretrain_capacity(self) -> int:

@@ -234,7 +234,7 @@ def ensure_references(protocol: Protocol, seed: int, options: RunOptions, bench:
     what ``execute`` does before a method run, as a step of its own for an executor that schedules the
     references of a seed before (and apart from) its method runs."""
     bench = bench or prepare(protocol, seed, options)
-    joint, _ = joint_reference(protocol, seed, options, bench)
+    joint, _ = joint_reference(protocol, seed, dataclasses.replace(options, on_eval=None), bench)
     _best_new_references(protocol, bench, seed, joint, None, options)
 
 
@@ -250,7 +250,8 @@ def execute(protocol: Protocol, method_text: str, seed: int, options: RunOptions
         return joint_reference(protocol, seed, options, bench)
     spec, method = build_method(method_text, protocol, options.overrides)
     bench = bench or prepare(protocol, seed, options)
-    joint, _ = joint_reference(protocol, seed, options, bench)
+    # live tracking follows the run asked for, not the reference it may train first
+    joint, _ = joint_reference(protocol, seed, dataclasses.replace(options, on_eval=None), bench)
     is_reference = not options.overrides and method_text in protocol.best_new_reference
     _best_new_references(protocol, bench, seed, joint, method_text if is_reference else None, options)
     overrides = dict(options.overrides)

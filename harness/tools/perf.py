@@ -7,7 +7,7 @@ tensors at the protocol's backbone, batch and input size, it times
 2. the harness's update: ``StandardMethod.observe`` (the registry's ``vanilla``) on a ``TrainBatch``
    drawn through the real runner pieces (``InputStore``, ``Workbench.batch``, the optimizer-step
    count, the FLOP meter's hooks and the per-update budget check),
-3. one continual evaluation (``harness.evaluation.evaluate``) with the trunk cache and without it
+3. one continual evaluation (``harness.run.evaluation.evaluate``) with the trunk cache and without it
    (preprocessed images kept for the run, as ``--no-trunk-cache`` does; and, for reference, decoding
    at every eval point, as the harness did before),
 

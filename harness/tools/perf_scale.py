@@ -7,7 +7,7 @@ trunk forward, the body+head forward (evaluation) and forward+backward+AdamW ste
 image at the protocol's batch size, and trunk-feature write and read speed through the shard store
 (read right after writing: from the OS page cache when it holds them). The projection multiplies
 those per-image costs by the image counts of the protocol's stream and the data path
-``harness.datapath`` plans for it; it ignores overlap between decoding workers and compute on the
+``harness.data.datapath`` plans for it; it ignores overlap between decoding workers and compute on the
 CPU (they share the cores) and takes the slower of the two on CUDA (workers feed the GPU), where JPEG
 files are decoded on the GPU (nvJPEG, measured on a batch) after workers read them. The forwards are
 timed as the harness makes them: on the CPU the trunk pass in 16-row chunks and the eval forward in chunks
