@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from ..errors import BenchError
+from .class_order import read_order_file
 from .sources import SOURCES
 from .specfile import builtin_names, load_spec, parse_spec
 
@@ -322,6 +323,10 @@ class Protocol(Spec):
     ordering: Literal["cil", "iid"]
     sessions: int = Field(gt=0, le=10_000, description="N - 1: learning sessions after the deployed model")
     classes_per_session: int | None = Field(None, gt=0, le=MAX_CLASSES, description="CIL: new classes per session")
+    class_order: str | None = Field(
+        None, description="CIL: the order classes arrive in. seeded (unset): a permutation drawn from the run seed; "
+                          "published: the paper's Places365 orders, run seed i taking the i-th of the seeds "
+                          "1993, 1, 74, 1444, 1883, 2023; file:PATH: the class names in a file, one per line")
     backbone: Backbone
     pretrain: Pretrain
     training: Training
@@ -362,6 +367,19 @@ class Protocol(Spec):
         return self
 
     @model_validator(mode="after")
+    def _known_class_order(self) -> Protocol:
+        value = self.class_order
+        if value is None or value in ("seeded", "published"):
+            pass
+        elif value.startswith("file:"):
+            read_order_file(value)  # a missing file or a repeated name, before any data opens
+        else:
+            raise ValueError(f"class_order {value!r} is not an order: seeded, published or file:PATH")
+        if value not in (None, "seeded") and self.ordering != "cil":
+            raise ValueError(f"class_order {value!r} orders CIL sessions; ordering {self.ordering!r} has none")
+        return self
+
+    @model_validator(mode="after")
     def _sizes_fit_the_data(self) -> Protocol:
         """Cross-field checks that need only the spec: every stream class is used (none silently
         dropped), and no batch asks for more samples than its data holds (sizes known only when the
@@ -390,6 +408,10 @@ class Protocol(Spec):
         for section, field in HASHED_WHEN_SET:
             if data[section].get(field) is None:
                 data[section].pop(field, None)
+        if data.get("class_order") is None:  # added after specs were hashed: counts once set
+            data.pop("class_order", None)
+        elif data["class_order"].startswith("file:"):  # the order, not only where it lies
+            data["class_order"] = read_order_file(data["class_order"])
         # a test run is the same whatever the tuning ruleset and validation split: only the tuning view
         # (scored on the held-out samples, trained without them) is a different spec
         data.pop("tuning")
