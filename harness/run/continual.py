@@ -30,6 +30,7 @@ from .isolation import random_streams
 from .memory import Memory
 from ..spec.protocol import MAX_UPDATES, Protocol
 from ..results.schema import Budget
+from ..data.old_mix import by_source_shares
 from ..data.stream import Cycler, Session
 from .workbench import Workbench
 from .options import RunOptions, say, timed
@@ -157,6 +158,7 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
     if not method.rehearsal:
         b_new, b_old = b_new + b_old, 0
     limit = b_new + b_old
+    full_head, total_classes = p.backbone.head_units == "full", stream.sessions[-1].seen_classes
     total = None if flop_budget else sum(session_updates(p, s) for s in stream.sessions)
     accel = autocast(bench.device, bench.precision)
     progress = Progress()
@@ -197,7 +199,7 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
         if boundary is not None:
             first = boundary["next_session"]
             grown = stream.sessions[first - 1].seen_classes if first else model.head.num_classes
-            model.head.grow(grown - model.head.num_classes, generator)
+            model.head.size_for(grown, total_classes, full_head, generator)
             progress = _restore(boundary, bench, model, method, memory, ctx, meter, rngs)
             steps[0] = progress.steps
         bar = tqdm(total=total, initial=progress.observed, desc=f"{p.name} {method.label}", unit="upd",
@@ -207,7 +209,7 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
             train0, eval0 = train_macs(), meter.eval_macs()
             check_no_stray_steps(method, steps[0], progress.observed, "setup or end_session")
             lent.begin_session(session)
-            model.head.grow(len(session.new_classes), generator)
+            model.head.size_for(session.seen_classes, total_classes, full_head, generator)
             stop = None if flop_budget is None else FlopStop(
                 flop_budget.tflops, lambda: train_macs() - train0,
                 lambda: (b_new + b_old) * FL.update_macs_per_sample(meter), f"{method.label} in session {session.index}")
@@ -221,8 +223,12 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
             curve = {"updates": [], "old": [], "new": [], "all": [], "tasks": [[] for _ in range(plan.tasks)],
                      "train_flops": [], "loss": []}
             arrivals = Cycler(session.train_ids, rng, shuffle=not online)
+            shares = by_source_shares(p, pos, b_new, b_old)  # None: the old half pooled over the memory
 
             def draw() -> tuple[np.ndarray, np.ndarray]:
+                if shares is not None:
+                    return arrivals.take(shares.new), memory.sample_by_source(
+                        shares.pretrain, shares.earlier, int(stream.train.offsets[1]), p.training.class_balanced)
                 new_ids = arrivals.take(b_new)
                 return new_ids, memory.sample(b_old, p.training.class_balanced) if b_old else new_ids[:0]
 

@@ -103,6 +103,10 @@ class Backbone(Spec):
     body: list[str] = Field(min_length=1, description="module paths that stay plastic")
     head: str = Field(description="module path of the pretrained classifier (replaced by a growing head)")
     lora_targets: list[str] = Field(default_factory=list, description="names of the body's 1x1 convs")
+    head_units: Literal["grown", "full"] | None = Field(
+        None, description="grown (unset): the head gains the session's classes' units as they arrive; full: the "
+                          "published model's head, every class's unit from the first learning session (unseen "
+                          "rows at nn.Linear's init, trained by the loss and scored in the argmax)")
     registered_first: list[str] | None = Field(
         None, description="body entries the published model registers before the others (its ConvNeXt keeps "
                           "every downsample layer in one list ahead of the stages), so a per-tensor lr decay "
@@ -163,6 +167,11 @@ class Training(Spec):
     batch: Batch
     augment: bool = Field(False, description="random crop + flip on training images (disables train cache)")
     class_balanced: bool = Field(False, description="draw old samples class-balanced instead of uniformly")
+    old_mix: Literal["pooled", "by_source"] | None = Field(
+        None, description="where the old half comes from. pooled (unset): batch.old drawn from the whole memory "
+                          "(the text: 50 % from earlier batches and ImageNet); by_source: the published code's "
+                          "loaders, batch.old from the pre-training data in every session and, from the second "
+                          "learning session on, a quarter of batch.new given to earlier sessions' samples")
 
     @model_validator(mode="after")
     def _one_budget(self) -> Training:
@@ -170,6 +179,12 @@ class Training(Spec):
             raise ValueError("training needs exactly one of updates (a count per session) and budget "
                              "(training TFLOPs per session, e.g. budget: {tflops: 0.5})"
                              + (", not both" if self.updates is not None else ""))
+        return self
+
+    @model_validator(mode="after")
+    def _mix_has_sources(self) -> Training:
+        if self.old_mix == "by_source" and not self.batch.old:
+            raise ValueError("training.old_mix 'by_source' splits the old half by source: batch.old must be > 0")
         return self
 
     @property
@@ -356,6 +371,9 @@ class Protocol(Spec):
     def _ordering_fields(self) -> Protocol:
         if self.ordering == "cil" and self.classes_per_session is None:
             raise ValueError("classes_per_session is required for ordering 'cil'")
+        if self.training.old_mix == "by_source" and not self.memory.include_pretrain:
+            raise ValueError("training.old_mix 'by_source' draws batch.old from the stored pre-training data: "
+                             "memory.include_pretrain must be true")
         if self.memory.policy == "none" and self.training.batch.old:
             raise ValueError("training.batch.old must be 0 when memory.policy is 'none'")
         if self.training.budget is not None and self.eval.tflops is None:
@@ -466,7 +484,8 @@ def _size_problems(p: Protocol) -> list[str]:
 
 
 HASHED_WHEN_SET: tuple[tuple[str, str], ...] = (("memory", "pretrain_share"), ("backbone", "registered_first"),
-                                                ("training", "budget"), ("eval", "tflops"))
+                                                ("training", "budget"), ("eval", "tflops"),
+                                                ("training", "old_mix"), ("backbone", "head_units"))
 
 
 def parse_protocol(text: str, origin: str) -> Protocol:
