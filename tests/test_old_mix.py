@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench_stability_gap.harness.data.old_mix import by_source_shares, describe_old_mix, plan_old_mix
+from bench_stability_gap.harness.data.old_mix import Shares, by_source_shares, describe_old_mix, plan_old_mix
 from bench_stability_gap.harness.data.stream import build_stream
 from bench_stability_gap.harness.errors import BenchError
 from bench_stability_gap.harness.run.memory import Memory
@@ -107,3 +107,14 @@ def test_by_source_needs_an_old_half_and_the_pretraining_data():
         parse_protocol(yaml.safe_dump({**load_protocol("tiny_cil").model_dump(mode="json"),
                                        "training": {**load_protocol("tiny_cil").model_dump(mode="json")["training"],
                                                     "old_mix": "mixed"}}), "t")
+
+
+def test_the_storage_limited_places365_standard_protocols_draw_as_train_sgm_py():
+    """train_sgm.py (the one configured run): new at 128 and ImageNet at 128 in the first session, then
+    new at 96, ImageNet at 128 and earlier Places at 32."""
+    for name in ("cil_places_std_24k", "cil_places_std_192k"):
+        p = load_protocol(name)
+        assert by_source_shares(p, 0, 128, 128) == Shares(128, 128, 0)
+        assert by_source_shares(p, 1, 128, 128) == by_source_shares(p, 4, 128, 128) == Shares(96, 128, 32)
+    for name in ("cil_places_lt", "cil_places_std_unlimited", "tiny_cil"):  # no script configures these: the text's
+        assert load_protocol(name).training.old_mix is None and by_source_shares(load_protocol(name), 1, 64, 64) is None
