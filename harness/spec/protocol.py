@@ -206,6 +206,11 @@ class Memory(Spec):
     capacity: int | None = Field(None, gt=0, le=10**9, description="max stored samples; required unless unlimited/none")
     include_pretrain: bool = Field(True, description="S1 data is stored and rehearsed too")
     pretrain_share: float | None = Field(None, gt=0, lt=1, description="split only: the cap's fraction kept for S1")
+    arrival: Literal["shuffled", "by_class"] | None = Field(
+        None, description="the order a session's samples are offered to a capped memory in: shuffled (unset), as "
+                          "they arrived; by_class: in the data's own order (the catalog's ids: class by class where the "
+                          "source lists its samples by class, as Places365-Standard's train list and ImageFolder do), "
+                          "as the published code's update_buffer reads an unshuffled loader; changes what survives eviction")
 
     @model_validator(mode="after")
     def _capacity_matches_policy(self) -> Memory:
@@ -485,7 +490,8 @@ def _size_problems(p: Protocol) -> list[str]:
 
 HASHED_WHEN_SET: tuple[tuple[str, str], ...] = (("memory", "pretrain_share"), ("backbone", "registered_first"),
                                                 ("training", "budget"), ("eval", "tflops"),
-                                                ("training", "old_mix"), ("backbone", "head_units"))
+                                                ("training", "old_mix"), ("backbone", "head_units"),
+                                                ("memory", "arrival"))
 
 
 def parse_protocol(text: str, origin: str) -> Protocol:
