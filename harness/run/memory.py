@@ -57,7 +57,7 @@ class Memory:
         samples (the split policy keeps its fixed share of them; other policies treat all alike)."""
         if self.spec.policy == "none":
             return
-        if self.spec.arrival == "by_class" and not pretrain:  # the data's own order (catalog ids), as an unshuffled loader
+        if self.spec.arrival == "by_class" and not pretrain:  # the data's own order, as an unshuffled loader
             ids = np.sort(np.asarray(list(ids), dtype=np.int64))
         if self.spec.policy == "split":
             self._add_split(np.asarray(list(ids), dtype=np.int64), pretrain)

@@ -138,8 +138,8 @@ def prepare(protocol: Protocol, seed: int, options: RunOptions) -> Workbench:
                                               if v),
                                      weights) for split in pre}
     plan = plan_data_path(protocol, stream, trunk, device, amp, root, keys)  # before any trunk pass
-    plan = dataclasses.replace(plan, gpu_decode=tuple(n for n, split in (("eval", "test"), ("train", "train")) if gpu[split]),
-                               old_mix=tuple(plan_old_mix(protocol, stream)))
+    plan = dataclasses.replace(plan, gpu_decode=tuple(n for n, split in (("eval", "test"), ("train", "train")) if gpu[split]))
+    plan = dataclasses.replace(plan, old_mix=tuple(plan_old_mix(protocol, stream)))  # each session's batch by source
     say(options, plan.describe())
     t0 = time.perf_counter()
     with autocast(device, "fp32" if precision == "bf16" else precision):  # the TF32 switches; bf16: the store's own

@@ -97,8 +97,8 @@ def ordered_classes(value: str, seed: int, sources: list[list[str]]) -> list[int
     missing = [k for k in keys if k not in set(names)]
     if lacking or missing:
         what = "the published Places365 order" if value == "published" else str(file_path(value))
-        parts = ([f"names {len(lacking)} class(es) the stream data lacks ({', '.join(lacking[:5])})"] if lacking else []) \
-            + ([f"misses {len(missing)} of its classes ({', '.join(missing[:5])})"] if missing else [])
+        parts = [f"names {len(lacking)} class(es) the stream data lacks ({', '.join(lacking[:5])})"] if lacking else []
+        parts += [f"misses {len(missing)} of its classes ({', '.join(missing[:5])})"] if missing else []
         raise BenchError(f"class_order {value!r}: {what} {' and '.join(parts)}. An order must name every class "
                          f"of the stream sources once (with '/' written '-'); nothing has been computed.")
     return [where[n] for n in names]

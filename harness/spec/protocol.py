@@ -208,9 +208,10 @@ class Memory(Spec):
     pretrain_share: float | None = Field(None, gt=0, lt=1, description="split only: the cap's fraction kept for S1")
     arrival: Literal["shuffled", "by_class"] | None = Field(
         None, description="the order a session's samples are offered to a capped memory in: shuffled (unset), as "
-                          "they arrived; by_class: in the data's own order (the catalog's ids: class by class where the "
-                          "source lists its samples by class, as Places365-Standard's train list and ImageFolder do), "
-                          "as the published code's update_buffer reads an unshuffled loader; changes what survives eviction")
+                          "they arrived; by_class: in the data's own order (the catalog's ids: class by class where "
+                          "the source lists its samples by class, as Places365-Standard's train list and ImageFolder "
+                          "do), as the published code's update_buffer reads an unshuffled loader; changes what "
+                          "survives eviction")
 
     @model_validator(mode="after")
     def _capacity_matches_policy(self) -> Memory:
