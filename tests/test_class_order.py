@@ -139,12 +139,20 @@ def test_a_file_that_misses_a_class_or_names_one_the_data_lacks_is_refused(tmp_p
     assert ("misses 1 of its classes" if change == "miss" else "lacks (moon_base)") in str(err.value)
 
 
-def test_a_seed_past_the_published_orders_exits_2_before_compute(tmp_path):
-    results = tmp_path / "r"
-    out = CliRunner().invoke(main, ["run", "-p", _small(tmp_path), "--seed", "6", "--results-dir", str(results),
-                                    "--no-mlflow", "--no-progress"])
-    _refused(out, "class_order 'published' has 6 orders", "seed 6 has none")
-    assert "joint" not in out.output.lower() and not list(results.rglob("*.json"))
+@pytest.mark.parametrize("case", ["seed past the list", "file misses a class", "file names a foreign class"])
+def test_bench_run_exits_2_naming_class_order_before_compute(tmp_path, case):
+    results, seed, top = tmp_path / "r", "0", {}
+    if case == "seed past the list":
+        seed, words = "6", ("class_order 'published' has 6 orders", "seed 6 has none")
+    else:
+        names = published_order(0)[1:] + (["moon_base"] if case.endswith("foreign class") else [])
+        (tmp_path / "order.txt").write_text("\n".join(names) + "\n")
+        top = {"class_order": f"file:{tmp_path / 'order.txt'}"}
+        words = ("class_order", "misses 1 of its classes") + (("lacks (moon_base)",) if "foreign" in case else ())
+    out = CliRunner().invoke(main, ["run", "-p", _small(tmp_path, **top), "--seed", seed, "--results-dir",
+                                    str(results), "--no-mlflow", "--no-progress"])
+    _refused(out, *words)
+    assert "joint" not in out.output.lower() and "trunk" not in out.output and not list(results.rglob("*.json"))
 
 
 def test_a_fixed_order_needs_cil_sessions():
