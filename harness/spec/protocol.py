@@ -347,7 +347,8 @@ class Protocol(Spec):
     class_order: str | None = Field(
         None, description="CIL: the order classes arrive in. seeded (unset): a permutation drawn from the run seed; "
                           "published: the paper's Places365 orders, run seed i taking the i-th of the seeds "
-                          "1993, 1, 74, 1444, 1883, 2023; file:PATH: the class names in a file, one per line")
+                          "1993, 1, 74, 1444, 1883, 2023; file:PATH: the class names in a file, one per line (PATH "
+                          "relative to the working directory)")
     backbone: Backbone
     pretrain: Pretrain
     training: Training
@@ -435,7 +436,10 @@ class Protocol(Spec):
         if data.get("class_order") is None:  # added after specs were hashed: counts once set
             data.pop("class_order", None)
         elif data["class_order"].startswith("file:"):  # the order, not only where it lies
-            data["class_order"] = read_order_file(data["class_order"])
+            try:
+                data["class_order"] = read_order_file(data["class_order"])
+            except ValueError as exc:  # the file changed since the spec was validated
+                raise BenchError(f"Protocol {self.name}: {exc}.") from None
         # a test run is the same whatever the tuning ruleset and validation split: only the tuning view
         # (scored on the held-out samples, trained without them) is a different spec
         data.pop("tuning")
