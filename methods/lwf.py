@@ -44,7 +44,7 @@ class LwF(StandardMethod):
 
     def begin_session(self, session: Session) -> None:
         # The harness has grown the head already: the old classes are the rows before the new ones.
-        self.n_old = self.model.head.num_classes - len(session.new_classes)
+        self.n_old = session.seen_classes - len(session.new_classes)  # a full head holds unseen units too
         self.teacher = copy.deepcopy(self.model).eval()
         for p in self.teacher.parameters():
             p.requires_grad_(False)

@@ -52,3 +52,22 @@ def test_state_dict_round_trip():
     n = _memory("reservoir", 3, np.zeros(10, dtype=int))
     n.load_state_dict(m.state_dict())
     assert n.ids == m.ids and n.bytes == m.bytes and n.seen == 10
+
+
+def test_by_class_arrival_offers_a_session_in_the_datas_order_and_changes_what_survives():
+    """A split memory (the published code's update_buffer): 4 S1 samples kept, 6 stream slots, a session of
+    12 samples of 3 classes offered shuffled or in id order (class by class, as an unshuffled loader)."""
+    labels = np.array([0] * 4 + [1] * 4 + [2] * 4 + [3] * 4)
+    shuffled_ids = np.random.default_rng(3).permutation(np.arange(4, 16))
+
+    def run(arrival, offered):
+        spec = MemorySpec(policy="split", capacity=10, pretrain_share=0.4, arrival=arrival)
+        m = Memory(spec, labels, lambda gid: 1, np.random.default_rng(0))
+        m.add(range(4), pretrain=True)
+        m.add(offered)
+        return sorted(m.ids)
+
+    by_class = run("by_class", shuffled_ids)
+    assert by_class == run(None, np.sort(shuffled_ids))  # the same as offering the sorted ids
+    assert by_class != run(None, shuffled_ids)  # the order changes which samples survive eviction
+    assert by_class[:4] == [0, 1, 2, 3] and len(by_class) == 10

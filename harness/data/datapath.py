@@ -36,6 +36,7 @@ from ..errors import BenchError
 from .features import FeatureShards, dtype_name
 from .inputs import TRUNK_CHUNK, image_cache_bytes, key_folder, loader_workers
 from ..spec.protocol import Protocol
+from .old_mix import SessionMix, describe_old_mix
 from .stream import Stream
 
 GB = 2**30
@@ -105,6 +106,7 @@ class DataPathPlan:
     resident_bytes: int
     cache_root: str
     gpu_decode: tuple[str, ...] = ()  # splits whose JPEG files are decoded on the GPU ("eval", "train")
+    old_mix: tuple[SessionMix, ...] = ()  # each session's batch by source (``old_mix.plan_old_mix``)
 
     def describe(self) -> str:
         """The plan as the run prints it: one line per split, then the budgets."""
@@ -114,6 +116,8 @@ class DataPathPlan:
                          f"disk {s.disk_bytes / GB:.2f} GB new, RAM {s.ram_bytes / GB:.2f} GB. {s.why}")
         lines.append("  decode: " + (f"JPEG on the GPU (nvJPEG) for {', '.join(self.gpu_decode)}; " if self.gpu_decode
                                      else "") + f"{loader_workers()} DataLoader worker(s)")
+        if self.old_mix:
+            lines.extend("  " + line for line in describe_old_mix(list(self.old_mix)).splitlines())
         lines.append(f"  budgets: RAM {self.ram_budget / GB:.1f} GB (resident estimate "
                      f"{self.resident_bytes / GB:.2f} GB), disk {self.disk_budget / GB:.1f} GB free for "
                      f"caches under {self.cache_root}")

@@ -13,6 +13,7 @@ import numpy as np
 
 from .sources import Split, draw_per_class, open_source
 from ..errors import BenchError
+from ..spec.class_order import ordered_classes
 from ..spec.protocol import Protocol
 
 
@@ -131,7 +132,11 @@ def build_stream(protocol: Protocol, seed: int) -> Stream:
                 f"Protocol {protocol.name}: sessions ({protocol.sessions}) x classes_per_session ({per}) = "
                 f"{need} classes, but the stream sources hold only {n_stream}."
             )
-        order = k + rng.permutation(n_stream)[:need]
+        if protocol.class_order in (None, "seeded"):
+            order = k + rng.permutation(n_stream)[:need]
+        else:  # a fixed order, checked against the opened data's class names before anything computes
+            fixed = ordered_classes(protocol.class_order, seed, [list(tr.class_names) for tr, _ in opened])
+            order = k + np.asarray(fixed, dtype=np.int64)[:need]
         chunks_raw = [order[i * per : (i + 1) * per] for i in range(protocol.sessions)]
         session_raw_ids = []
         for chunk in chunks_raw:

@@ -36,8 +36,10 @@ class GrowingHead(nn.Module):
     def forward(self, h: Tensor) -> Tensor:
         return self.fc(h)
 
-    def grow(self, n_new: int, generator: torch.Generator | None = None) -> None:
-        """Append ``n_new`` rows, He-initialised (the paper's default for new units), bias zero."""
+    def grow(self, n_new: int, generator: torch.Generator | None = None, init: str = "he") -> None:
+        """Append ``n_new`` rows. ``he``: He-initialised (the text's new units), bias zero; ``linear``:
+        ``nn.Linear``'s own init, weight and bias U(+-1/sqrt(fan_in)), as the published model's head holds
+        the units of classes not seen yet (drawn from ``generator`` so that runs repeat)."""
         if n_new <= 0:
             return
         old = self.fc
@@ -47,11 +49,27 @@ class GrowingHead(nn.Module):
             new.bias[: old.out_features] = old.bias
             # drawn where the generator lives (the harness's is a CPU one), then moved: a run's new rows
             # are the same numbers on every device
-            rows = torch.empty(n_new, old.in_features, device=generator.device if generator is not None else None)
-            std = (2.0 / old.in_features) ** 0.5
-            new.weight[old.out_features :] = rows.normal_(0.0, std, generator=generator).to(old.weight.device)
-            new.bias[old.out_features :] = 0.0
+            where = generator.device if generator is not None else None
+            rows = torch.empty(n_new, old.in_features, device=where)
+            if init == "linear":
+                bound = old.in_features ** -0.5
+                new.weight[old.out_features :] = rows.uniform_(-bound, bound, generator=generator).to(old.weight.device)
+                bias = torch.empty(n_new, device=where).uniform_(-bound, bound, generator=generator)
+                new.bias[old.out_features :] = bias.to(old.weight.device)
+            else:
+                std = (2.0 / old.in_features) ** 0.5
+                new.weight[old.out_features :] = rows.normal_(0.0, std, generator=generator).to(old.weight.device)
+                new.bias[old.out_features :] = 0.0
         self.fc = new
+
+    def size_for(self, seen: int, total: int, full: bool, generator: torch.Generator | None = None) -> None:
+        """Units for a session with ``seen`` classes seen so far out of ``total``: the grown head has
+        ``seen`` (new rows He-initialised); the full head, the published model's, has all ``total`` from
+        the first session, unseen rows at ``nn.Linear``'s init, in the loss and the argmax."""
+        if full:
+            self.grow(total - self.num_classes, generator, init="linear")
+        else:
+            self.grow(seen - self.num_classes, generator)
 
 
 class SplitModel(nn.Module):

@@ -33,6 +33,7 @@ from .memory import Memory
 from .schedule import EvalSchedule, FlopStop
 from ..spec.protocol import MAX_UPDATES, Protocol
 from ..results.schema import Budget
+from ..data.old_mix import Shares, by_source_shares
 from ..data.stream import Cycler, Session
 from .workbench import Workbench
 from .options import RunOptions, say, timed
@@ -82,6 +83,7 @@ class OpenSession:
     pending: list | None = None  # batches drawn before a mid-session checkpoint and not trained yet
     made: int = 0  # updates made (the last update an eval point was asked for)
     schedule: EvalSchedule | None = None
+    shares: Shares | None = None  # the batch's shares by source (``training.old_mix: by_source``)
 
 
 class ContinualRun:
@@ -197,7 +199,7 @@ class ContinualRun:
             return 0, mid
         first = boundary["next_session"]
         grown = stream.sessions[first - 1].seen_classes if first else self.model.head.num_classes
-        self.model.head.grow(grown - self.model.head.num_classes, self.generator)
+        self._size_head(grown)
         self.load_state_dict(boundary)
         return first, mid
 
@@ -209,7 +211,7 @@ class ContinualRun:
                                     self.meter.eval_macs())
         check_no_stray_steps(self.method, self.steps[0], self.progress.observed, "setup or end_session")
         self.lent.begin_session(session)
-        self.model.head.grow(len(session.new_classes), self.generator)
+        self._size_head(session.seen_classes)
         if p.training.budget is not None:
             s.stop = FlopStop(p.training.budget.tflops, lambda: self.train_macs() - s.train0,
                               lambda: (self.b_new + self.b_old) * FL.update_macs_per_sample(self.meter),
@@ -221,6 +223,7 @@ class ContinualRun:
         s.plan = eval_plan(self.bench.stream, session)
         s.curve = _new_curve(s.plan.tasks)
         s.arrivals = Cycler(session.train_ids, self.rng, shuffle=not p.training.online)  # after begin_session
+        s.shares = by_source_shares(p, pos, self.b_new, self.b_old)  # None: the old half pooled over the memory
         if mid is not None:  # the session's start replayed: now its middle
             self.load_state_dict(mid)
             s.start, s.curve, (s.train0, s.eval0) = mid["update"], mid["curve"], mid["flops0"]
@@ -231,12 +234,23 @@ class ContinualRun:
         s.schedule = EvalSchedule(p.eval, self.session_tflops)  # the session's TFLOPs at the previous boundary
         return s
 
+    def _size_head(self, seen: int) -> None:
+        """The head over the ``seen`` classes (grown), or over every class of the stream from the first
+        session (``backbone.head_units: full``, the published models' head)."""
+        p = self.bench.protocol
+        self.model.head.size_for(seen, self.bench.stream.sessions[-1].seen_classes, p.backbone.head_units == "full",
+                                 self.generator)
+
     def draw(self) -> tuple[np.ndarray, np.ndarray]:
-        """The next batch: new samples from the session's arrivals, old ones from the harness's memory."""
-        assert self.open is not None
-        assert self.open.arrivals is not None
-        new_ids = self.open.arrivals.take(self.b_new)
-        old = self.memory.sample(self.b_old, self.bench.protocol.training.class_balanced) if self.b_old else new_ids[:0]
+        """The next batch: new samples from the session's arrivals, old ones from the harness's memory
+        (pooled over it, or in fixed shares by source: ``training.old_mix``)."""
+        s, p = self.open, self.bench.protocol
+        assert s is not None and s.arrivals is not None
+        if s.shares is not None:
+            return s.arrivals.take(s.shares.new), self.memory.sample_by_source(
+                s.shares.pretrain, s.shares.earlier, int(self.bench.stream.train.offsets[1]), p.training.class_balanced)
+        new_ids = s.arrivals.take(self.b_new)
+        old = self.memory.sample(self.b_old, p.training.class_balanced) if self.b_old else new_ids[:0]
         return new_ids, old
 
     def update(self, u: int, batch: tuple[np.ndarray, np.ndarray]) -> None:

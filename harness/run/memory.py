@@ -62,6 +62,8 @@ class Memory:
         samples (the split policy keeps its fixed share of them; other policies treat all alike)."""
         if self.spec.policy == "none":
             return
+        if self.spec.arrival == "by_class" and not pretrain:  # the data's own order, as an unshuffled loader
+            ids = np.sort(np.asarray(list(ids), dtype=np.int64))
         if self.spec.policy == "split":
             self._add_split(np.asarray(list(ids), dtype=np.int64), pretrain)
         else:
@@ -159,9 +161,19 @@ class Memory:
 
     def sample(self, n: int, class_balanced: bool = False) -> np.ndarray:
         """Draw ``n`` stored ids (without replacement when possible); class-balanced on request."""
-        if n == 0 or not self.ids:
+        return self._draw(np.asarray(self.ids), n, class_balanced)
+
+    def sample_by_source(self, pretrain: int, earlier: int, boundary: int, class_balanced: bool = False) -> np.ndarray:
+        """``pretrain`` stored ids below ``boundary`` (the pre-training data's ids come first) and ``earlier``
+        ids at or past it, each part drawn within its source as ``sample`` draws (the published code's
+        training loop reads one loader per source)."""
+        ids = np.asarray(self.ids, dtype=np.int64)
+        return np.concatenate([self._draw(ids[ids < boundary], pretrain, class_balanced),
+                               self._draw(ids[ids >= boundary], earlier, class_balanced)])
+
+    def _draw(self, ids: np.ndarray, n: int, class_balanced: bool) -> np.ndarray:
+        if n == 0 or not len(ids):
             return np.empty(0, dtype=np.int64)
-        ids = np.asarray(self.ids)
         if class_balanced:
             classes = np.unique(self.labels[ids])
             picks = self.rng.choice(classes, size=n)

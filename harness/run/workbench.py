@@ -32,6 +32,7 @@ from .isolation import (LentInputs, MemoryView, RandomStreams, check_retained_sa
 from .memory import Memory
 from ..paths import cache_dir
 from ..spec.protocol import Protocol
+from ..data.old_mix import plan_old_mix
 from ..data.stream import Cycler, Session, Stream, build_stream, check_batch_sizes
 from ..model.device import autocast, resolve_device, seed_everything, use_channels_last
 from .options import RunOptions, run_precision, say
@@ -138,6 +139,7 @@ def prepare(protocol: Protocol, seed: int, options: RunOptions) -> Workbench:
                                      weights) for split in pre}
     plan = plan_data_path(protocol, stream, trunk, device, amp, root, keys)  # before any trunk pass
     plan = dataclasses.replace(plan, gpu_decode=tuple(n for n, split in (("eval", "test"), ("train", "train")) if gpu[split]))
+    plan = dataclasses.replace(plan, old_mix=tuple(plan_old_mix(protocol, stream)))  # each session's batch by source
     say(options, plan.describe())
     t0 = time.perf_counter()
     with autocast(device, "fp32" if precision == "bf16" else precision):  # the TF32 switches; bf16: the store's own

@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from ..errors import BenchError
+from .class_order import read_order_file
 from .sources import SOURCES
 from .specfile import builtin_names, load_spec, parse_spec
 
@@ -102,6 +103,10 @@ class Backbone(Spec):
     body: list[str] = Field(min_length=1, description="module paths that stay plastic")
     head: str = Field(description="module path of the pretrained classifier (replaced by a growing head)")
     lora_targets: list[str] = Field(default_factory=list, description="names of the body's 1x1 convs")
+    head_units: Literal["grown", "full"] | None = Field(
+        None, description="grown (unset): the head gains the session's classes' units as they arrive; full: the "
+                          "published model's head, every class's unit from the first learning session (unseen "
+                          "rows at nn.Linear's init, trained by the loss and scored in the argmax)")
     registered_first: list[str] | None = Field(
         None, description="body entries the published model registers before the others (its ConvNeXt keeps "
                           "every downsample layer in one list ahead of the stages), so a per-tensor lr decay "
@@ -162,6 +167,11 @@ class Training(Spec):
     batch: Batch
     augment: bool = Field(False, description="random crop + flip on training images (disables train cache)")
     class_balanced: bool = Field(False, description="draw old samples class-balanced instead of uniformly")
+    old_mix: Literal["pooled", "by_source"] | None = Field(
+        None, description="where the old half comes from. pooled (unset): batch.old drawn from the whole memory "
+                          "(the text: 50 % from earlier batches and ImageNet); by_source: the published code's "
+                          "loaders, batch.old from the pre-training data in every session and, from the second "
+                          "learning session on, a quarter of batch.new given to earlier sessions' samples")
 
     @model_validator(mode="after")
     def _one_budget(self) -> Training:
@@ -169,6 +179,12 @@ class Training(Spec):
             raise ValueError("training needs exactly one of updates (a count per session) and budget "
                              "(training TFLOPs per session, e.g. budget: {tflops: 0.5})"
                              + (", not both" if self.updates is not None else ""))
+        return self
+
+    @model_validator(mode="after")
+    def _mix_has_sources(self) -> Training:
+        if self.old_mix == "by_source" and not self.batch.old:
+            raise ValueError("training.old_mix 'by_source' splits the old half by source: batch.old must be > 0")
         return self
 
     @property
@@ -190,6 +206,12 @@ class Memory(Spec):
     capacity: int | None = Field(None, gt=0, le=10**9, description="max stored samples; required unless unlimited/none")
     include_pretrain: bool = Field(True, description="S1 data is stored and rehearsed too")
     pretrain_share: float | None = Field(None, gt=0, lt=1, description="split only: the cap's fraction kept for S1")
+    arrival: Literal["shuffled", "by_class"] | None = Field(
+        None, description="the order a session's samples are offered to a capped memory in: shuffled (unset), as "
+                          "they arrived; by_class: in the data's own order (the catalog's ids: class by class where "
+                          "the source lists its samples by class, as Places365-Standard's train list and ImageFolder "
+                          "do), as the published code's update_buffer reads an unshuffled loader; changes what "
+                          "survives eviction")
 
     @model_validator(mode="after")
     def _capacity_matches_policy(self) -> Memory:
@@ -322,6 +344,11 @@ class Protocol(Spec):
     ordering: Literal["cil", "iid"]
     sessions: int = Field(gt=0, le=10_000, description="N - 1: learning sessions after the deployed model")
     classes_per_session: int | None = Field(None, gt=0, le=MAX_CLASSES, description="CIL: new classes per session")
+    class_order: str | None = Field(
+        None, description="CIL: the order classes arrive in. seeded (unset): a permutation drawn from the run seed; "
+                          "published: the paper's Places365 orders, run seed i taking the i-th of the seeds "
+                          "1993, 1, 74, 1444, 1883, 2023; file:PATH: the class names in a file, one per line (PATH "
+                          "relative to the working directory)")
     backbone: Backbone
     pretrain: Pretrain
     training: Training
@@ -351,6 +378,9 @@ class Protocol(Spec):
     def _ordering_fields(self) -> Protocol:
         if self.ordering == "cil" and self.classes_per_session is None:
             raise ValueError("classes_per_session is required for ordering 'cil'")
+        if self.training.old_mix == "by_source" and not self.memory.include_pretrain:
+            raise ValueError("training.old_mix 'by_source' draws batch.old from the stored pre-training data: "
+                             "memory.include_pretrain must be true")
         if self.memory.policy == "none" and self.training.batch.old:
             raise ValueError("training.batch.old must be 0 when memory.policy is 'none'")
         if self.training.budget is not None and self.eval.tflops is None:
@@ -359,6 +389,19 @@ class Protocol(Spec):
         if self.training.budget is None and self.eval.tflops is not None:
             raise ValueError("eval.tflops places eval points by compute, which needs training.budget; with "
                              "training.updates give eval.every")
+        return self
+
+    @model_validator(mode="after")
+    def _known_class_order(self) -> Protocol:
+        value = self.class_order
+        if value is None or value in ("seeded", "published"):
+            pass
+        elif value.startswith("file:"):
+            read_order_file(value)  # a missing file or a repeated name, before any data opens
+        else:
+            raise ValueError(f"class_order {value!r} is not an order: seeded, published or file:PATH")
+        if value not in (None, "seeded") and self.ordering != "cil":
+            raise ValueError(f"class_order {value!r} orders CIL sessions; ordering {self.ordering!r} has none")
         return self
 
     @model_validator(mode="after")
@@ -390,6 +433,13 @@ class Protocol(Spec):
         for section, field in HASHED_WHEN_SET:
             if data[section].get(field) is None:
                 data[section].pop(field, None)
+        if data.get("class_order") is None:  # added after specs were hashed: counts once set
+            data.pop("class_order", None)
+        elif data["class_order"].startswith("file:"):  # the order, not only where it lies
+            try:
+                data["class_order"] = read_order_file(data["class_order"])
+            except ValueError as exc:  # the file changed since the spec was validated
+                raise BenchError(f"Protocol {self.name}: {exc}.") from None
         # a test run is the same whatever the tuning ruleset and validation split: only the tuning view
         # (scored on the held-out samples, trained without them) is a different spec
         data.pop("tuning")
@@ -444,7 +494,9 @@ def _size_problems(p: Protocol) -> list[str]:
 
 
 HASHED_WHEN_SET: tuple[tuple[str, str], ...] = (("memory", "pretrain_share"), ("backbone", "registered_first"),
-                                                ("training", "budget"), ("eval", "tflops"))
+                                                ("training", "budget"), ("eval", "tflops"),
+                                                ("training", "old_mix"), ("backbone", "head_units"),
+                                                ("memory", "arrival"))
 
 
 def parse_protocol(text: str, origin: str) -> Protocol:

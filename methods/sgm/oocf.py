@@ -39,7 +39,7 @@ class OldClassFreezing(Modifier):
     def begin_session(self, method: StandardMethod, session: Session) -> None:
         self._release()
         fc = method.model.head.fc
-        self.n_old = fc.out_features - len(session.new_classes)
+        self.n_old = session.seen_classes - len(session.new_classes)  # rows of a full head past seen train
         n = self.n_old
         self._frozen = (fc.weight.detach()[:n].clone(), fc.bias.detach()[:n].clone())
 
