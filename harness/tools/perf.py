@@ -11,8 +11,9 @@ tensors at the protocol's backbone, batch and input size, it times
    (preprocessed images kept for the run, as ``--no-trunk-cache`` does; and, for reference, decoding
    at every eval point, as the harness did before),
 
-and prints images/s and the ratios. Beside them, the same run times an fp32 GEMM (square matrices, the
-thread count the stages use; the roofline a dense layer can reach on this machine) between the repeats,
+and prints images/s and the ratios. Beside them, the same run times a GEMM in the run's precision
+(square matrices, the thread count the stages use; fp32 on the CPU, bf16 on CUDA with autocast, the
+precision the stages compute in: the roofline a dense layer can reach on this machine) between the repeats,
 and prints each stage's achieved GMAC/s (fvcore MACs of what the stage computes per image: forward, and
 backward under the convention of ``harness.model.flops``; the optimizer's elementwise step is not
 counted) and its share of that roofline. No dataset is needed: images are random uint8 arrays. Backbone
@@ -85,12 +86,19 @@ def _median(xs: list[float]) -> float:
 GEMM_SIZE = 1024  # large enough that the GEMM is compute bound, small enough to time in ~0.1 s per thread
 
 
-def gemm_gmacs(device: torch.device, size: int = GEMM_SIZE, calls: int = 4) -> float:
-    """Achieved GMAC/s of ``calls`` fp32 ``size`` x ``size`` matmuls on ``device`` (one timing)."""
+def roofline_precision(device: torch.device, amp: bool) -> str:
+    """The precision a stage's GEMMs run in, so the roofline is measured in it: bf16 under CUDA
+    autocast (whose tensor cores peak far above fp32's), fp32 otherwise."""
+    return "bf16" if amp and device.type == "cuda" else "fp32"
+
+
+def gemm_gmacs(device: torch.device, size: int = GEMM_SIZE, calls: int = 4, precision: str = "fp32") -> float:
+    """Achieved GMAC/s of ``calls`` ``size`` x ``size`` matmuls on ``device`` in ``precision`` (one timing)."""
     import torch
 
-    a = torch.randn(size, size, device=device)
-    b = torch.randn(size, size, device=device)
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[precision]
+    a = torch.randn(size, size, device=device, dtype=dtype)
+    b = torch.randn(size, size, device=device, dtype=dtype)
     a @ b  # first call: allocation, kernel choice
     spent = _timed(lambda: [a @ b for _ in range(calls)], device)
     return calls * size**3 / spent / 1e9
@@ -173,6 +181,7 @@ def perf(protocol: str, device: str, updates: int, warmup: int, repeats: int, ev
     classes = None if spec.pretrain.mode == "weights" else (spec.classes_per_session or 10) * (spec.sessions + 1)
     model = split_network(net, backbone, classes).to(dev)
     fast = amp and dev.type == "cuda"
+    gemm_precision = roofline_precision(dev, amp)
     if fast:
         model = model.to(memory_format=torch.channels_last)
     size, b = backbone.input_size, spec.training.batch
@@ -264,7 +273,7 @@ def perf(protocol: str, device: str, updates: int, warmup: int, repeats: int, ev
             order = [(plain_block, times_plain), (harness_block, times_harness)]
             for block, out in order if r % 2 == 0 else order[::-1]:
                 out.append(_timed(lambda: block(chunk), dev))
-            gemm.append(gemm_gmacs(dev))  # interleaved: the roofline sees the same machine load
+            gemm.append(gemm_gmacs(dev, precision=gemm_precision))  # interleaved: the same machine load
     t_plain, t_harness = _median(times_plain), _median(times_harness)
     n = updates * batch
     click.echo(f"\ntraining ({updates} updates x {repeats} repeats, interleaved; median [best]; inputs: "
@@ -320,7 +329,7 @@ def perf(protocol: str, device: str, updates: int, warmup: int, repeats: int, ev
             if r:
                 times[key].append(spent)
         if r:
-            gemm.append(gemm_gmacs(dev))
+            gemm.append(gemm_gmacs(dev, precision=gemm_precision))
     click.echo(f"\ncontinual evaluation ({eval_samples} images, batch {spec.eval.batch_size}, "
                f"median [best] of {repeats}):")
     base, base_best = _median(times["no trunk cache"]), min(times["no trunk cache"])
@@ -337,7 +346,7 @@ def perf(protocol: str, device: str, updates: int, warmup: int, repeats: int, ev
     click.echo(f"  (one-off trunk pass over the eval set: {build_eval:.2f} s, kept on disk across runs by `bench run`)")
 
     roofline = _median(gemm)
-    click.echo(f"\nroofline: fp32 GEMM {GEMM_SIZE}x{GEMM_SIZE}, {torch.get_num_threads()} thread(s), median of "
+    click.echo(f"\nroofline: {gemm_precision} GEMM {GEMM_SIZE}x{GEMM_SIZE}, {torch.get_num_threads()} thread(s), median of "
                f"{len(gemm)} timings interleaved with the stages: {roofline:.2f} GMAC/s [best {max(gemm):.2f}]")
     click.echo(f"  training per image: {train_macs / 1e6:.2f} M MACs (forward + backward"
                f"{', trunk cached' if cached_train else ''}); evaluation: {(macs['body'] + macs['head']) / 1e6:.2f} M "

@@ -198,6 +198,7 @@ def paper_report(protocol_name: str, device_name: str, batch: int | None, images
     from ..spec.protocol import load_protocol
     from ..model.device import resolve_device
     from ..data.stream import build_stream
+    from .perf import GEMM_SIZE, gemm_gmacs, roofline_precision
 
     protocol = with_budget_of(load_protocol(protocol_name), budget_of)
     device = resolve_device(device_name)
@@ -211,6 +212,8 @@ def paper_report(protocol_name: str, device_name: str, batch: int | None, images
     plan = plan_data_path(protocol, stream, model.trunk, device, device.type == "cuda", root, {})
     batch = batch or protocol.training.batch.size
     costs = measure(protocol, model, device, batch, images, repeats)
+    precision = roofline_precision(device, True)  # measure's forwards: bf16 autocast on CUDA, fp32 elsewhere
+    roofline = 2e9 * float(np.median([gemm_gmacs(device, precision=precision) for _ in range(max(1, repeats))]))
     workers = max(1, loader_workers())
     click.echo(f"bench perf --paper | protocol {protocol.name} | device {device} | torch threads "
                f"{torch.get_num_threads()} | {workers} decode worker(s) | weights: {note}")
@@ -223,7 +226,10 @@ def paper_report(protocol_name: str, device_name: str, batch: int | None, images
     for name, sec, fl in (("trunk forward", costs.trunk, costs.flops_trunk),
                           ("body+head forward", costs.body_eval, costs.flops_body),
                           ("train step (fwd+bwd+AdamW)", costs.train_step, 3 * costs.flops_body)):
-        click.echo(f"  {name:<25} {1e3 * sec:8.2f} ms  ({1 / sec:7.1f} images/s, {fl / sec / 1e9:7.1f} GFLOP/s)")
+        click.echo(f"  {name:<25} {1e3 * sec:8.2f} ms  ({1 / sec:7.1f} images/s, {fl / sec / 1e9:7.1f} GFLOP/s, "
+                   f"{100 * fl / sec / roofline:5.1f} % of roofline)")
+    click.echo(f"  roofline: {precision} GEMM {GEMM_SIZE}x{GEMM_SIZE} on {device}, {roofline / 1e9:.1f} GFLOP/s "
+               f"(the precision the forwards above run in)")
     click.echo(f"  trunk features: write {costs.write_gbs:.2f} GiB/s, read {costs.read_gbs:.2f} GiB/s "
                f"(random rows, right after writing)")
     stages = stage_images(protocol, stream)
