@@ -123,7 +123,10 @@ def _restore(state: dict[str, Any], bench: Workbench, model: nn.Module, method: 
 
 
 def _finite(model: nn.Module) -> bool:
-    return all(bool(torch.isfinite(p).all()) for p in model.parameters() if p.requires_grad)
+    """Every trained weight finite, read with one host sync (on CUDA, one per parameter would stall
+    every update as many times as the model has tensors)."""
+    flags = [torch.isfinite(p).all() for p in model.parameters() if p.requires_grad]
+    return bool(torch.stack(flags).all()) if flags else True
 
 
 def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
