@@ -54,8 +54,8 @@ def _catalog(n: int) -> Catalog:
     return Catalog((split,), labels.astype(np.int64))
 
 
-def _store(catalog: Catalog, trunk: nn.Module, cache, mode: str = "trunk-disk") -> InputStore:
-    return InputStore(catalog, Preprocess(load_protocol("tiny_cil").backbone), trunk, torch.device("cpu"),
+def _store(catalog: Catalog, trunk: nn.Module, cache, mode: str = "trunk-disk", device: str = "cpu") -> InputStore:
+    return InputStore(catalog, Preprocess(load_protocol("tiny_cil").backbone), trunk.to(device), torch.device(device),
                       cache_key="resident-test", cache_root=cache, chunk=16, progress=False, mode=mode)
 
 
@@ -66,11 +66,15 @@ def _plan(catalog: Catalog) -> EvalPlan:
                     new=~old[::-1], task=(~old[::-1]).astype(np.int64), tasks=2)
 
 
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (ci/gpu_checks.sh runs it)")
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
 @pytest.mark.parametrize("mode", ["trunk-disk", "trunk-ram"])
-def test_resident_and_streamed_features_evaluate_as_todays_path(tmp_path, monkeypatch, mode):
+def test_resident_and_streamed_features_evaluate_as_todays_path(tmp_path, monkeypatch, mode, device):
     catalog, trunk = _catalog(90), _Bf16Trunk()
     torch.manual_seed(1)
-    body = nn.Sequential(nn.Flatten(), nn.Linear(4 * 8 * 8, 5))
+    body = nn.Sequential(nn.Flatten(), nn.Linear(4 * 8 * 8, 5)).to(device)
     plan = _plan(catalog)  # ids in reverse: batches cross shards and are not in storage order
     monkeypatch.setattr("bench_stability_gap.harness.data.features.SHARD_BYTES", 4 * 8 * 8 * 2 * 25)  # 25 rows a shard
 
@@ -84,21 +88,23 @@ def test_resident_and_streamed_features_evaluate_as_todays_path(tmp_path, monkey
         acc = evaluate(predict, store, plan, 32, chunk=32)
         return (acc.old, acc.new, acc.all, acc.tasks, acc.predicted.tolist()), torch.cat(seen)
 
-    today = _store(catalog, trunk, tmp_path, mode)
-    assert today.shards is not None or today.table.dtype == torch.float32  # today's path: float32 rows on the host
+    monkeypatch.setattr(IN, "placement", lambda nbytes, device: "host")  # today's path: float32 rows from the host
+    today = _store(catalog, trunk, tmp_path, mode, device)
+    assert today.shards is not None or today.table.dtype == torch.float32
     expected, rows = run(today)
     assert rows.dtype == torch.float32
 
     # resident: the placement says it fits, so the whole table moves once, in the dtype it is stored in
     monkeypatch.setattr(IN, "placement", lambda nbytes, device: "resident")
-    resident = _store(catalog, trunk, tmp_path, mode)
+    resident = _store(catalog, trunk, tmp_path, mode, device)
     assert resident.shards is None and resident.table.dtype == torch.bfloat16
+    assert resident.table.device.type == device
     got, got_rows = run(resident)
     assert got == expected and torch.equal(got_rows, rows)
 
     # streamed: the evaluation's batches announced, read ahead in the stored dtype and converted on arrival
     monkeypatch.setattr(IN, "placement", lambda nbytes, device: "streamed")
-    streamed = _store(catalog, trunk, tmp_path, "trunk-disk")
+    streamed = _store(catalog, trunk, tmp_path, "trunk-disk", device)
     served: list[int] = []
 
     class Counted(R.RowsAhead):
@@ -124,3 +130,9 @@ def test_a_read_that_is_not_the_announced_batch_is_read_as_usual(tmp_path):
         assert ahead.take(np.arange(20, 30)) is None and ahead.taken == 2
     finally:
         ahead.close()
+
+
+@CUDA
+def test_on_cuda_a_small_eval_set_is_placed_on_the_device_by_the_real_memory_report(tmp_path):
+    store = _store(_catalog(40), _Bf16Trunk(), tmp_path, "trunk-disk", "cuda")
+    assert store.shards is None and store.table.device.type == "cuda" and store.table.dtype == torch.bfloat16
