@@ -34,7 +34,7 @@ def test_roofline_share_is_achieved_macs_over_the_gemm_rate():
 def test_the_roofline_is_measured_in_the_precision_the_stages_compute_in():
     import torch
 
-    from bench_stability_gap.harness.tools.perf import gemm_gmacs, roofline_precision
+    from bench_stability_gap.harness.tools.roofline import gemm_gmacs, roofline_precision
 
     # bf16 only where the stages run under bf16 autocast: CUDA with --amp; the CPU computes in fp32
     assert roofline_precision(torch.device("cuda"), True) == "bf16"

@@ -27,7 +27,6 @@ import copy
 import os
 import statistics
 import time
-from collections.abc import Callable
 from types import SimpleNamespace
 
 from typing import TYPE_CHECKING
@@ -35,23 +34,12 @@ from typing import TYPE_CHECKING
 import click
 
 
+from .roofline import GEMM_SIZE, gemm_gmacs, roofline_precision
+from .roofline import device_seconds as _timed
+
 if TYPE_CHECKING:  # torch and numpy load when the command runs, not when the CLI starts
     import torch
 
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        import torch
-
-        torch.cuda.synchronize(device)
-
-
-def _timed(fn: Callable[[], None], device: torch.device) -> float:
-    _sync(device)
-    t0 = time.perf_counter()
-    fn()
-    _sync(device)
-    return time.perf_counter() - t0
 
 
 def _synthetic_catalog(n: int, size: int, classes: int, seed: int):
@@ -83,25 +71,6 @@ def _median(xs: list[float]) -> float:
     return statistics.median(xs)
 
 
-GEMM_SIZE = 1024  # large enough that the GEMM is compute bound, small enough to time in ~0.1 s per thread
-
-
-def roofline_precision(device: torch.device, amp: bool) -> str:
-    """The precision a stage's GEMMs run in, so the roofline is measured in it: bf16 under CUDA
-    autocast (whose tensor cores peak far above fp32's), fp32 otherwise."""
-    return "bf16" if amp and device.type == "cuda" else "fp32"
-
-
-def gemm_gmacs(device: torch.device, size: int = GEMM_SIZE, calls: int = 4, precision: str = "fp32") -> float:
-    """Achieved GMAC/s of ``calls`` ``size`` x ``size`` matmuls on ``device`` in ``precision`` (one timing)."""
-    import torch
-
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[precision]
-    a = torch.randn(size, size, device=device, dtype=dtype)
-    b = torch.randn(size, size, device=device, dtype=dtype)
-    a @ b  # first call: allocation, kernel choice
-    spent = _timed(lambda: [a @ b for _ in range(calls)], device)
-    return calls * size**3 / spent / 1e9
 
 
 def roofline_line(name: str, images_per_s: float, macs_per_image: float, roofline: float, width: int = 34) -> str:

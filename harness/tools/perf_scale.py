@@ -201,7 +201,7 @@ def paper_report(protocol_name: str, device_name: str, batch: int | None, images
     from ..spec.protocol import load_protocol
     from ..model.device import resolve_device
     from ..data.stream import build_stream
-    from .perf import GEMM_SIZE, gemm_gmacs, roofline_precision
+    from .roofline import GEMM_SIZE, gemm_gmacs, roofline_precision
     from ..data.inputs import Preprocess, gpu_decodable
 
     protocol = with_budget_of(load_protocol(protocol_name), budget_of)
