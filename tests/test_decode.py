@@ -76,3 +76,56 @@ def test_a_store_decoding_bytes_serves_planned_and_unplanned_batches(tmp_path, m
     for ids in [batches[0], np.array([7, 8]), batches[1], batches[2]]:  # a method's own fetch in between
         assert torch.equal(store.get(ids), plain.get(ids))
     assert store.prefetched == (3 if workers == "1" else 0) and trims == ([0] if workers == "1" else [])
+
+
+def _imagenet_tree(root, classes: int, train: int, val: int, seed: int) -> dict:
+    """An ImageNet-layout folder of small JPEGs (``train/<wnid>/``, ``val/<wnid>/``) as a data source."""
+    rng = np.random.default_rng(seed)
+    for part, n in (("train", train), ("val", val)):
+        for c in range(classes):
+            folder = root / part / f"n{seed:02d}{c:04d}"
+            folder.mkdir(parents=True)
+            for i in range(n):
+                base = Image.fromarray(rng.integers(0, 256, (4, 4, 3), dtype=np.uint8)).resize((40, 40))
+                base.save(folder / f"{i}.JPEG", quality=90)
+    return {"source": "imagenet", "root": str(root), "train_per_class": train, "test_per_class": val}
+
+
+def test_a_run_decoding_jpeg_bytes_in_batches_draws_and_scores_as_worker_decode(bench_cache, tmp_path, monkeypatch):
+    """The device decoder's path (file bytes read by workers, each batch decoded at once by torchvision,
+    here its CPU decoder) against the default one (each image decoded by PIL in a worker): a streamed
+    trunk, so every training batch is decoded; the same batches drawn, the same curves to the bit."""
+    from conftest import reduced_tiny
+
+    from bench_stability_gap.harness.run import workbench
+    from bench_stability_gap.harness.run.continual import run_cl
+    from bench_stability_gap.harness.run.options import RunOptions
+    from bench_stability_gap.harness.spec.protocol import Protocol
+    from bench_stability_gap.methods.registry import build_method
+
+    spec = reduced_tiny()
+    spec.update(name="decode_jpeg_files", sessions=2)
+    spec["pretrain_data"] = _imagenet_tree(tmp_path / "pre", 5, 24, 4, 1)
+    spec["stream_data"] = [_imagenet_tree(tmp_path / "stream", 10, 12, 4, 2)]
+    protocol = Protocol.model_validate(spec)
+    opts = RunOptions(results_dir=tmp_path / "results", progress=False, log=False)
+    monkeypatch.setenv("BENCH_TRUNK_CACHE", "stream")
+    monkeypatch.setenv("BENCH_LOADER_WORKERS", "1")
+    runs = []
+    for batched in (False, True):
+        if batched:  # the choice the harness makes on CUDA, made here for the CPU decoder
+            monkeypatch.setattr(workbench, "gpu_decodable",
+                                lambda catalog, pre, device: not pre.augment and all(s.all_jpeg() for s in catalog.splits))
+        bench = workbench.prepare(protocol, 0, opts)
+        assert bench.train_inputs.kind == "trunk-stream" and bench.train_inputs.gpu_decode == batched
+        drawn: list[list[int]] = []
+        get = bench.train_inputs.get
+        monkeypatch.setattr(bench.train_inputs, "get", lambda ids, get=get: (drawn.append(list(ids)), get(ids))[1])
+        _, method = build_method("vanilla", protocol.name)
+        bench.train_inputs.prefetched = 0  # the first run also pre-trained the deployed model (cached after)
+        curves, budget, _ = run_cl(bench, method, 0, opts)
+        runs.append((drawn, [c.model_dump() for c in curves], budget.samples_trained, bench.train_inputs.prefetched))
+    (drawn, curves, samples, prefetched), (drawn_b, curves_b, samples_b, prefetched_b) = runs
+    assert drawn == drawn_b and len(drawn) > 0
+    assert curves == curves_b and samples == samples_b
+    assert prefetched == prefetched_b > 0  # both decoded the planned batches ahead, in workers

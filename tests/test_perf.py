@@ -31,6 +31,20 @@ def test_roofline_share_is_achieved_macs_over_the_gemm_rate():
     assert gemm_gmacs(torch.device("cpu"), size=64, calls=2) > 0
 
 
+def test_the_roofline_is_measured_in_the_precision_the_stages_compute_in():
+    import torch
+
+    from bench_stability_gap.harness.tools.roofline import gemm_gmacs, roofline_precision
+
+    # bf16 only where the stages run under bf16 autocast: CUDA with --amp; the CPU computes in fp32
+    assert roofline_precision(torch.device("cuda"), True) == "bf16"
+    assert roofline_precision(torch.device("cuda"), False) == "fp32"
+    assert roofline_precision(torch.device("cpu"), True) == "fp32"
+    assert gemm_gmacs(torch.device("cpu"), size=64, calls=2, precision="bf16") > 0
+    with pytest.raises(KeyError):
+        gemm_gmacs(torch.device("cpu"), size=8, calls=1, precision="fp8")
+
+
 def test_image_files_decode_through_loader_workers_to_the_same_tensors(tmp_path, monkeypatch):
     """Real-data path: a DataLoader (one worker) builds the kept images, a thread pool decodes per
     batch; both give exactly what the plain in-order path gives, mixed with an in-memory split."""
@@ -100,5 +114,5 @@ def test_bench_perf_paper_prints_costs_and_stage_projection(tiny_protocol_file):
                                     "--repeats", "1", "--project-tflops", "100"], catch_exceptions=False)
     assert out.exit_code == 0, out.output
     for needle in ("JPEG decode + preprocess", "trunk forward", "train step", "GiB/s", "data path",
-                   "CL evaluation", "an assumption, not a measurement"):
+                   "CL evaluation", "an assumption, not a measurement", "% of roofline", "roofline: fp32 GEMM"):
         assert needle in out.output

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from bench_stability_gap.harness.sweep.shared_storage import (probe_problems, re
                                                         write_probes)
 from bench_stability_gap.harness.sweep.plan import Sweep, SweepGroup, plan
 from bench_stability_gap.harness.sweep.progress import ProgressBoard, eta_seconds, overall_line, running_lines
-from bench_stability_gap.harness.sweep.stages import stage_graph
+from bench_stability_gap.harness.sweep.stages import split_joint, stage_graph
 from results_factory import joint_run, two_session_run
 
 
@@ -38,6 +39,24 @@ def test_each_shared_prerequisite_is_one_stage_that_the_stages_needing_it_wait_f
     assert needs[f"run:{spec}:1:finetune"] == needs[f"run:{spec}:1:vanilla+oocf"] == (f"references:{spec}:1",)
     assert graph[3].label == "tiny_cil_reduced finetune seed 0"
 
+
+
+def test_a_cluster_trains_each_joint_model_as_a_stage_and_the_joint_stage_combines_them(tiny_protocol_file, tmp_path):
+    graph = _graph(tiny_protocol_file, tmp_path, ["finetune"], [0])
+    split = split_joint(graph)
+    spec = f"tiny_cil_reduced@{graph[0].protocol.spec_hash}"
+    parts = [f"joint-part:{spec}:0:{i}" for i in range(4)]  # one per session model: 4 sessions
+    assert [s.key for s in split] == [f"deployed:{spec}", *parts, f"joint:{spec}:0", f"references:{spec}:0",
+                                      f"run:{spec}:0:finetune"]
+    by_key = {s.key: s for s in split}
+    assert all(by_key[k].needs == (f"deployed:{spec}",) and by_key[k].part == i for i, k in enumerate(parts))
+    assert by_key[f"joint:{spec}:0"].needs == tuple(parts)
+    assert [by_key[k].label for k in parts[:2]] == ["tiny_cil_reduced joint model 1 seed 0",
+                                                    "tiny_cil_reduced joint model 2 seed 0"]
+    # joint.mode final trains one model: nothing to split
+    final = [dataclasses.replace(s, protocol=s.protocol.model_copy(update={"joint": s.protocol.joint.model_copy(
+        update={"mode": "final"})})) for s in graph]
+    assert [s.kind for s in split_joint(final)] == [s.kind for s in graph]
 
 def test_stored_prerequisites_are_left_out_and_the_next_stage_waits_for_the_one_before(tiny_protocol, tiny_protocol_file,
                                                                                     tmp_path):

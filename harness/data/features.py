@@ -69,30 +69,35 @@ class FeatureShards:
         self._open[k] = mm
         return mm
 
-    def _as_float(self, array: np.ndarray) -> Tensor:
-        t = torch.from_numpy(np.array(array, copy=True))  # a private copy: the map may close
-        if self.dtype == "bfloat16":
-            t = t.view(torch.bfloat16)
-        return t.float()
+    @property
+    def stored_dtype(self) -> torch.dtype:
+        return getattr(torch, self.dtype)
 
-    def read(self, rows: np.ndarray) -> Tensor:
-        """Rows by index (any order), float32, shaped ``(len(rows), *shape)``."""
+    def _as_stored(self, array: np.ndarray) -> Tensor:
+        t = torch.from_numpy(np.array(array, copy=True))  # a private copy: the map may close
+        return t.view(torch.bfloat16) if self.dtype == "bfloat16" else t
+
+    def read(self, rows: np.ndarray, stored: bool = False) -> Tensor:
+        """Rows by index (any order), shaped ``(len(rows), *shape)``: float32, or with ``stored`` in the
+        dtype they are stored in (fewer bytes to copy to a device, which converts them there)."""
         rows = np.asarray(rows, dtype=np.int64)
-        out = torch.empty(len(rows), self.row_elems)
+        out = torch.empty(len(rows), self.row_elems, dtype=self.stored_dtype if stored else torch.float32)
         shard_of = rows // self.rows_per_shard
         for k in np.unique(shard_of):
             pick = np.flatnonzero(shard_of == k)
             local = rows[pick] - k * self.rows_per_shard
-            out[torch.from_numpy(pick)] = self._as_float(self._shard(int(k))[local])
+            out[torch.from_numpy(pick)] = self._as_stored(self._shard(int(k))[local]).to(out.dtype)
         return out.view(len(rows), *self.shape)
 
-    def load_all(self) -> Tensor:
-        """The whole table in RAM (float32), for a split small enough to keep there."""
-        out = torch.empty(self.rows, self.row_elems)
+    def load_all(self, stored: bool = False, device: torch.device | str = "cpu") -> Tensor:
+        """The whole table in memory, float32 in RAM by default; with ``stored``, in the stored dtype
+        on ``device`` (copied one shard at a time, so the host never holds the whole table)."""
+        out = torch.empty(self.rows, self.row_elems, dtype=self.stored_dtype if stored else torch.float32,
+                          device=device)
         for k in range(-(-self.rows // self.rows_per_shard)):
             start = k * self.rows_per_shard
             mm = self._shard(k)
-            out[start : start + len(mm)] = self._as_float(mm)
+            out[start : start + len(mm)] = self._as_stored(mm).to(out.dtype)
         self._open.clear()
         return out.view(self.rows, *self.shape)
 

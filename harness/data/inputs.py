@@ -37,6 +37,7 @@ from torchvision.transforms import v2 as T
 from tqdm.auto import tqdm
 
 from .features import FeatureShards, open_verified
+from .resident import RowsAhead, placement
 from ..spec.protocol import Backbone
 from .stream import Catalog
 
@@ -288,6 +289,7 @@ class InputStore:
         self.shards: FeatureShards | None = None
         self.trunk: nn.Module | None = None
         self.row_of: np.ndarray | None = None  # global id -> table row, when the table holds labelled ids only
+        self._rows_ahead: RowsAhead | None = None  # announced reads of streamed shards (``read_ahead``)
         self.seen = np.zeros(len(catalog), dtype=bool)
         self.fetched = 0
         self._pool: ThreadPoolExecutor | None = None
@@ -312,7 +314,9 @@ class InputStore:
             else:
                 self.shards = open_verified(folder, len(self._labelled()),
                                             lambda: self._trunk_pass(trunk, chunk, desc), tqdm.write)
-                if mode == "trunk-ram":
+                if placement(self.shards.nbytes, self.device) == "resident":  # on the device, stored dtype
+                    self.table, self.shards = self.shards.load_all(stored=True, device=self.device), None
+                elif mode == "trunk-ram":
                     self.table, self.shards = self.shards.load_all(), None
         elif mode == "trunk-stream":
             self.trunk = copy.deepcopy(trunk).eval()  # its own copy: a run's FLOP hooks never see it
@@ -428,6 +432,19 @@ class InputStore:
         )
         self._ahead, self._ahead_images = deque(np.asarray(b, dtype=np.int64) for b in batches), workers_from(loader)
 
+    def read_ahead(self, batches: Sequence[np.ndarray], on_cpu: bool = False) -> None:
+        """The next ``get``s, in order (an evaluation's batches): when this store streams its trunk
+        features from shards to CUDA (or ``on_cpu``), they are read and copied ahead (``RowsAhead``)."""
+        self.end_read_ahead()
+        if self.shards is not None and batches and (self.device.type == "cuda" or on_cpu):
+            self._rows_ahead = RowsAhead(self.shards, [self.row_of[np.asarray(b, dtype=np.int64)] for b in batches],
+                                         self.device)
+
+    def end_read_ahead(self) -> None:
+        if self._rows_ahead is not None:
+            self._rows_ahead.close()
+            self._rows_ahead = None
+
     def end_plan(self) -> None:
         """Drop what is left of the plan (its workers stop)."""
         self._ahead, self._ahead_images = deque(), None
@@ -453,8 +470,11 @@ class InputStore:
         if self.table is not None:
             index = torch.from_numpy(ids if self.row_of is None else self.row_of[ids])
             rows = self.table.index_select(0, index.to(self.table.device))
+            if self.cached:  # a resident table keeps the stored dtype; the model gets float32
+                rows = rows.float()
         elif self.shards is not None:
-            rows = self.shards.read(self.row_of[ids])
+            ahead = self._rows_ahead.take(self.row_of[ids]) if self._rows_ahead is not None else None
+            rows = ahead if ahead is not None else self.shards.read(self.row_of[ids])
         else:
             rows = self._images(ids)
         if self.device.type != "cuda":

@@ -58,7 +58,10 @@ class Diverged(Exception):
 
 
 def _finite(model: torch.nn.Module) -> bool:
-    return all(bool(torch.isfinite(p).all()) for p in model.parameters() if p.requires_grad)
+    """Every trained weight finite, read with one host sync (on CUDA, one per parameter would stall
+    every update as many times as the model has tensors)."""
+    flags = [torch.isfinite(p).all() for p in model.parameters() if p.requires_grad]
+    return bool(torch.stack(flags).all()) if flags else True
 
 
 def _new_curve(tasks: int) -> dict[str, list]:

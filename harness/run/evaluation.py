@@ -74,6 +74,7 @@ def evaluate(predict: Callable[[Tensor], Tensor], inputs: InputStore, plan: Eval
     predicted = np.empty(len(plan.ids), dtype=np.int32)
     starts = range(0, len(plan.ids), batch_size)
     forward = predict if meter is None else meter.once_per_shape(predict)
+    inputs.read_ahead([plan.ids[start : start + batch_size] for start in starts])
     with torch.no_grad():
         for start in tqdm(starts, desc=desc, unit="batch", leave=False, delay=2.0, disable=desc is None):
             part = plan.ids[start : start + batch_size]
@@ -84,6 +85,7 @@ def evaluate(predict: Callable[[Tensor], Tensor], inputs: InputStore, plan: Eval
             pred = in_cpu_chunks(forward, x, chunk).argmax(dim=1).cpu()
             correct[start : start + len(part)] = (pred == plan.labels[start : start + len(part)]).numpy()
             predicted[start : start + len(part)] = pred.numpy()
+    inputs.end_read_ahead()
     tasks = [_mean(plan.task == k, correct) for k in range(plan.tasks)]
     return Accuracies(_mean(plan.old, correct), _mean(plan.new, correct), float(correct.mean()), tasks,
                       ids=plan.ids, predicted=predicted, labels=plan.labels.numpy())

@@ -5,11 +5,19 @@ with the protocol's joint budget and optimizer settings, and nothing else: a use
 (``-m joint`` with modifiers or ``--set`` is refused), so a stored joint run is keyed by the protocol
 hash, the seed and these settings. ``harness.results.select_runs`` finds it; the pipeline trains it
 when there is none.
+
+The per-session models are independent (model j draws from its own seeds and trains on S1..Sj), so
+the reference is made of *parts*, one per trained model, each with its own checkpoint: trained one
+after the other here, or as separate tasks of a cluster (the Ray executor), then combined into the
+same reference either way. A part starts from zeroed counters, and combining adds them up in part
+order, so where a part was trained does not change a single number.
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -23,10 +31,32 @@ from ..results.curves import ReferenceSession
 from .evaluation import eval_plan, eval_point
 from .isolation import isolated_model_predict
 from ..results.schema import Budget
+from ..spec.protocol import Protocol
 from .workbench import OfflineCheckpoint, Workbench, train_offline
 from .options import RunOptions, say, timed
 from ..model.device import autocast, seed_everything
 from ...methods.configs import joint_config
+
+
+@dataclass
+class JointPart:
+    """What one trained joint model adds to the reference: its accuracies at the sessions it is the
+    reference of, its FLOP tally and per-session FLOPs, the ids its input stores fetched, its samples,
+    parameters and stage times. Stored (in its checkpoint) once the part is done."""
+
+    refs: list[dict] = field(default_factory=list)
+    tally: FL.Tally = field(default_factory=FL.Tally.zero)
+    train_per_session: list[float] = field(default_factory=list)
+    eval_per_session: list[float] = field(default_factory=list)
+    seen: list[tuple[np.ndarray, int]] = field(default_factory=list)  # train store, test store
+    samples: int = 0
+    params: int = 0
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def joint_parts(protocol: Protocol) -> int:
+    """How many independent models the joint reference trains: one per session, or one (``final``)."""
+    return protocol.sessions if protocol.joint.mode == "per_session" else 1
 
 
 def _joint_model(bench: Workbench, upto: int, generator: torch.Generator) -> SplitModel:
@@ -36,89 +66,140 @@ def _joint_model(bench: Workbench, upto: int, generator: torch.Generator) -> Spl
     return model
 
 
-def train_joint(bench: Workbench, seed: int, options: RunOptions,
-                checkpoint: Checkpointer | None = None) -> tuple[list[ReferenceSession], Budget, int]:
-    """Per session j, the deployed model retrained on S1..Sj with the protocol's joint budget. With a
-    ``checkpoint``, it saves itself inside each model's training and after each session, and resumes.
+def _meter_for(bench: Workbench, model: SplitModel, tally: FL.Tally) -> FL.FlopMeter:
+    meter = FL.FlopMeter(model, bench.input_shape, bool(bench.deployed.trunk_cached))
+    meter.tally = tally
+    return meter
 
-    Every model it trains and evaluates is counted on one FLOP tally, closed into the budget by the
-    same code as a continual run's."""
+
+def train_joint_part(bench: Workbench, seed: int, options: RunOptions, part: int,
+                     checkpoint: Checkpointer | None = None) -> JointPart:
+    """Train joint model ``part`` (0-based: the model of session ``part + 1``; in ``final`` mode the one
+    model) and evaluate it where it is the reference. With a ``checkpoint``, it saves itself during its
+    training and resumes from there; the caller stores the finished part."""
     p, stream = bench.protocol, bench.stream
-    final_model = None
-    cached = bool(bench.deployed.trunk_cached)
-    bench.train_inputs.reset_seen()
-    bench.test_inputs.reset_seen()
+    sessions = [stream.sessions[part]] if p.joint.mode == "per_session" else list(stream.sessions)
+    for store in (bench.train_inputs, bench.test_inputs):
+        store.reset_seen()
     progress, tally = Progress(), FL.Tally.zero()
-    model_start = 0.0  # the tally's training MACs when the model in training started
     state = checkpoint.load() if checkpoint is not None else None
-    first = 0
+    if state is not None and state.get("kind") != "mid":
+        state = None
     if state is not None:
-        say(options, f"Resuming the joint reference (seed {seed}) from its checkpoint: model "
-                     f"{state['next_session'] + 1}" + (f", update {state['update']}" if state["kind"] == "mid" else ""))
+        say(options, f"Resuming the joint reference (seed {seed}) from its checkpoint: model {part + 1}, "
+                     f"update {state['update']}")
         progress = Progress.from_state(copy.deepcopy(state["progress"]))
-        tally, model_start = copy.deepcopy(state["tally"]), state["model_start"]
+        tally = copy.deepcopy(state["tally"])
         for store, seen in zip((bench.train_inputs, bench.test_inputs), state["seen"], strict=True):
             setseen_state(store, seen)
-        first = state["next_session"]
-        if state.get("final_model") is not None:  # joint.mode final: the one model, trained already
-            final_model = _joint_model(bench, stream.sessions[-1].index, torch.Generator())
-            final_model.load_state_dict(state["final_model"])
 
-    def outer(pos: int) -> dict[str, Any]:
-        return {"progress": copy.deepcopy(progress.state()), "tally": copy.deepcopy(tally), "model_start": model_start,
-                "next_session": pos,
-                "seen": [seen_state(s) for s in (bench.train_inputs, bench.test_inputs)],
-                "final_model": final_model.state_dict() if final_model is not None and p.joint.mode == "final" else None}
+    def outer() -> dict[str, Any]:
+        return {"progress": copy.deepcopy(progress.state()), "tally": copy.deepcopy(tally),
+                "seen": [seen_state(s) for s in (bench.train_inputs, bench.test_inputs)]}
 
-    def meter_for(model: SplitModel) -> FL.FlopMeter:
-        meter = FL.FlopMeter(model, bench.input_shape, cached)
-        meter.tally = tally
-        return meter
+    first = sessions[0]
+    generator = seed_everything(seed + first.index)
+    rng = np.random.default_rng(seed + first.index)
+    upto = first.index if p.joint.mode == "per_session" else stream.sessions[-1].index
+    model = _joint_model(bench, upto, generator)
+    meter = _meter_for(bench, model, tally)
+    saving = None if checkpoint is None else OfflineCheckpoint(checkpoint, "joint", outer, state)
+    with meter.attached(), timed(progress.seconds, "train", bench.device):
+        train_offline(bench, model, joint_config(p), stream.session_ids(upto), p.joint.updates,
+                      p.joint.batch_size, rng, generator, f"joint S1..S{upto}", options, saving)
+    progress.samples += p.joint.updates * p.joint.batch_size
+    progress.params = max(progress.params, model.trainable_parameters())
+    progress.train_per_session.append(FL.flops(meter.train_macs()))
+    for session in sessions:
+        if session is not first:  # final mode: each later session's evaluation starts from its own seed
+            seed_everything(seed + session.index)
+        _evaluate_joint(bench, model, session, tally, progress, options)
+    return JointPart(refs=progress.refs, tally=tally, train_per_session=progress.train_per_session,
+                     eval_per_session=progress.eval_per_session,
+                     seen=[seen_state(s) for s in (bench.train_inputs, bench.test_inputs)],
+                     samples=progress.samples, params=progress.params, seconds=progress.seconds)
 
-    meter = None
-    for pos in range(first, len(stream.sessions)):
-        session = stream.sessions[pos]
-        generator = seed_everything(seed + session.index)
-        rng = np.random.default_rng(seed + session.index)
-        if p.joint.mode == "per_session" or final_model is None:
-            upto = session.index if p.joint.mode == "per_session" else stream.sessions[-1].index
-            model = _joint_model(bench, upto, generator)
-            meter = meter_for(model)
-            resume = state if state is not None and state["kind"] == "mid" and state["next_session"] == pos else None
-            if resume is None:
-                model_start = meter.train_macs()
-            saving = None if checkpoint is None else OfflineCheckpoint(checkpoint, "joint", lambda: outer(pos), resume)
-            with meter.attached(), timed(progress.seconds, "train", bench.device):
-                train_offline(bench, model, joint_config(p), stream.session_ids(upto), p.joint.updates,
-                              p.joint.batch_size, rng, generator, f"joint S1..S{upto}", options, saving)
-            progress.samples += p.joint.updates * p.joint.batch_size
-            progress.params = max(progress.params, model.trainable_parameters())
-            final_model = model
-            progress.train_per_session.append(FL.flops(meter.train_macs() - model_start))
-        model = final_model
-        model.eval()
-        plan = eval_plan(stream, session)
-        n = session.seen_classes
-        meter = meter_for(model)
-        eval0 = meter.eval_macs()
-        with meter.attached():
-            result = eval_point(isolated_model_predict(model, n), bench.test_inputs, plan, p.eval.batch_size, meter,
-                                progress.seconds, bench.device, autocast(bench.device, bench.precision),
-                                f"eval joint S1..S{session.index}" if options.progress else None)
-        if options.on_eval is not None:  # the point closes the joint model's training: its step is that count
-            options.on_eval(session.index, p.joint.updates, result)
-        progress.eval_per_session.append(FL.flops(meter.eval_macs() - eval0))
-        progress.refs.append(ReferenceSession(session=session.index, old=result.old, new=result.new, all=result.all,
-                                              tasks=result.tasks).model_dump())
+
+def _evaluate_joint(bench: Workbench, model: SplitModel, session: Any, tally: FL.Tally, progress: Progress,
+                    options: RunOptions) -> None:
+    """The joint model's accuracies at ``session``, on its seen classes, added to ``progress``."""
+    model.eval()
+    plan = eval_plan(bench.stream, session)
+    n = session.seen_classes
+    meter = _meter_for(bench, model, tally)
+    eval0 = meter.eval_macs()
+    with meter.attached():
+        result = eval_point(isolated_model_predict(model, n), bench.test_inputs, plan, bench.protocol.eval.batch_size,
+                            meter, progress.seconds, bench.device, autocast(bench.device, bench.precision),
+                            f"eval joint S1..S{session.index}" if options.progress else None)
+    if options.on_eval is not None:  # the point closes the joint model's training: its step is that count
+        options.on_eval(session.index, bench.protocol.joint.updates, result)
+    progress.eval_per_session.append(FL.flops(meter.eval_macs() - eval0))
+    progress.refs.append(ReferenceSession(session=session.index, old=result.old, new=result.new, all=result.all,
+                                          tasks=result.tasks).model_dump())
+
+
+def stored_part(checkpoint: Checkpointer | None) -> JointPart | None:
+    """The finished part a checkpoint holds (None: not trained yet, or only partly)."""
+    state = checkpoint.load() if checkpoint is not None else None
+    return state["part"] if state is not None and state.get("kind") == "part" else None
+
+
+def ensure_joint_part(bench: Workbench, seed: int, options: RunOptions, part: int,
+                      checkpoint: Checkpointer | None) -> JointPart:
+    """The finished part from its checkpoint, or trained now and stored there as finished."""
+    done = stored_part(checkpoint)
+    if done is None:
+        done = train_joint_part(bench, seed, options, part, checkpoint)
         if checkpoint is not None:
-            checkpoint.save({"kind": "boundary", **outer(pos + 1)})
-    if meter is None:  # resumed after the last session: the final model's structure gives the per-sample costs
-        meter = meter_for(_joint_model(bench, stream.sessions[-1].index, torch.Generator()))
-    n_trainings = len(stream.sessions) if p.joint.mode == "per_session" else 1
+            checkpoint.save({"kind": "part", "part": done})
+    return done
+
+
+def _add_tally(total: FL.Tally, part: FL.Tally) -> None:
+    for phase, parts in part.fwd_samples.items():
+        for name, n in parts.items():
+            total.fwd_samples[phase][name] += n
+    for phase, parts in part.bwd_samples.items():
+        for name, n in parts.items():
+            total.bwd_samples[phase][name] += n
+    for phase, macs in part.macs.items():
+        total.macs[phase] += macs
+
+
+def train_joint(bench: Workbench, seed: int, options: RunOptions,
+                checkpoints: Callable[[int], Checkpointer] | None = None) -> tuple[list[ReferenceSession], Budget, int]:
+    """The joint reference from its parts: each found finished in its checkpoint (``checkpoints(part)``:
+    trained elsewhere, or before this process was stopped) or trained now, then combined.
+
+    Every part's FLOPs are counted on its own tally, added into one and closed into the budget by the
+    same code as a continual run's."""
+    p, stream = bench.protocol, bench.stream
+    parts = [ensure_joint_part(bench, seed, options, i, checkpoints(i) if checkpoints is not None else None)
+             for i in range(joint_parts(p))]
+    progress, tally = Progress(), FL.Tally.zero()
+    seen = [np.zeros_like(s) for s, _ in parts[0].seen]
+    fetched = [0, 0]
+    for part in parts:
+        _add_tally(tally, part.tally)
+        progress.refs += part.refs
+        progress.train_per_session += part.train_per_session
+        progress.eval_per_session += part.eval_per_session
+        progress.samples += part.samples
+        progress.params = max(progress.params, part.params)
+        for stage, s in part.seconds.items():
+            progress.seconds[stage] = progress.seconds.get(stage, 0.0) + s
+        for k, (ids, n) in enumerate(part.seen):
+            seen[k] |= ids
+            fetched[k] += n
+    for store, ids, n in zip((bench.train_inputs, bench.test_inputs), seen, fetched, strict=True):
+        setseen_state(store, (ids, n))
+    # the final model's structure gives the per-sample costs
+    meter = _meter_for(bench, _joint_model(bench, stream.sessions[-1].index, torch.Generator()), tally)
     budget = closing_budget(
         progress, meter, bench.train_inputs, bench.test_inputs, options,
-        updates_per_session=[p.joint.updates] * n_trainings, batch_new=p.joint.batch_size, batch_old=0,
-        optimizer_steps=p.joint.updates * n_trainings, memory_policy="all data", memory_capacity=None,
+        updates_per_session=[p.joint.updates] * len(parts), batch_new=p.joint.batch_size, batch_old=0,
+        optimizer_steps=p.joint.updates * len(parts), memory_policy="all data", memory_capacity=None,
         memory_peak_samples=len(stream.session_ids(stream.sessions[-1].index)), memory_peak_bytes=0,
         batch_limit=p.joint.batch_size, max_trained_per_update=p.joint.batch_size)
     return [ReferenceSession(**r) for r in progress.refs], budget, progress.params

@@ -28,7 +28,7 @@ from .checkpoint import Checkpointer, checkpointer, run_key
 from .claim import claim
 from ..errors import BenchError
 from ..spec.protocol import Protocol
-from .joint import train_joint
+from .joint import ensure_joint_part, joint_parts, stored_part, train_joint
 from ...methods.configs import joint_settings
 from ...methods.registry import MethodSpec, build_method, code_hash, method_settings
 from ..results.schema import (JOINT, MethodStamp, ProtocolStamp, References, RunResult, Selection, TunedStamp, git_commit,
@@ -125,19 +125,41 @@ def joint_reference(protocol: Protocol, seed: int, options: RunOptions, bench: W
 
 def _train_joint_reference(protocol: Protocol, seed: int, options: RunOptions,
                            bench: Workbench) -> tuple[RunResult, Path]:
-    models = protocol.sessions if protocol.joint.mode == "per_session" else 1
+    models = joint_parts(protocol)
     say(options, f"No joint reference for {protocol.name} (seed {seed}) yet: training it first "
                  f"({models} model(s) x {protocol.joint.updates} updates); later runs reuse it.")
     started, t0 = now_iso(), time.perf_counter()
-    saver = _checkpointer(options, "joint", protocol=protocol.spec_hash, seed=seed, config=joint_settings(protocol))
+    savers = [_joint_checkpointer(protocol, seed, options, part) for part in range(models)]
     seconds: dict[str, float] = {}
-    refs, budget, params = train_joint(bench, seed, dataclasses.replace(options, stage_seconds=seconds), saver)
+    refs, budget, params = train_joint(bench, seed, dataclasses.replace(options, stage_seconds=seconds),
+                                       savers.__getitem__)
     result = RunResult(**_common(protocol, bench, seed, options, started), method=_joint_stamp(),
                        config=joint_settings(protocol), trainable_params=params, reference=refs, budget=budget,
                        wall_time_s=time.perf_counter() - t0, stage_seconds=seconds)
     path = save_result(options.results_dir, result)
-    saver.discard()
+    for saver in savers:
+        saver.discard()
     return result, path
+
+
+def _joint_checkpointer(protocol: Protocol, seed: int, options: RunOptions, part: int) -> Checkpointer:
+    """The checkpoint of one joint model (a part of the reference), which also holds it once trained."""
+    return _checkpointer(options, "joint", protocol=protocol.spec_hash, seed=seed, config=joint_settings(protocol),
+                         part=part)
+
+
+def joint_reference_part(protocol: Protocol, seed: int, part: int, options: RunOptions, bench: Workbench) -> None:
+    """Train one model of the joint reference and keep it in its checkpoint, where the step that stores
+    the reference finds it (a cluster trains the parts as separate tasks); nothing to do when the
+    reference or this part is stored already."""
+    protocol = protocol.reference
+    if selection(protocol, options, bench.weights).joints.get(seed) is not None:
+        return
+    with _claim(options, "joint", f"Model {part + 1} of the joint reference of {protocol.name} (seed {seed})",
+                protocol=protocol.spec_hash, seed=seed, config=joint_settings(protocol), part=part):
+        saver = _joint_checkpointer(protocol, seed, options, part)
+        if stored_part(saver) is None:
+            ensure_joint_part(bench, seed, options, part, saver)
 
 
 def _continual_result(protocol: Protocol, bench: Workbench, spec: MethodSpec, method: Method, seed: int,

@@ -6,6 +6,9 @@ declared resources, and the stages it needs are its arguments, so Ray, not bench
 - A task whose worker dies is retried by Ray (``max_retries``); a re-run sweep skips what is stored.
 - Results land in the shared results folder from the worker that computed them; the driver checks
   first that every node sees that folder and the cache folder (``shared_storage``).
+- A joint reference of several models runs as one task per model (``split_joint``), each with its own
+  checkpoint and resources, and one task that combines them: the same reference as a local run's, in
+  about the time of its largest model.
 - Each task starts with ``torch_threads(cpus_per_run)`` intra-op threads; a run on the CPU then
   computes with the harness's fixed count (``harness.results.threads``), so a local sweep and a Ray sweep give
   bit-identical JSONs whatever ``--cpus-per-run`` is.
@@ -39,7 +42,7 @@ from ..results.threads import CPU_THREADS
 from ..results.schema import load_result
 from .shared_storage import probe_problems, remove_probes, shared_storage_error, write_probes
 from .progress import ProgressBoard, TaskState, overall_line, running_lines
-from .stages import Stage, run_stage
+from .stages import Stage, run_stage, split_joint
 from ..run.options import RunOptions
 
 # what a worker must see of the driver's environment: bench's own settings (the cache folder, data
@@ -202,6 +205,7 @@ class _Display:
 def run_ray(graph: list[Stage], options: RunOptions, plan: RayPlan, tracking_uri: str | None, mlflow: bool,
             echo: Callable[[str], None]) -> dict[str, TaskState]:
     """Run the stages on Ray and return each task's final state (failed ones with the reason)."""
+    graph = split_joint(graph)
     _connect(plan.address)
     try:
         resources = ray.cluster_resources()

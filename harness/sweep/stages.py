@@ -6,6 +6,9 @@ stages needing it wait for:
 
     deployed (per protocol spec) -> joint (per seed) -> references (per seed) -> method runs (per row)
 
+A cluster may split a joint stage into its independent models (``split_joint``): one ``joint-part``
+stage per model, each stored in its own checkpoint, which the joint stage then combines.
+
 Executors only order and place stages; what a stage computes is ``run_stage``, the same code whichever
 executor calls it, so the same grid gives the same result JSONs. A row that *is* a reference run (a
 reference method with default settings) is made by the references stage, never run twice.
@@ -25,7 +28,7 @@ from .plan import PlannedRun
 from ..run.workbench import Workbench
 from ..run.options import RunOptions
 
-Kind = Literal["deployed", "joint", "references", "run"]
+Kind = Literal["deployed", "joint", "joint-part", "references", "run"]
 Stored = tuple[RunResult, Path]
 
 
@@ -38,6 +41,7 @@ class Stage:
     overrides: dict[str, Any] = field(default_factory=dict)  # run stages: the --set overrides
     needs: tuple[str, ...] = ()  # keys of the stages that must have finished first
     tuned: TunedStamp | None = None  # run stages: the overrides came from bench tune
+    part: int = 0  # joint-part stages: which joint model (0-based)
 
     @property
     def key(self) -> str:
@@ -46,6 +50,8 @@ class Stage:
             return f"deployed:{spec}"
         if self.kind in ("joint", "references"):
             return f"{self.kind}:{spec}:{self.seed}"
+        if self.kind == "joint-part":
+            return f"{self.kind}:{spec}:{self.seed}:{self.part}"
         return f"run:{spec}:{self.seed}:{row_label(self.method, self.overrides, self.tuned)}"
 
     @property
@@ -55,6 +61,8 @@ class Stage:
             return f"{self.protocol.name} deployed model"
         if self.kind == "joint":
             return f"{self.protocol.name} joint seed {self.seed}"
+        if self.kind == "joint-part":
+            return f"{self.protocol.name} joint model {self.part + 1} seed {self.seed}"
         if self.kind == "references":
             return f"{self.protocol.name} {'+'.join(self.protocol.best_new_reference)} (A_best reference) seed {self.seed}"
         extra = f" [{self.tuned.ruleset}]" if self.tuned else "".join(
@@ -100,6 +108,23 @@ def stage_graph(runs: list[PlannedRun], results_dir: Path, options: RunOptions |
     return list(graph.values())
 
 
+def split_joint(graph: list[Stage]) -> list[Stage]:
+    """``graph`` with each joint stage of several models preceded by one ``joint-part`` stage per model
+    (needing what the joint stage needed), and the joint stage needing those parts instead: a cluster
+    then trains the models side by side, and the joint stage only combines them."""
+    from ..run.joint import joint_parts
+
+    out: list[Stage] = []
+    for stage in graph:
+        n = joint_parts(stage.protocol.reference) if stage.kind == "joint" else 1
+        if n > 1:
+            parts = [dataclasses.replace(stage, kind="joint-part", part=i) for i in range(n)]
+            out += parts
+            stage = dataclasses.replace(stage, needs=tuple(s.key for s in parts))
+        out.append(stage)
+    return out
+
+
 def run_stage(stage: Stage, options: RunOptions, bench: Workbench | None = None) -> list[Stored]:
     """Compute one stage and return the results it stored (none for the deployed model, which is cached).
     ``bench``: a workbench already prepared for this protocol and seed, reused when given."""
@@ -111,7 +136,14 @@ def run_stage(stage: Stage, options: RunOptions, bench: Workbench | None = None)
         if bench is None:  # prepares the stream and input stores, trains and caches the deployed model
             prepare(p, stage.seed, options)
         return []
+    if stage.kind == "joint-part":
+        from ..run.pipeline import joint_reference_part
+
+        joint_reference_part(p, stage.seed, stage.part, options, bench or prepare(p, stage.seed, options))
+        return []
     if stage.kind == "joint":
+        if any(k.startswith("joint-part:") for k in stage.needs):  # its parts ran first, --restart included
+            options = dataclasses.replace(options, restart=False)
         return [execute(p, "joint", stage.seed, options, bench)]
     if stage.kind == "references":
         before = {r.run_id for _, r in selection(p, options).reference_runs(stage.seed)}

@@ -11,8 +11,9 @@ tensors at the protocol's backbone, batch and input size, it times
    (preprocessed images kept for the run, as ``--no-trunk-cache`` does; and, for reference, decoding
    at every eval point, as the harness did before),
 
-and prints images/s and the ratios. Beside them, the same run times an fp32 GEMM (square matrices, the
-thread count the stages use; the roofline a dense layer can reach on this machine) between the repeats,
+and prints images/s and the ratios. Beside them, the same run times a GEMM in the run's precision
+(square matrices, the thread count the stages use; fp32 on the CPU, bf16 on CUDA with autocast, the
+precision the stages compute in: the roofline a dense layer can reach on this machine) between the repeats,
 and prints each stage's achieved GMAC/s (fvcore MACs of what the stage computes per image: forward, and
 backward under the convention of ``harness.model.flops``; the optimizer's elementwise step is not
 counted) and its share of that roofline. No dataset is needed: images are random uint8 arrays. Backbone
@@ -26,7 +27,6 @@ import copy
 import os
 import statistics
 import time
-from collections.abc import Callable
 from types import SimpleNamespace
 
 from typing import TYPE_CHECKING
@@ -34,23 +34,12 @@ from typing import TYPE_CHECKING
 import click
 
 
+from .roofline import GEMM_SIZE, gemm_gmacs, roofline_precision
+from .roofline import device_seconds as _timed
+
 if TYPE_CHECKING:  # torch and numpy load when the command runs, not when the CLI starts
     import torch
 
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        import torch
-
-        torch.cuda.synchronize(device)
-
-
-def _timed(fn: Callable[[], None], device: torch.device) -> float:
-    _sync(device)
-    t0 = time.perf_counter()
-    fn()
-    _sync(device)
-    return time.perf_counter() - t0
 
 
 def _synthetic_catalog(n: int, size: int, classes: int, seed: int):
@@ -82,18 +71,6 @@ def _median(xs: list[float]) -> float:
     return statistics.median(xs)
 
 
-GEMM_SIZE = 1024  # large enough that the GEMM is compute bound, small enough to time in ~0.1 s per thread
-
-
-def gemm_gmacs(device: torch.device, size: int = GEMM_SIZE, calls: int = 4) -> float:
-    """Achieved GMAC/s of ``calls`` fp32 ``size`` x ``size`` matmuls on ``device`` (one timing)."""
-    import torch
-
-    a = torch.randn(size, size, device=device)
-    b = torch.randn(size, size, device=device)
-    a @ b  # first call: allocation, kernel choice
-    spent = _timed(lambda: [a @ b for _ in range(calls)], device)
-    return calls * size**3 / spent / 1e9
 
 
 def roofline_line(name: str, images_per_s: float, macs_per_image: float, roofline: float, width: int = 34) -> str:
@@ -173,6 +150,7 @@ def perf(protocol: str, device: str, updates: int, warmup: int, repeats: int, ev
     classes = None if spec.pretrain.mode == "weights" else (spec.classes_per_session or 10) * (spec.sessions + 1)
     model = split_network(net, backbone, classes).to(dev)
     fast = amp and dev.type == "cuda"
+    gemm_precision = roofline_precision(dev, amp)
     if fast:
         model = model.to(memory_format=torch.channels_last)
     size, b = backbone.input_size, spec.training.batch
@@ -264,7 +242,7 @@ def perf(protocol: str, device: str, updates: int, warmup: int, repeats: int, ev
             order = [(plain_block, times_plain), (harness_block, times_harness)]
             for block, out in order if r % 2 == 0 else order[::-1]:
                 out.append(_timed(lambda: block(chunk), dev))
-            gemm.append(gemm_gmacs(dev))  # interleaved: the roofline sees the same machine load
+            gemm.append(gemm_gmacs(dev, precision=gemm_precision))  # interleaved: the same machine load
     t_plain, t_harness = _median(times_plain), _median(times_harness)
     n = updates * batch
     click.echo(f"\ntraining ({updates} updates x {repeats} repeats, interleaved; median [best]; inputs: "
@@ -320,7 +298,7 @@ def perf(protocol: str, device: str, updates: int, warmup: int, repeats: int, ev
             if r:
                 times[key].append(spent)
         if r:
-            gemm.append(gemm_gmacs(dev))
+            gemm.append(gemm_gmacs(dev, precision=gemm_precision))
     click.echo(f"\ncontinual evaluation ({eval_samples} images, batch {spec.eval.batch_size}, "
                f"median [best] of {repeats}):")
     base, base_best = _median(times["no trunk cache"]), min(times["no trunk cache"])
@@ -337,7 +315,7 @@ def perf(protocol: str, device: str, updates: int, warmup: int, repeats: int, ev
     click.echo(f"  (one-off trunk pass over the eval set: {build_eval:.2f} s, kept on disk across runs by `bench run`)")
 
     roofline = _median(gemm)
-    click.echo(f"\nroofline: fp32 GEMM {GEMM_SIZE}x{GEMM_SIZE}, {torch.get_num_threads()} thread(s), median of "
+    click.echo(f"\nroofline: {gemm_precision} GEMM {GEMM_SIZE}x{GEMM_SIZE}, {torch.get_num_threads()} thread(s), median of "
                f"{len(gemm)} timings interleaved with the stages: {roofline:.2f} GMAC/s [best {max(gemm):.2f}]")
     click.echo(f"  training per image: {train_macs / 1e6:.2f} M MACs (forward + backward"
                f"{', trunk cached' if cached_train else ''}); evaluation: {(macs['body'] + macs['head']) / 1e6:.2f} M "

@@ -9,7 +9,9 @@ image at the protocol's batch size, and trunk-feature write and read speed throu
 those per-image costs by the image counts of the protocol's stream and the data path
 ``harness.data.datapath`` plans for it; it ignores overlap between decoding workers and compute on the
 CPU (they share the cores) and takes the slower of the two on CUDA (workers feed the GPU), where JPEG
-files are decoded on the GPU (nvJPEG, measured on a batch) after workers read them. The forwards are
+files are decoded on the GPU (nvJPEG, measured on a batch) after workers read them: where the run would,
+so a protocol of generated images (the synthetic twins) is projected with CPU-worker decode, and one
+projected ``--budget-of`` a real protocol with that protocol's JPEG files. The forwards are
 timed as the harness makes them: on the CPU the trunk pass in 16-row chunks and the eval forward in chunks
 sized from its widest activation (``inputs.cpu_forward_chunk``); bf16 autocast and channels_last on CUDA.
 
@@ -19,6 +21,7 @@ FLOP rates: that device's sustained rate is an assumption the user states, print
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 import time
 from dataclasses import dataclass
@@ -198,6 +201,8 @@ def paper_report(protocol_name: str, device_name: str, batch: int | None, images
     from ..spec.protocol import load_protocol
     from ..model.device import resolve_device
     from ..data.stream import build_stream
+    from .roofline import GEMM_SIZE, gemm_gmacs, roofline_precision
+    from ..data.inputs import Preprocess, gpu_decodable
 
     protocol = with_budget_of(load_protocol(protocol_name), budget_of)
     device = resolve_device(device_name)
@@ -211,6 +216,10 @@ def paper_report(protocol_name: str, device_name: str, batch: int | None, images
     plan = plan_data_path(protocol, stream, model.trunk, device, device.type == "cuda", root, {})
     batch = batch or protocol.training.batch.size
     costs = measure(protocol, model, device, batch, images, repeats)
+    device_decode = budget_of is not None or all(
+        gpu_decodable(getattr(stream, split), Preprocess(protocol.backbone), device) for split in ("train", "test"))
+    precision = roofline_precision(device, True)  # measure's forwards: bf16 autocast on CUDA, fp32 elsewhere
+    roofline = 2e9 * float(np.median([gemm_gmacs(device, precision=precision) for _ in range(max(1, repeats))]))
     workers = max(1, loader_workers())
     click.echo(f"bench perf --paper | protocol {protocol.name} | device {device} | torch threads "
                f"{torch.get_num_threads()} | {workers} decode worker(s) | weights: {note}")
@@ -223,11 +232,18 @@ def paper_report(protocol_name: str, device_name: str, batch: int | None, images
     for name, sec, fl in (("trunk forward", costs.trunk, costs.flops_trunk),
                           ("body+head forward", costs.body_eval, costs.flops_body),
                           ("train step (fwd+bwd+AdamW)", costs.train_step, 3 * costs.flops_body)):
-        click.echo(f"  {name:<25} {1e3 * sec:8.2f} ms  ({1 / sec:7.1f} images/s, {fl / sec / 1e9:7.1f} GFLOP/s)")
+        click.echo(f"  {name:<25} {1e3 * sec:8.2f} ms  ({1 / sec:7.1f} images/s, {fl / sec / 1e9:7.1f} GFLOP/s, "
+                   f"{100 * fl / sec / roofline:5.1f} % of roofline)")
+    click.echo(f"  roofline: {precision} GEMM {GEMM_SIZE}x{GEMM_SIZE} on {device}, {roofline / 1e9:.1f} GFLOP/s "
+               f"(the precision the forwards above run in)")
     click.echo(f"  trunk features: write {costs.write_gbs:.2f} GiB/s, read {costs.read_gbs:.2f} GiB/s "
                f"(random rows, right after writing)")
     stages = stage_images(protocol, stream)
     streamed = (plan.train.mode == "trunk-stream", plan.test.mode == "trunk-stream")
+    if costs.decode_device is not None and not device_decode:
+        click.echo(f"  (this protocol's images are not JPEG files: its run decodes them in CPU workers, and so "
+                   f"does this projection)")
+        costs = dataclasses.replace(costs, decode_device=None)
     here = project(costs, stages, *streamed, workers, device.type == "cuda")
     rows = [("this machine (measured costs)", here)]
     if project_tflops:
