@@ -101,6 +101,41 @@ def check_batch_sizes(stream: Stream) -> None:
                          f"{stream.seed}). Lower the batch size; nothing has trained.")
 
 
+def _cil_sessions(protocol: Protocol, seed: int, rng: np.random.Generator, stream_train: np.ndarray,
+                  raw_train: np.ndarray, k: int, n_stream: int,
+                  names: list[list[str]]) -> tuple[list[np.ndarray], np.ndarray]:
+    """Class-incremental sessions: the stream's classes in the protocol's order (``class_order``),
+    ``classes_per_session`` at a time; each session's train ids (raw class ids) in a seeded arrival
+    order, and the raw classes in order of introduction."""
+    per = protocol.classes_per_session
+    need = per * protocol.sessions
+    if need > n_stream:
+        raise BenchError(
+            f"Protocol {protocol.name}: sessions ({protocol.sessions}) x classes_per_session ({per}) = "
+            f"{need} classes, but the stream sources hold only {n_stream}."
+        )
+    if protocol.class_order in (None, "seeded"):
+        order = k + rng.permutation(n_stream)[:need]
+    else:  # a fixed order, checked against the opened data's class names before anything computes
+        order = k + np.asarray(ordered_classes(protocol.class_order, seed, names), dtype=np.int64)[:need]
+    chunks = [order[i * per : (i + 1) * per] for i in range(protocol.sessions)]
+    sessions = [rng.permutation(stream_train[np.isin(raw_train[stream_train], chunk)]) for chunk in chunks]
+    return sessions, np.concatenate(chunks)
+
+
+def _iid_sessions(protocol: Protocol, rng: np.random.Generator, stream_train: np.ndarray, raw_train: np.ndarray,
+                  k: int, offset: int) -> tuple[list[np.ndarray], np.ndarray]:
+    """IID sessions: the stream's samples shuffled and cut into equal sessions; classes are introduced
+    in the order they first appear (the rest after them)."""
+    sessions = np.array_split(rng.permutation(stream_train), protocol.sessions)
+    seen: list[int] = []
+    for part in sessions:
+        for c in np.unique(raw_train[part]):
+            if c not in seen:
+                seen.append(int(c))
+    return sessions, np.array(seen + [c for c in range(k, offset) if c not in seen], dtype=np.int64)
+
+
 def build_stream(protocol: Protocol, seed: int) -> Stream:
     """Open the protocol's sources and lay out the sessions for this seed (CIL or IID order)."""
     pre_train, pre_test = open_source(protocol.pretrain_data, field="pretrain_data.root")
@@ -125,33 +160,10 @@ def build_stream(protocol: Protocol, seed: int) -> Stream:
     stream_train = np.arange(len(pre_train), len(raw_train_all))
     stream_train = stream_train[trainable[stream_train]]
     if protocol.ordering == "cil":
-        per = protocol.classes_per_session
-        need = per * protocol.sessions
-        if need > n_stream:
-            raise BenchError(
-                f"Protocol {protocol.name}: sessions ({protocol.sessions}) x classes_per_session ({per}) = "
-                f"{need} classes, but the stream sources hold only {n_stream}."
-            )
-        if protocol.class_order in (None, "seeded"):
-            order = k + rng.permutation(n_stream)[:need]
-        else:  # a fixed order, checked against the opened data's class names before anything computes
-            fixed = ordered_classes(protocol.class_order, seed, [list(tr.class_names) for tr, _ in opened])
-            order = k + np.asarray(fixed, dtype=np.int64)[:need]
-        chunks_raw = [order[i * per : (i + 1) * per] for i in range(protocol.sessions)]
-        session_raw_ids = []
-        for chunk in chunks_raw:
-            ids = stream_train[np.isin(raw_train_all[stream_train], chunk)]
-            session_raw_ids.append(rng.permutation(ids))
-        intro = np.concatenate(chunks_raw)
+        session_raw_ids, intro = _cil_sessions(protocol, seed, rng, stream_train, raw_train_all, k, n_stream,
+                                               [list(tr.class_names) for tr, _ in opened])
     else:
-        ids = rng.permutation(stream_train)
-        session_raw_ids = np.array_split(ids, protocol.sessions)
-        seen: list[int] = []
-        for part in session_raw_ids:
-            for c in np.unique(raw_train_all[part]):
-                if c not in seen:
-                    seen.append(int(c))
-        intro = np.array(seen + [c for c in range(k, offset) if c not in seen], dtype=np.int64)
+        session_raw_ids, intro = _iid_sessions(protocol, rng, stream_train, raw_train_all, k, offset)
 
     # Renumber: pretrain classes keep 0..K-1; stream classes by introduction order.
     relabel = np.full(offset, -1, dtype=np.int64)

@@ -27,9 +27,9 @@ import copy
 import os
 import statistics
 import time
+from dataclasses import dataclass
 from types import SimpleNamespace
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -124,23 +124,41 @@ def perf(protocol: str, device: str, updates: int, warmup: int, repeats: int, ev
     if paper:
         paper_report(protocol, device, None, paper_images, min(repeats, 3), project_tflops, budget_of)
         return
-    import numpy as np
+    rig = _rig(protocol, device, amp, allow_download)
+    gemm: list[float] = []  # roofline timings, interleaved with the stages': the same machine load
+    train_macs, train_rates = _time_training(rig, updates, warmup, repeats, gemm)
+    runs, times, width = _time_evaluation(rig, eval_samples, repeats, gemm)
+    _print_roofline(rig, gemm, train_macs, train_rates, runs, times, eval_samples, width)
+
+
+@dataclass
+class _Rig:
+    """What every stage of ``bench perf`` times on: the protocol's split network and its precision."""
+
+    spec: Any
+    dev: torch.device
+    backbone: Any
+    model: Any
+    fast: bool  # bf16 autocast + channels_last (CUDA with --amp)
+    gemm_precision: str
+    input_shape: tuple[int, int, int]
+    macs: dict[str, float]
+    accel: Any  # the stages' autocast context
+
+    @property
+    def classes(self) -> int:
+        return self.model.head.num_classes
+
+
+def _rig(protocol: str, device: str, amp: bool, allow_download: bool) -> _Rig:
+    """Build the protocol's network on the device with the run's CPU settings, and print what is timed."""
     import torch
-    import torch.nn.functional as F
 
     from ..model import flops as FL
     from ..model.backbone import network_or_random_init, split_network
-    from ..run.evaluation import EvalPlan, evaluate
-    from ..data.inputs import CPU_FORWARD_CHUNK, InputStore, Preprocess
-    from ..spec.protocol import load_protocol
-    from ...methods.registry import build_method
-    from ..run.budget_guards import count_optimizer_steps, observe_within_budget
-    from ..run.workbench import Workbench
     from ..model.device import autocast, resolve_device
-    from ...methods.base import Context
-    from ..model.fastoptim import adamw
-
     from ..run.threads import prepare_cpu
+    from ..spec.protocol import load_protocol
 
     spec = load_protocol(protocol)
     dev = resolve_device(device)
@@ -150,33 +168,64 @@ def perf(protocol: str, device: str, updates: int, warmup: int, repeats: int, ev
     classes = None if spec.pretrain.mode == "weights" else (spec.classes_per_session or 10) * (spec.sessions + 1)
     model = split_network(net, backbone, classes).to(dev)
     fast = amp and dev.type == "cuda"
-    gemm_precision = roofline_precision(dev, amp)
     if fast:
         model = model.to(memory_format=torch.channels_last)
     size, b = backbone.input_size, spec.training.batch
-    batch = b.new + b.old
     input_shape = (backbone.in_chans, size, size)
-    macs = FL.split_macs(model, input_shape)
-    cached_train = not spec.training.augment
-    K = model.head.num_classes
-
+    rig = _Rig(spec, dev, backbone, model, fast, roofline_precision(dev, amp), input_shape,
+               FL.split_macs(model, input_shape), autocast(dev, "bf16" if fast else "fp32"))
     load = os.getloadavg()
     click.echo(f"bench perf | protocol {spec.name} | device {dev} | torch threads {torch.get_num_threads()} | "
                f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} ({os.cpu_count()} cores)")
     click.echo(f"  backbone {backbone.model} at {size} px, weights: {weights_note}")
-    click.echo(f"  head {K} classes; batch {batch} ({b.new} new + {b.old} old); "
+    click.echo(f"  head {rig.classes} classes; batch {b.new + b.old} ({b.new} new + {b.old} old); "
                f"{'bf16 autocast + channels_last' if fast else 'float32'}")
-    click.echo("  forward MACs per sample (fvcore): " + ", ".join(f"{k} {v / 1e6:.2f} M" for k, v in macs.items()))
+    click.echo("  forward MACs per sample (fvcore): " + ", ".join(f"{k} {v / 1e6:.2f} M" for k, v in rig.macs.items()))
+    return rig
 
-    # ---- training: plain loop vs harness update, on the same inputs
+
+def _training_inputs(rig: _Rig, pool: int) -> tuple[Any, torch.Tensor, torch.Tensor]:
+    """A synthetic training set of ``pool`` images in an input store (trunk features cached when the
+    protocol does not augment), and the same inputs and labels as device tensors for the plain loop."""
+    import numpy as np
+    import torch
+
+    from ..data.inputs import InputStore, Preprocess
+
+    spec, cached = rig.spec, not rig.spec.training.augment
+    catalog = _synthetic_catalog(pool, rig.backbone.input_size, rig.classes, seed=1)
+    store = InputStore(catalog, Preprocess(rig.backbone, augment=spec.training.augment),
+                       rig.model.trunk if cached else None, rig.dev, amp=rig.fast, progress=False)
+    rig.model.trunk_cached = cached
+    if store.cached:  # the features the harness's store holds, by id
+        table = store.get(np.arange(pool))
+        store.reset_seen()
+    else:
+        table = Preprocess(rig.backbone).images(catalog, np.arange(pool))
+    return store, table.to(rig.dev), torch.from_numpy(catalog.labels).to(rig.dev)
+
+
+def _time_training(rig: _Rig, updates: int, warmup: int, repeats: int,
+                   gemm: list[float]) -> tuple[float, dict[str, float]]:
+    """The plain loop and the harness update on the same inputs, interleaved; prints their rates and
+    returns the MACs one trained image computes and each loop's images/s."""
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+
+    from ..model import flops as FL
+    from ..run.budget_guards import count_optimizer_steps, observe_within_budget
+    from ..run.workbench import Workbench
+    from ...methods.base import Context
+    from ...methods.registry import build_method
+    from ..model.fastoptim import adamw
+
+    spec, dev, b = rig.spec, rig.dev, rig.spec.training.batch
+    batch, cached_train = b.new + b.old, not spec.training.augment
     pool = max(2 * batch, 128)
-    train_catalog = _synthetic_catalog(pool, size, K, seed=1)
     t0 = time.perf_counter()
-    train_store = InputStore(train_catalog, Preprocess(backbone, augment=spec.training.augment),
-                             model.trunk if cached_train else None, dev, amp=fast, progress=False)
+    train_store, table, labels_t = _training_inputs(rig, pool)
     build_train = time.perf_counter() - t0
-    model.trunk_cached = cached_train
-    labels_np = train_catalog.labels
     draws = np.random.default_rng(2)
     total = warmup + repeats * updates
     batches = [draws.integers(0, pool, size=batch) for _ in range(total)]
@@ -184,99 +233,100 @@ def perf(protocol: str, device: str, updates: int, warmup: int, repeats: int, ev
     # One model serves both loops, so both run the very same tensors (memory layout and alignment
     # included); each loop has its own optimizer. The FLOP meter is attached for harness blocks only.
     _spec, method = build_method("vanilla", spec.name)
-    cfg = method.config
-    shared = copy.deepcopy(model)
-    if train_store.cached:  # the features the harness's store holds, by id
-        table = train_store.get(np.arange(pool))
-        train_store.reset_seen()
-    else:
-        table = Preprocess(backbone).images(train_catalog, np.arange(pool))
-    if table.device != dev:
-        table = table.to(dev)
-    labels_t = torch.from_numpy(labels_np).to(dev)
-    accel = autocast(dev, "bf16" if fast else "fp32")
-    stream = SimpleNamespace(train=train_catalog)
+    shared = copy.deepcopy(rig.model)
+    stream = SimpleNamespace(train=train_store.catalog)
     bench = Workbench(spec, stream, dev, train_store, train_store, shared,  # type: ignore[arg-type]
-                      precision="bf16" if fast else "fp32")
+                      precision="bf16" if rig.fast else "fp32")
     ctx = Context(spec, stream, dev, None, train_store, np.random.default_rng(0),  # type: ignore[arg-type]
                   torch.Generator().manual_seed(0))
     method.setup(shared, ctx)
     method.optimizer, method.scheduler = method.build_optimizer(total)
-    optimizer = adamw(_plain_groups(shared, cfg))
-    meter = FL.FlopMeter(shared, input_shape)
+    optimizer = adamw(_plain_groups(shared, method.config))
+    meter = FL.FlopMeter(shared, rig.input_shape)
 
-    def plain_step(ids: np.ndarray) -> None:
-        idx = torch.from_numpy(ids).to(dev)
-        x, y = table.index_select(0, idx), labels_t.index_select(0, idx)
-        if fast and x.ndim == 4:
-            x = x.contiguous(memory_format=torch.channels_last)  # as InputStore.get gives it on CUDA
-        with accel:
-            loss = F.cross_entropy(shared(x), y)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+    def plain_block(chunk) -> None:
+        shared.train()
+        for ids in chunk:
+            idx = torch.from_numpy(ids).to(dev)
+            x, y = table.index_select(0, idx), labels_t.index_select(0, idx)
+            if rig.fast and x.ndim == 4:
+                x = x.contiguous(memory_format=torch.channels_last)  # as InputStore.get gives it on CUDA
+            with rig.accel:
+                loss = F.cross_entropy(shared(x), y)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
 
     times_plain: list[float] = []
     times_harness: list[float] = []
     with count_optimizer_steps() as steps:
 
-        def harness_step(ids: np.ndarray) -> None:
-            with accel:
-                observe_within_budget(method, bench.batch(ids, b.new), steps, meter, batch)
-
-        def plain_block(chunk) -> None:
-            shared.train()
-            for ids in chunk:
-                plain_step(ids)
-
         def harness_block(chunk) -> None:
             with meter.attached():
                 for ids in chunk:
-                    harness_step(ids)
+                    with rig.accel:
+                        observe_within_budget(method, bench.batch(ids, b.new), steps, meter, batch)
 
         plain_block(batches[:warmup])
         harness_block(batches[:warmup])
-        gemm: list[float] = []
         for r in range(repeats):
             chunk = batches[warmup + r * updates : warmup + (r + 1) * updates]
             order = [(plain_block, times_plain), (harness_block, times_harness)]
             for block, out in order if r % 2 == 0 else order[::-1]:
                 out.append(_timed(lambda: block(chunk), dev))
-            gemm.append(gemm_gmacs(dev, precision=gemm_precision))  # interleaved: the same machine load
-    t_plain, t_harness = _median(times_plain), _median(times_harness)
-    n = updates * batch
-    click.echo(f"\ntraining ({updates} updates x {repeats} repeats, interleaved; median [best]; inputs: "
-               f"{'cached trunk features' if cached_train else 'images'}):")
-    for name, ts in (("plain PyTorch loop", times_plain), ("harness update", times_harness)):
-        t, best = _median(ts), min(ts)
-        click.echo(f"  {name:<21}{n / t:10.1f} images/s   {1e3 * t / updates:8.2f} ms/update   "
-                   f"[{n / best:8.1f} images/s]")
-    click.echo(f"  harness / plain time {t_harness / t_plain:10.3f} x   [best {min(times_harness) / min(times_plain):.3f} x]")
+            gemm.append(gemm_gmacs(dev, precision=rig.gemm_precision))  # interleaved: the same machine load
+    rates = _report_training(times_plain, times_harness, updates, batch, cached_train)
     if cached_train:
         click.echo(f"  (one-off trunk pass over {pool} training images: {build_train:.2f} s)")
     # what one trained image computes: each part's forward and backward, less the trunk when cached
     train_macs = FL.update_macs_per_sample(meter)
     if cached_train:
         train_macs -= meter.cost("trunk").forward + meter.cost("trunk").backward
-    train_rates = {name: n / _median(ts) for name, ts in (("plain PyTorch loop", times_plain),
-                                                             ("harness update", times_harness))}
+    return train_macs, rates
 
-    # ---- one continual evaluation, with and without the trunk cache
-    eval_catalog = _synthetic_catalog(eval_samples, size, K, seed=3)
-    ids = np.arange(eval_samples)
+
+def _report_training(times_plain: list[float], times_harness: list[float], updates: int, batch: int,
+                     cached_train: bool) -> dict[str, float]:
+    """Print both loops' rates and their ratio; return each loop's images/s (medians)."""
+    t_plain, t_harness = _median(times_plain), _median(times_harness)
+    n = updates * batch
+    click.echo(f"\ntraining ({updates} updates x {len(times_plain)} repeats, interleaved; median [best]; inputs: "
+               f"{'cached trunk features' if cached_train else 'images'}):")
+    for name, ts in (("plain PyTorch loop", times_plain), ("harness update", times_harness)):
+        t, best = _median(ts), min(ts)
+        click.echo(f"  {name:<21}{n / t:10.1f} images/s   {1e3 * t / updates:8.2f} ms/update   "
+                   f"[{n / best:8.1f} images/s]")
+    click.echo(f"  harness / plain time {t_harness / t_plain:10.3f} x   [best {min(times_harness) / min(times_plain):.3f} x]")
+    return {"plain PyTorch loop": n / t_plain, "harness update": n / t_harness}
+
+
+def _time_evaluation(rig: _Rig, eval_samples: int, repeats: int,
+                     gemm: list[float]) -> tuple[list[tuple[str, Any, int | None]], dict[str, list[float]], int]:
+    """One continual evaluation through each input store (trunk cached, images kept, decoded each time;
+    on the CPU also the former 16-row hooked path); prints the rates and returns the runs, their times
+    and the label width."""
+    import numpy as np
+    import torch
+
+    from ..data.inputs import CPU_FORWARD_CHUNK, InputStore, Preprocess
+    from ..model import flops as FL
+    from ..run.evaluation import EvalPlan, evaluate
+
+    spec, dev, model = rig.spec, rig.dev, rig.model
+    eval_catalog = _synthetic_catalog(eval_samples, rig.backbone.input_size, rig.classes, seed=3)
     labels = eval_catalog.labels
-    old = labels < K // 2
-    plan = EvalPlan(ids=ids, labels=torch.from_numpy(labels), old=old, new=~old,
+    old = labels < rig.classes // 2
+    plan = EvalPlan(ids=np.arange(eval_samples), labels=torch.from_numpy(labels), old=old, new=~old,
                     task=old.astype(np.int64) ^ 1, tasks=2)
-    pre = Preprocess(backbone)
+    pre = Preprocess(rig.backbone)
     t0 = time.perf_counter()
-    stores = {"cached trunk": InputStore(eval_catalog, pre, model.trunk, dev, amp=fast, progress=False)}
+    stores = {"cached trunk": InputStore(eval_catalog, pre, model.trunk, dev, amp=rig.fast, progress=False)}
     build_eval = time.perf_counter() - t0
-    stores["no trunk cache"] = InputStore(eval_catalog, pre, None, dev, amp=fast)
+    stores["no trunk cache"] = InputStore(eval_catalog, pre, None, dev, amp=rig.fast)
     stores["no cache, decode each time"] = InputStore(eval_catalog, pre, None, dev, keep_images=False)
     # the same evaluations as the harness made them before the chunk followed the model and FLOPs were
     # counted once per row shape: 16-row chunks, every forward hooked (the ratio is this run's)
-    old_path = {f"{key}, 16-row chunks, hooked": store 
+    old_path = {f"{key}, 16-row chunks, hooked": store
                 for key, store in stores.items() if key != "no cache, decode each time" and dev.type == "cpu"}
     runs = ([(key, store, None) for key, store in stores.items()]
             + [(key, store, CPU_FORWARD_CHUNK) for key, store in old_path.items()])
@@ -285,10 +335,10 @@ def perf(protocol: str, device: str, updates: int, warmup: int, repeats: int, ev
         for key, store, chunk in runs:
             m = copy.deepcopy(model).eval()
             m.trunk_cached = store.cached
-            eval_meter = FL.FlopMeter(m, input_shape)
+            eval_meter = FL.FlopMeter(m, rig.input_shape)
 
             def one_evaluation() -> None:
-                with eval_meter.attached(), eval_meter.evaluating(), accel:
+                with eval_meter.attached(), eval_meter.evaluating(), rig.accel:
                     if chunk is None:
                         evaluate(m, store, plan, spec.eval.batch_size, meter=eval_meter)
                     else:
@@ -298,7 +348,7 @@ def perf(protocol: str, device: str, updates: int, warmup: int, repeats: int, ev
             if r:
                 times[key].append(spent)
         if r:
-            gemm.append(gemm_gmacs(dev, precision=gemm_precision))
+            gemm.append(gemm_gmacs(dev, precision=rig.gemm_precision))
     click.echo(f"\ncontinual evaluation ({eval_samples} images, batch {spec.eval.batch_size}, "
                f"median [best] of {repeats}):")
     base, base_best = _median(times["no trunk cache"]), min(times["no trunk cache"])
@@ -313,10 +363,19 @@ def perf(protocol: str, device: str, updates: int, warmup: int, repeats: int, ev
             click.echo(f"  {now}: {_median(times[key]) / _median(times[now]):.2f} x faster than 16-row chunks, hooked "
                        f"(chunk {eval_chunk(model, stores[now])} rows now)")
     click.echo(f"  (one-off trunk pass over the eval set: {build_eval:.2f} s, kept on disk across runs by `bench run`)")
+    return runs, times, width
 
+
+def _print_roofline(rig: _Rig, gemm: list[float], train_macs: float, train_rates: dict[str, float],
+                    runs: list[tuple[str, Any, int | None]], times: dict[str, list[float]], eval_samples: int,
+                    width: int) -> None:
+    """The GEMM roofline measured between the stages, and each stage's achieved share of it."""
+    import torch
+
+    macs, cached_train = rig.macs, not rig.spec.training.augment
     roofline = _median(gemm)
-    click.echo(f"\nroofline: {gemm_precision} GEMM {GEMM_SIZE}x{GEMM_SIZE}, {torch.get_num_threads()} thread(s), median of "
-               f"{len(gemm)} timings interleaved with the stages: {roofline:.2f} GMAC/s [best {max(gemm):.2f}]")
+    click.echo(f"\nroofline: {rig.gemm_precision} GEMM {GEMM_SIZE}x{GEMM_SIZE}, {torch.get_num_threads()} thread(s), "
+               f"median of {len(gemm)} timings interleaved with the stages: {roofline:.2f} GMAC/s [best {max(gemm):.2f}]")
     click.echo(f"  training per image: {train_macs / 1e6:.2f} M MACs (forward + backward"
                f"{', trunk cached' if cached_train else ''}); evaluation: {(macs['body'] + macs['head']) / 1e6:.2f} M "
                f"cached, {sum(macs.values()) / 1e6:.2f} M uncached")
