@@ -23,7 +23,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 if "--allow-download" not in sys.argv[1:]:
     os.environ["HF_HUB_OFFLINE"] = "1"
 
-DEFAULT_PROTOCOL = "tiny_cil"
+from .spec.protocol import DEFAULT_PROTOCOL  # noqa: E402 - after the environment set-up above
 DEFAULT_METHOD = "vanilla"
 
 
