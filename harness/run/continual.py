@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from ..errors import BenchError
+from ..progress_bar import MeasuredBar, progress_bar
 from ..model import flops as FL
 from .checkpoint import Checkpointer, rng_state, set_rng_state
 from .budget_guards import (add_to_memory, check_memory, check_no_stray_steps, count_optimizer_steps,
@@ -122,6 +122,18 @@ def _restore(state: dict[str, Any], bench: Workbench, model: nn.Module, method: 
     return Progress.from_state(state["progress"])
 
 
+def _run_bar(options: RunOptions, label: str, total: int | None, done: int,
+             budget: tuple[float, Callable[[], float]] | None) -> Any:
+    """The run's progress bar: in updates, or under a FLOP budget (``budget``: total training TFLOPs and
+    what has been spent) in TFLOPs, where the update count is known only at the end: its budget gives
+    the bar a total and an ETA all the same."""
+    if budget is None:
+        return progress_bar(options.progress, total=total, initial=done, desc=label, unit="upd")
+    tflops, spent = budget
+    return MeasuredBar(progress_bar(options.progress, total=round(tflops, 6), initial=spent(), desc=label,
+                                    unit="TFLOP"), spent)
+
+
 def _finite(model: nn.Module) -> bool:
     return all(bool(torch.isfinite(p).all()) for p in model.parameters() if p.requires_grad)
 
@@ -200,8 +212,9 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
             model.head.grow(grown - model.head.num_classes, generator)
             progress = _restore(boundary, bench, model, method, memory, ctx, meter, rngs)
             steps[0] = progress.steps
-        bar = tqdm(total=total, initial=progress.observed, desc=f"{p.name} {method.label}", unit="upd",
-                   disable=not options.progress)
+        bar = _run_bar(options, f"{p.name} {method.label}", total, progress.observed,
+                       None if flop_budget is None else (flop_budget.tflops * len(stream.sessions),
+                                                         lambda: FL.flops(train_macs()) / 1e12))
         for pos in range(first, len(stream.sessions)):
             session = stream.sessions[pos]
             train0, eval0 = train_macs(), meter.eval_macs()
@@ -259,7 +272,8 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
                     if options.on_eval is not None:
                         options.on_eval(session.index, u, acc)
                     curve["train_flops"].append(FL.flops(train_macs()))
-                    bar.set_postfix(session=session.index, old=f"{acc.old:.3f}", new=f"{acc.new:.3f}")
+                    bar.set_postfix(session=session.index, updates=progress.observed, old=f"{acc.old:.3f}",
+                                    new=f"{acc.new:.3f}")
 
             def save(u: int, planned: list | None) -> None:
                 progress.steps = steps[0]
