@@ -113,3 +113,19 @@ def test_a_corrupt_result_file_is_skipped_with_a_warning_naming_it(tmp_path: Pat
     out = CliRunner().invoke(main, ["leaderboard", "build", "--results", str(root), "--out", str(tmp_path / "site")])
     assert out.exit_code == 0, out.output
     assert "seed5-broken.json" in out.output and (tmp_path / "site" / "index.html").exists()
+
+
+def test_boards_with_ranked_methods_come_first_default_protocol_first_precisions_grouped() -> None:
+    from types import SimpleNamespace
+
+    from bench_stability_gap.leaderboard.site import board_order
+
+    def board(name: str, precision: str = "fp32", ranked: bool = True) -> SimpleNamespace:
+        return SimpleNamespace(name=name, precision=precision, rows=[object()] if ranked else [])
+
+    boards = [board("abc", ranked=False), board("tiny_cil", "bf16"), board("tiny_cil_quick"), board("tiny_cil@0.5x"),
+              board("abc"), board("tiny_cil"), board("tiny_cil_quick", "bf16")]
+    assert [(b.name, b.precision, bool(b.rows)) for b in sorted(boards, key=board_order)] == [
+        ("tiny_cil", "fp32", True), ("tiny_cil@0.5x", "fp32", True), ("abc", "fp32", True),
+        ("tiny_cil_quick", "fp32", True), ("tiny_cil", "bf16", True), ("tiny_cil_quick", "bf16", True),
+        ("abc", "fp32", False)]

@@ -107,3 +107,43 @@ def test_tuned_never_suggests_tuning_a_protocol_without_a_validation_split(tmp_p
     assert "no validation split" in str(err.value) and "bench tune" not in str(err.value)
     out = run_cli("-p", str(path), "--tuned", "--results-dir", str(tmp_path / "results"), "--no-mlflow")
     assert out.exit_code == 2 and "bench tune" not in out.output and "validation" in out.output
+
+
+@pytest.mark.slow
+def test_mlflow_steps_of_a_method_run_and_its_joint_run_share_one_axis(tiny_protocol_file: Path, tmp_path: Path,
+                                                                       seeded_store) -> None:
+    results = seeded_store(tmp_path / "results")
+    out = run_cli("-p", str(tiny_protocol_file), "-m", "vanilla", "--set", "lr=0.002", "--results-dir", str(results),
+                  "--no-progress")  # trains the joint reference and the A_best run first, mirrors them too
+    assert out.exit_code == 0, out.output
+    stored = {r.label: r for _, r in iter_results(results)}
+    run, joint = stored["vanilla [lr=0.002]"], stored["joint"]
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{results / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("bench/tiny_cil_reduced")
+    records = {r.data.tags["bench.run_id"]: r for r in client.search_runs([exp.experiment_id])}
+    method, reference = records[run.run_id], records[joint.run_id]
+    assert method.info.run_name == "vanilla [lr=0.002] seed0 fp32"  # the variant, not just the method
+    assert {method.data.tags["bench.step_axis"], reference.data.tags["bench.step_axis"]} == {"updates"}
+
+    def history(record, key: str) -> list[tuple[int, float]]:
+        return sorted((m.step, m.value) for m in client.get_metric_history(record.info.run_id, key))
+
+    ends, offset = {}, 0  # the method run's axis: updates from the start of the first learning session
+    for c in run.curves:
+        offset += c.total_updates
+        ends[c.session] = offset
+    for key in ("acc_old", "acc_new", "acc_all", "session", "session_start_acc_old", "train_tflops"):
+        steps = [s for s, _ in history(method, key)]
+        assert steps and len(steps) == len(set(steps)), key  # each eval point logged once per key
+    assert [s for s, _ in history(method, "acc_old")] == [0, 1, 2, 3, 6, 7, 8, 9, 12, 13, 14, 15, 18, 19, 20, 21, 24]
+    assert history(method, "session_start_acc_old") == [(ends[c.session - 1], c.old[0]) for c in run.curves[1:]]
+    assert dict(history(method, "session"))[ends[3]] == 3.0  # a session's last point carries its session
+    joint_old = history(reference, "joint_acc_old")
+    assert len(joint_old) == len({s for s, _ in joint_old}) == len(joint.reference)
+    # the joint model trained on S1..Sj sits at the end of learning session j on the method run's axis
+    on_axis = {r.session: ends.get(r.session, 0) for r in joint.reference}
+    assert joint_old == sorted((on_axis[r.session], r.old) for r in joint.reference)
+    assert {s for s, _ in joint_old} - {0} <= {s for s, _ in history(method, "acc_old")}
