@@ -340,8 +340,9 @@ def sweep(sweep: str | None, schema: bool, seeds: str | None, dry_run: bool, tab
         return
     graph = stage_graph(runs, options.results_dir, options)
     shared = sum(stage.kind != "run" for stage in graph)
-    click.echo(f"{len(graph)} stage(s) to go: {len(graph) - shared} method run(s) and {shared} shared stage(s) "
-               f"(deployed models, joint and A_best references), counted [i/{len(graph)}] below.")
+    click.echo(f"{len(graph)} stage(s) to go, counted [i/{len(graph)}] below: {len(graph) - shared} method run(s) "
+               f"and {shared} shared stage(s) (deployed models, joint references, the A_best reference runs, which "
+               f"include the sweep's runs of those methods).")
     if ray_plan is None:
         from .tools.api import run_local_sweep
 

@@ -60,10 +60,11 @@ def protocol_slug(name: str, i: int) -> str:
     return name if _SLUG.match(name) else f"protocol-{i}"
 
 
-# Columns behind the table's "+ budget and time" toggle: the same for every method of a protocol (updates), or
-# read per session and never ranked (time to result, wall time). Hidden, the gap columns, their paired
-# difference and the seed count fit a 1280 px window without scrolling.
-EXTRA_KEYS = frozenset(("updates", "tflops", "wall", *TIME_TO_RESULT_KEYS))
+# Columns behind the table's "+ #P, budget and time" toggle: what a method may change (#P, with its reading
+# note the widest numeric cell), the same for every method of a protocol (updates), or read per session and
+# never ranked (time to result, wall time). Hidden, the seed count, the gap columns with their paired
+# difference and σ, μ, α fit a 1280 px window without scrolling.
+EXTRA_KEYS = frozenset(("params", "updates", "tflops", "wall", *TIME_TO_RESULT_KEYS))
 
 
 def column_label(column: MetricInfo) -> str:

@@ -62,15 +62,16 @@ def test_index_at_a_glance_desktop_and_phone(tmp_path: Path) -> None:
                                                 "els => els.map(e => e.getAttribute('stroke'))")
             assert len(colours) == len(METHODS) and len(set(colours)) == len(METHODS), colours
             # the gap columns, the paired difference and n are in the window without scrolling
-            edges = page.evaluate(EDGES_JS, ["vanilla+sgm", list(GAP_COLUMNS)])
-            for col in ("method", *GAP_COLUMNS):
+            edges = page.evaluate(EDGES_JS, ["vanilla+sgm", [*GAP_COLUMNS, "sigma", "mu", "alpha"]])
+            for col in ("method", *GAP_COLUMNS, "sigma", "mu", "alpha"):
                 assert edges[col]["width"] > 0 and 0 <= edges[col]["left"] and edges[col]["right"] <= 1280, (col, edges)
             assert not page.locator('tr[data-method="vanilla"] td[data-col="wall"]').is_visible()
+            assert page.evaluate("document.documentElement.scrollWidth") <= 1280
             page.screenshot(path=str(shots / "index-1280px.png"))
             wait_until_loaded(page, page.locator("figure.plot-old img").first)
             page.locator("figure.plot-old").first.screenshot(path=str(shots / "stability-gap-figure-1280px.png"))
             # every column shown: the table scrolls, and the Method column stays where it was
-            page.locator("button.toggle-extra").click()
+            page.locator("button.toggle-extra").click()  # #P, budget and time
             page.locator("button.toggle-optional").click()
             wrap = page.locator("figure.measured .table-wrap").first
             assert wrap.evaluate("w => w.scrollWidth > w.clientWidth + 100")
