@@ -23,7 +23,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 if "--allow-download" not in sys.argv[1:]:
     os.environ["HF_HUB_OFFLINE"] = "1"
 
-DEFAULT_PROTOCOL = "tiny_cil"
+from .spec.protocol import DEFAULT_PROTOCOL  # noqa: E402 - after the environment set-up above
 DEFAULT_METHOD = "vanilla"
 
 
@@ -85,10 +85,13 @@ def print_summary(result, path: Path) -> None:
 def summary_lines(result, path: Path | str) -> list[str]:
     """The table a run prints when it ends, from its stored result alone (the README's sample is rendered
     by this from a stored run, so the two cannot differ)."""
+    from .results.schema import result_precision, row_label
+
     m = result.metrics
     stages = "".join(f", {'GPU ' if gpu else ''}{stage} {v:.0f} s" for stage, v, gpu in result.stage_times())
-    lines = [f"\n{result.protocol.name} | {result.method.spec} | seed {result.seed} | "
-             f"{result.wall_time_s:.1f} s{stages} | result: {path}"]
+    # the row label names --set overrides or the tuning ruleset: which variant of the method this was
+    lines = [f"\n{result.protocol.name} | {row_label(result.method.spec, result.overrides, result.tuned)} | "
+             f"seed {result.seed} | {result_precision(result)} | {result.wall_time_s:.1f} s{stages} | result: {path}"]
     if result.status != "complete":
         lines.append(f"  status {result.status}: the curves so far are stored; the run is never ranked nor used as a "
                      f"reference ({len(result.curves)} session(s) recorded)")
@@ -113,6 +116,10 @@ def summary_lines(result, path: Path | str) -> list[str]:
         if b.updates_vs_joint is not None and b.train_flops_vs_joint is not None:
             ratios = f"; joint needs {b.updates_vs_joint:.1f}x the updates and {b.train_flops_vs_joint:.1f}x the training FLOPs"
         lines.append(f"  training {b.train_flops / 1e12:.3f} TFLOPs, evaluation {b.eval_flops / 1e12:.3f} TFLOPs{ratios}")
+    if b.train_tflops_budget is not None:  # what such a run is about: the compute it was given, the updates it bought
+        spent = "-" if b.train_flops is None else f"{b.train_flops / 1e12:.3f}"
+        lines.append(f"  FLOP budget {b.train_tflops_budget:g} TFLOPs per session: spent {spent} TFLOPs in "
+                     f"{b.optimizer_steps} updates ({', '.join(map(str, b.updates_per_session))} per session)")
     return lines
 
 
@@ -216,9 +223,11 @@ def _options(overrides: dict, results_dir: Path | None, device: str, trunk_cache
                                             "(same --results-dir); the row is named by the tuning ruleset")
 @click.option("--save-predictions", is_flag=True,
               help="also store the per-sample predictions of every eval point, in <result>.predictions.npz")
+@click.option("--rerun", is_flag=True, help="train again when an identical run (same spec, method, settings, seed "
+                                            "and precision) is stored already [default: report the stored one]")
 @_run_options
 def run(protocol: str, method: str, seed: int, overrides: tuple[str, ...], tuned: bool, save_predictions: bool,
-        results_dir: Path | None, device: str, trunk_cache: bool, progress: bool, allow_download: bool,
+        rerun: bool, results_dir: Path | None, device: str, trunk_cache: bool, progress: bool, allow_download: bool,
         tracking_uri: str | None, no_mlflow: bool) -> None:
     """Run METHOD on PROTOCOL (default: vanilla on the embedded tiny_cil) and print its gap metrics. With no
     --set, the method runs its published settings (methods/defaults.yaml); --tuned runs its tuned ones."""
@@ -240,7 +249,25 @@ def run(protocol: str, method: str, seed: int, overrides: tuple[str, ...], tuned
     check_run(spec, method, seed, settings, resolve_results(results_dir), tracking_uri, not no_mlflow)  # no torch yet
     check_backbone(spec)
     options = _options(settings, results_dir, device, trunk_cache, progress, allow_download)
+    if not (rerun or save_predictions) and _report_stored(spec, method, seed, settings, options, stamp):
+        return
     _run_one(spec, method, seed, options, tracking_uri, no_mlflow, save_predictions, stamp)
+
+
+def _report_stored(spec, method: str, seed: int, settings: dict, options, stamp) -> bool:
+    """Print the stored result of an identical run and say so (as ``bench sweep`` skips one); False when
+    none is stored. Training it again would only write a second JSON with the same numbers."""
+    from .results.schema import load_result
+    from .sweep.plan import stored_run
+
+    found = stored_run(spec, method, settings, seed, options, stamp)
+    if found is None:
+        return False
+    result = load_result(found)
+    print_summary(result, found)
+    click.echo(f"  an identical run is stored already (same protocol spec, method, settings, seed and precision): "
+               f"nothing was trained. Add --rerun to train it again.")
+    return True
 
 
 @main.command()
@@ -318,6 +345,10 @@ def sweep(sweep: str | None, schema: bool, seeds: str | None, dry_run: bool, tab
     if dry_run:
         return
     graph = stage_graph(runs, options.results_dir, options)
+    shared = sum(stage.kind != "run" for stage in graph)
+    click.echo(f"{len(graph)} stage(s) to go, counted [i/{len(graph)}] below: {len(graph) - shared} method run(s) "
+               f"and {shared} shared stage(s) (deployed models, joint references, the A_best reference runs, which "
+               f"include the sweep's runs of those methods).")
     if ray_plan is None:
         from .tools.api import run_local_sweep
 

@@ -300,24 +300,34 @@ class Board:
 
 
 # Okabe & Ito's colour-blind-safe palette (yellow left out: unreadable on white; black is the joint
-# model's). With a line style each, 24 looks.
-PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9")
+# model's), then two of Paul Tol's muted colours (wine, olive) that no Okabe-Ito colour resembles: a board
+# of up to 8 methods gets 8 distinct colours.
+PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#882255", "#999933")
 DASHES = ("solid", "dashed", "dotted", "dashdot")
 JOINT_COLOR = "#000000"
 
 
 def method_style(method: str) -> tuple[str, str]:
-    """Colour and line style of a method string, from its SHA-256: the same on every page, every build and
-    whatever other methods exist (a position in a list would recolour every row when one is added). Two
-    methods may share a colour; the line style, from other bits of the hash, then usually differs."""
+    """A method's preferred colour and its line style, from its SHA-256: the same on every page, every build
+    and whatever other methods exist (a position in a list would recolour every row when one is added)."""
     digest = hashlib.sha256(method.encode()).digest()
     return PALETTE[digest[0] % len(PALETTE)], DASHES[digest[1] % len(DASHES)]
 
 
 def assign_styles(rows: Sequence[MethodRow]) -> None:
-    """Colour and line style per row (``method_style``)."""
-    for row in rows:
-        row.color, row.dash = method_style(row.method)
+    """Colour and line style per row: each method takes its preferred colour (``method_style``) unless a
+    method earlier in hash order on the same board holds it, then the next free colour of the palette. So
+    no two methods of a board share a colour while the board has at most ``len(PALETTE)`` methods, and the
+    same methods get the same colours on every build. Past the palette, a method keeps its preferred
+    colour and is told apart by its line style (from other bits of the hash)."""
+    taken: set[str] = set()
+    for row in sorted(rows, key=lambda r: hashlib.sha256(r.method.encode()).digest()):
+        color, row.dash = method_style(row.method)
+        if len(taken) < len(PALETTE):
+            start = PALETTE.index(color)
+            color = next(c for c in PALETTE[start:] + PALETTE[:start] if c not in taken)
+        taken.add(color)
+        row.color = color
 
 
 def _current_hash(name: str, entries: Sequence[Entry]) -> tuple[str, str, object | None]:

@@ -14,9 +14,10 @@ class Term:
     key: str
     symbol: Markup
     name: str
-    direction: str  # "↓", "↑" or "" (a reference, not a score)
+    direction: str  # "↓", "↑" or "" (a reference, or a number shown but never ranked)
     equation: Markup
-    meaning: str
+    meaning: Markup  # constant HTML too: the catalog writes A<sub>best</sub> and the like in it
+    ranked: bool = True
 
 
 def _m(html: str) -> Markup:
@@ -24,7 +25,8 @@ def _m(html: str) -> Markup:
 
 
 def term(info: MetricInfo) -> Term:
-    return Term(info.key, _m(info.html_symbol), info.name, info.arrow, _m(info.equation), info.meaning)
+    return Term(info.key, _m(info.html_symbol), info.name, info.arrow if info.ranked else "", _m(info.equation),
+                _m(info.meaning), info.ranked)
 
 
 OMEGA_NOTE = _m(

@@ -141,17 +141,16 @@ def first_updates(frame: pd.DataFrame) -> pd.DataFrame:
 
 def draw_zoom_row(fig: Figure, grid, frame: pd.DataFrame, refs: pd.DataFrame, lines: Sequence[Line],
                   key: str = "old") -> None:
-    """One small panel per session on its first updates (the stability-gap dip), shared y axis,
-    with the joint model's end-of-session accuracy as a dashed level."""
+    """One small panel per session on its first updates (the stability-gap dip), with the joint model's
+    end-of-session accuracy as a dashed level. Each panel's y axis spans its own data: a y range shared
+    with the other sessions (or the whole stream) flattens the dip the panel exists to show."""
     zoom = first_updates(frame)
     sessions = sorted(zoom["session"].unique())
     joint = (refs[key] * refs["scale"]).groupby(refs["session"]).mean() if not refs.empty else pd.Series(dtype=float)
     cols = min(len(sessions), MAX_ZOOM_COLUMNS)
     sub = grid.subgridspec(math.ceil(len(sessions) / cols), cols)
-    share = None
     for i, session in enumerate(sessions):
-        ax = fig.add_subplot(sub[i // cols, i % cols], sharey=share)
-        share = share or ax
+        ax = fig.add_subplot(sub[i // cols, i % cols])
         part = zoom[zoom["session"] == session]
         draw_lines(ax, mean_band(part, key, "update"), lines, "update")
         if session in joint.index:
@@ -161,8 +160,6 @@ def draw_zoom_row(fig: Figure, grid, frame: pd.DataFrame, refs: pd.DataFrame, li
         ax.xaxis.set_major_formatter(EngFormatter(sep=""))
         if i % cols == 0:
             ax.set_ylabel(f"{key}-class acc. (%)")
-        else:
-            ax.tick_params(labelleft=False)
 
 
 def stream_axes(ax: Axes, sessions: pd.DataFrame, y_label: str) -> None:
@@ -278,8 +275,6 @@ def compute_figure(curves: pd.DataFrame, refs: pd.DataFrame, lines: Sequence[Lin
         ax.set_xlabel("training TFLOPs since its start", fontsize=8)
         if i % cols == 0:
             ax.set_ylabel(f"{key}-class acc. (%)")
-        else:
-            ax.tick_params(labelleft=False)
     fig.suptitle(title, x=0.01, ha="left", fontsize=10, fontweight="bold")
     legend(fig, share, 4)
     return fig
@@ -344,7 +339,7 @@ def run_plot(entry: Entry) -> str | None:
     zoom = first_updates(one)
     with matplotlib.rc_context(STYLE):
         fig = Figure(figsize=(9.0, 3.4))
-        fig.subplots_adjust(left=0.07, right=0.99, top=0.86, bottom=0.27, wspace=0.2)
+        fig.subplots_adjust(left=0.07, right=0.93, top=0.86, bottom=0.27, wspace=0.2)
         grid = fig.add_gridspec(1, 2, width_ratios=[2.6, 1])
         ax = fig.add_subplot(grid[0])
         draw_lines(ax, mean_band(long, "value", "global_update"), lines, "global_update")
@@ -359,5 +354,6 @@ def run_plot(entry: Entry) -> str | None:
         dip.set_title(f"old classes, first {ZOOM_FRACTION:.0%} of each session", fontsize=8, fontweight="normal")
         dip.set_xlabel("updates within the session")
         dip.xaxis.set_major_formatter(EngFormatter(sep=""))
-        dip.legend(fontsize=7, ncols=2, loc="lower right")
+        # beside the panel, never over it: an inset legend hid the last session's curve
+        dip.legend(fontsize=7, ncols=1, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
         return to_svg(fig)

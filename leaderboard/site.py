@@ -19,9 +19,10 @@ from urllib.parse import quote
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from ..harness.errors import BenchError
-from ..harness.results.catalog import METRICS, TIME_TO_RESULT_KEYS, format_std, format_value
+from ..harness.results.catalog import (ACCURACY_KEYS, METRICS, TIME_TO_RESULT_KEYS, MetricInfo, format_std,
+                                      format_value)
 from ..harness.results.metrics import RECOVERY_FRACTIONS, Metrics
-from ..harness.results.tidy import VALUE_KEYS, run_values
+from ..harness.results.tidy import VALUE_KEYS, accuracy_scale, run_values
 
 from .aggregate import (ALL_COLUMNS, BASELINE, COLUMN_BY_KEY, DEFAULT_ORDER, Board, Entry, MethodRow, Reached, Stat,
                         assign_slugs, column_marks, paired_text, rank_value, seeds_text, summarize)
@@ -59,6 +60,33 @@ def protocol_slug(name: str, i: int) -> str:
     return name if _SLUG.match(name) else f"protocol-{i}"
 
 
+# Columns behind the table's "+ #P, budget and time" toggle: what a method may change (#P, with its reading
+# note the widest numeric cell), the same for every method of a protocol (updates), or read per session and
+# never ranked (time to result, wall time). Hidden, the seed count, the gap columns with their paired
+# difference and σ, μ, α fit a 1280 px window without scrolling.
+EXTRA_KEYS = frozenset(("params", "updates", "tflops", "wall", *TIME_TO_RESULT_KEYS))
+
+
+def column_label(column: MetricInfo) -> str:
+    """A column's name as plain text, for the stacked (phone) layout where each value carries its label."""
+    unit = f" ({column.unit})" if column.unit else ""
+    return f"{column.symbol}{unit} {column.arrow}".rstrip() if column.ranked else f"{column.symbol}{unit}"
+
+
+PRECISION_ORDER = ("fp32", "tf32", "bf16")
+
+
+def board_order(board: Board) -> tuple:
+    """Where a board stands on the index: boards with ranked methods first, grouped by precision (fp32
+    first), the default protocol first within its group, then a protocol before its scaled budgets
+    (NAME@Kx), then by name. Alphabetical order put a user's main board after every budget variant."""
+    from ..harness.spec.protocol import DEFAULT_PROTOCOL
+
+    base, _, budget = board.name.partition("@")
+    rank = PRECISION_ORDER.index(board.precision) if board.precision in PRECISION_ORDER else len(PRECISION_ORDER)
+    return (not board.rows, rank, board.precision, base != DEFAULT_PROTOCOL, base, budget != "", board.name)
+
+
 def _cell(stat: Stat, key: str, mark: str = "", runs: int = 0, note: str | None = None,
           reached: Reached | None = None) -> dict:
     """One table cell; ``partial`` says how many of the row's runs had the value, when not all did, or for a
@@ -69,7 +97,8 @@ def _cell(stat: Stat, key: str, mark: str = "", runs: int = 0, note: str | None 
     ci = (f"[{format_value(stat.ci.low, column)}, {format_value(stat.ci.high, column)}]"
           if stat.ci is not None and stat.ci.low < stat.ci.high else None)
     return {"key": key, "text": format_value(stat.mean, column), "std": std, "mark": mark, "ci": ci,
-            "optional": column.optional, "value": "" if value is None else repr(value),
+            "optional": column.optional, "extra": key in EXTRA_KEYS, "label": column_label(column),
+            "value": "" if value is None else repr(value),
             "partial": f"{stat.n} of {runs} runs" if 0 < stat.n < runs and reached is None else None, "note": note,
             "reached": None if reached is None else reached.text}
 
@@ -140,6 +169,31 @@ def _time_to_result_rows(m: Metrics | None) -> list[dict]:
             rows.append({"key": info.key, "name": info.name, "unit": info.unit,
                          "values": [format_value(None if v is None else v / divisor, info) for v in values]})
     return rows
+
+
+def _compare_rows(entry: Entry) -> list[dict]:
+    """The run page's "recomputed vs. stored" rows, each in its catalog unit (min-ACC and WC-ACC in %, as in
+    the Numbers table beside it)."""
+    scale = accuracy_scale(entry.result)
+    rows = []
+    for key in ("S_delta", "P_delta", "CK_delta", "min_acc", "wc_acc"):
+        info = METRICS[key]
+        factor = scale if key in ACCURACY_KEYS else 1.0
+        now = getattr(entry.metrics, key) if entry.metrics else None
+        then = getattr(entry.result.metrics, key) if entry.result.metrics else None
+        rows.append({"key": key, "symbol": info.symbol, "unit": info.unit,
+                     "now": format_value(None if now is None else now * factor, info),
+                     "stored": format_value(None if then is None else then * factor, info),
+                     "changed": now is not None and then is not None and abs(now - then) > 5e-4})
+    return rows
+
+
+def _option_view(key: str, value: object) -> dict:
+    """One option of the run page: a mapping (the data-path plan: dataset -> folder) as rows of a small
+    table, anything else as text."""
+    if isinstance(value, dict):
+        return {"key": key, "rows": [(str(k), str(v)) for k, v in value.items()], "text": None}
+    return {"key": key, "rows": None, "text": str(value)}
 
 
 def _mlflow_href(entry: Entry, ui: str | None) -> tuple[str | None, str | None]:
@@ -290,6 +344,7 @@ def _render(loaded: Loaded, boards: list[Board], reported: dict, out: Path, mlfl
         bench_version = "unknown"
     common = {"title": title, "generated": generated, "bench_version": bench_version, "origin": loaded.origin}
 
+    boards = sorted(boards, key=board_order)
     board_slug = {id(b): protocol_slug(b.name, i) for i, b in enumerate(boards)}
     entry_board: dict[int, Board] = {id(e): b for b in boards for e in b.entries}
     run_href = {id(e): f"runs/{e.slug}.html" for e in loaded.entries}
@@ -329,7 +384,8 @@ def _render(loaded: Loaded, boards: list[Board], reported: dict, out: Path, mlfl
     pages = 0
     index = env.get_template("index.html").render(
         **common, root="", boards=views, families=families, curve_columns=CURVE_COLUMNS,
-        columns=ALL_COLUMNS, reported_only=reported_only, skipped=loaded.skipped,
+        columns=ALL_COLUMNS, split=[c.key for c in ALL_COLUMNS].index(DEFAULT_ORDER) + 1, extra_keys=EXTRA_KEYS,
+        reported_only=reported_only, skipped=loaded.skipped,
         order=COLUMN_BY_KEY[DEFAULT_ORDER], baseline=BASELINE,
         n_runs=len(loaded.entries))
     (out / "index.html").write_text(index)
@@ -348,12 +404,7 @@ def _render(loaded: Loaded, boards: list[Board], reported: dict, out: Path, mlfl
         # P_Δ (paper) depends on the other runs of the seed: the value the index averages, never recomputed here
         values = {**run_values(r, entry.metrics), "P_delta_paper": entry.p_delta_paper}
         stored = r.metrics
-        compare = []
-        for key in ("S_delta", "P_delta", "CK_delta", "min_acc", "wc_acc"):
-            now = getattr(entry.metrics, key) if entry.metrics else None
-            then = getattr(stored, key) if stored else None
-            compare.append({"key": key, "symbol": METRICS[key].symbol, "now": now, "stored": then,
-                            "changed": now is not None and then is not None and abs(now - then) > 5e-4})
+        compare = _compare_rows(entry)
         sessions = [c.session for c in sorted(r.curves, key=lambda c: c.session)]
         m = entry.metrics or stored
         recovery = ([{"p": p, "values": m.recovery_updates.get(p, [])} for p in sorted(RECOVERY_FRACTIONS, key=float)]
@@ -361,7 +412,7 @@ def _render(loaded: Loaded, boards: list[Board], reported: dict, out: Path, mlfl
         html = run_tpl.render(
             **common, root="../", entry=entry, r=r, board=board, board_slug=board_slug[id(board)],
             values=[{"column": METRICS[k], "text": format_value(values[k], METRICS[k])} for k in VALUE_KEYS],
-            compare=compare, sessions=sessions, recovery=recovery, metrics=m, time_to_result=_time_to_result_rows(m),
+            compare=compare, options=[_option_view(k, v) for k, v in r.options.items()], sessions=sessions, recovery=recovery, metrics=m, time_to_result=_time_to_result_rows(m),
             plot=f"{entry.slug}.svg" if svg else None, json_href=f"{entry.slug}.json",
             mlflow_href=href, mlflow_hint=hint,
             joint_href=("../" + run_href[id(entry.joint)]) if entry.joint else None,

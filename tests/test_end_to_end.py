@@ -24,12 +24,12 @@ def test_vanilla_run_writes_result_and_mlflow_and_is_reproducible(tiny_protocol_
     args = ("--protocol", str(tiny_protocol_file), "--method", "vanilla", "--seed", "0", "--results-dir", str(results))
     first = run_cli(*args)
     assert first.exit_code == 0, first.output
-    assert "No joint reference" in first.output  # trained and cached first, and said so
+    assert "No fp32 joint reference" in first.output  # trained and cached first, and said so
     for name in ("S_delta", "P_delta", "CK_delta", "sigma", "mu", "alpha"):
         assert name in first.output
 
-    second = run_cli(*args)
-    assert second.exit_code == 0 and "No joint reference" not in second.output
+    second = run_cli(*args, "--rerun")  # trained again (without --rerun the stored run is reported)
+    assert second.exit_code == 0 and "No fp32 joint reference" not in second.output
 
     runs = [r for _, r in iter_results(results)]
     joint = [r for r in runs if r.is_reference]
@@ -61,7 +61,9 @@ def test_vanilla_run_writes_result_and_mlflow_and_is_reproducible(tiny_protocol_
     assert m.metrics["S_delta"] == pytest.approx(a.metrics.S_delta)
     assert m.metrics["alpha"] == pytest.approx(a.metrics.alpha)
     history = client.get_metric_history(mruns[a.run_id].info.run_id, "acc_old")
-    assert [h.step for h in history] == [0, 1, 2, 3, 6, 6, 7, 8, 9, 12, 12, 13, 14, 15, 18, 18, 19, 20, 21, 24]
+    assert [h.step for h in history] == [0, 1, 2, 3, 6, 7, 8, 9, 12, 13, 14, 15, 18, 19, 20, 21, 24]  # one per step
+    starts = client.get_metric_history(mruns[a.run_id].info.run_id, "session_start_acc_old")
+    assert [h.step for h in starts] == [6, 12, 18]  # sessions 3..5 at update 0, apart from the previous session's end
     artifacts = {f.path for f in client.list_artifacts(mruns[a.run_id].info.run_id)}
     assert any(p.endswith(".json") for p in artifacts) and "curves.csv" in artifacts
 
@@ -71,7 +73,7 @@ def test_uncached_trunk_gives_the_same_curves(tiny_protocol_file, tmp_path):
     results = tmp_path / "r"
     base = ("--protocol", str(tiny_protocol_file), "--method", "finetune", "--results-dir", str(results), "--no-mlflow")
     assert run_cli(*base).exit_code == 0
-    assert run_cli(*base, "--no-trunk-cache").exit_code == 0
+    assert run_cli(*base, "--no-trunk-cache", "--rerun").exit_code == 0  # the cache is not part of a run's identity
     cached, uncached = [r for _, r in iter_results(results) if r.method.spec == "finetune"]
     # the trunk in another batch shape: on one intra-op thread its last bits may differ, and training on
     # features that differ in the last bits drifts a little: measured 2 images of the smallest eval set,
@@ -129,7 +131,7 @@ def test_a_run_trains_its_references_first_and_stores_what_it_was_scored_with(ti
     out = run_cli("--protocol", str(tiny_protocol_file), "--method", "vanilla+oocf", "--results-dir", str(results),
                   "--no-mlflow")
     assert out.exit_code == 0, out.output
-    assert "training the missing reference run(s) first: vanilla" in out.output
+    assert "training the missing fp32 reference run(s) first: vanilla" in out.output
     runs = {r.label: r for _, r in iter_results(results)}
     assert set(runs) == {"joint", "vanilla", "vanilla+oocf"}
     run, ref = runs["vanilla+oocf"], runs["vanilla"]

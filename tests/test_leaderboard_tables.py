@@ -64,12 +64,19 @@ def test_mean_std_and_bootstrap_interval_side_by_side(tmp_path: Path) -> None:
     assert f"[{s.ci.low:.3f}, {s.ci.high:.3f}]" in format_table([board])
 
 
-def test_colours_do_not_depend_on_the_other_methods(tmp_path: Path) -> None:
-    small = board_of(write(tmp_path / "a", {"vanilla": [0], "vanilla+sgm": [0]}))
-    large = board_of(write(tmp_path / "b", {"vanilla": [0], "vanilla+sgm": [0], "lwf": [0], "der": [0], "ewc": [0]}))
+def test_colours_distinct_on_a_board_and_stable_across_builds(tmp_path: Path) -> None:
+    methods = ["vanilla", "vanilla+sgm", "lwf", "der", "ewc", "gdumb", "finetune", "output_only"]
+    runs = {m: [0] for m in methods}
     colours = lambda b: {r.method: (r.color, r.dash) for r in b.rows}  # noqa: E731
-    assert colours(small) == {m: c for m, c in colours(large).items() if m in colours(small)}
-    assert colours(small)["vanilla"] == method_style("vanilla") and method_style("vanilla")[0] in PALETTE
+    first = colours(board_of(write(tmp_path / "a", runs)))
+    assert colours(board_of(write(tmp_path / "b", runs))) == first  # the same board, the same colours
+    assert len({c for c, _ in first.values()}) == len(methods) == len(PALETTE)  # 8 methods, 8 colours
+    # a method whose preferred colour no other method of the board wants keeps it on every board
+    alone = board_of(write(tmp_path / "c", {"vanilla": [0]}))
+    assert colours(alone)["vanilla"] == method_style("vanilla") and method_style("vanilla")[0] in PALETTE
+    # past the palette colours repeat, and the line style tells the rows apart where the hash allows
+    many = colours(board_of(write(tmp_path / "d", {**runs, "remind": [0], "joint_free": [0]})))
+    assert len({c for c, _ in many.values()}) == len(PALETTE)
 
 
 def test_latex_and_json_exports(tmp_path: Path) -> None:
@@ -106,3 +113,19 @@ def test_a_corrupt_result_file_is_skipped_with_a_warning_naming_it(tmp_path: Pat
     out = CliRunner().invoke(main, ["leaderboard", "build", "--results", str(root), "--out", str(tmp_path / "site")])
     assert out.exit_code == 0, out.output
     assert "seed5-broken.json" in out.output and (tmp_path / "site" / "index.html").exists()
+
+
+def test_boards_with_ranked_methods_come_first_default_protocol_first_precisions_grouped() -> None:
+    from types import SimpleNamespace
+
+    from bench_stability_gap.leaderboard.site import board_order
+
+    def board(name: str, precision: str = "fp32", ranked: bool = True) -> SimpleNamespace:
+        return SimpleNamespace(name=name, precision=precision, rows=[object()] if ranked else [])
+
+    boards = [board("abc", ranked=False), board("tiny_cil", "bf16"), board("tiny_cil_quick"), board("tiny_cil@0.5x"),
+              board("abc"), board("tiny_cil"), board("tiny_cil_quick", "bf16")]
+    assert [(b.name, b.precision, bool(b.rows)) for b in sorted(boards, key=board_order)] == [
+        ("tiny_cil", "fp32", True), ("tiny_cil@0.5x", "fp32", True), ("abc", "fp32", True),
+        ("tiny_cil_quick", "fp32", True), ("tiny_cil", "bf16", True), ("tiny_cil_quick", "bf16", True),
+        ("abc", "fp32", False)]

@@ -49,7 +49,7 @@ def test_the_glossary_is_the_catalog() -> None:
     assert [t.key for t in TERMS] == [m.key for m in CATALOG]
     for term, info in zip(TERMS, CATALOG):
         assert (str(term.symbol), term.name, term.direction, str(term.equation), term.meaning) == (
-            info.html_symbol, info.name, info.arrow, info.equation, info.meaning)
+            info.html_symbol, info.name, info.arrow if info.ranked else "", info.equation, info.meaning)
 
 
 def test_format_value_and_std_follow_the_digits() -> None:

@@ -51,12 +51,15 @@ def test_bench_run_logs_complete_records_to_a_live_server(tiny_protocol_file: Pa
     metrics = record.data.metrics
     assert {"S_delta", "CK_delta", "alpha", "acc", "bwt", "forgetting", "fwt"} <= set(metrics)
     history = client.get_metric_history(record.info.run_id, "acc_all")
-    # step = update counted across sessions (a session's update 0 shares its step with the previous session's end)
-    steps, offset = [], 0
-    for c in sorted(result.curves, key=lambda c: c.session):
-        steps += [offset + u for u in c.updates]
+    # step = update counted across sessions; a later session's update 0 (on the previous session's last step)
+    # goes under session_start_acc_all, so each key has one value per step
+    steps, starts, offset = [], [], 0
+    for n, c in enumerate(sorted(result.curves, key=lambda c: c.session)):
+        steps += [offset + u for u in c.updates if u > 0 or n == 0]
+        starts += [offset for u in c.updates if u == 0 and n > 0]
         offset += c.total_updates
     assert sorted(m.step for m in history) == sorted(steps)
+    assert sorted(m.step for m in client.get_metric_history(record.info.run_id, "session_start_acc_all")) == starts
     artifacts = {a.path for a in client.list_artifacts(record.info.run_id)}
     assert {"curves.csv", "curves.svg"} <= artifacts and any(a.endswith(".json") for a in artifacts)
 

@@ -142,7 +142,7 @@ def test_a_batch_larger_than_its_session_is_refused_when_the_data_opens(tmp_path
     assert bench("validate", str(protocol)).exit_code == 0  # nothing in the spec says how much data there is
     out = bench("run", "-p", str(protocol), "--results-dir", str(tmp_path / "r"), "--no-mlflow", "--no-progress")
     refused(out, "training.batch.new (50000) exceeds the", "smallest", "nothing has trained")
-    assert "No joint reference" not in out.output and not list((tmp_path / "r").rglob("*.json"))
+    assert "No fp32 joint reference" not in out.output and not list((tmp_path / "r").rglob("*.json"))
 
 
 @pytest.mark.slow

@@ -160,11 +160,13 @@ def test_live_run_shows_running_then_its_end_state(shared_results, status, expec
     run = client.get_run(rid)
     assert run.info.status == expected and run.data.tags["bench.status"] == status
     history = client.get_metric_history(rid, "acc_all")
-    expect, offset = [], 0
-    for c in result.curves:  # a session's last point and the next one's first share a step
-        expect += [(offset + u, a) for u, a in zip(c.updates, c.all)]
+    expect, starts, offset = [], [], 0
+    for n, c in enumerate(result.curves):  # a later session's update-0 point has keys of its own
+        expect += [(offset + u, a) for u, a in zip(c.updates, c.all) if u > 0 or n == 0]
+        starts += [(offset + u, a) for u, a in zip(c.updates, c.all) if u == 0 and n > 0]
         offset += c.total_updates
     assert sorted((m.step, m.value) for m in history) == sorted(expect)
+    assert sorted((m.step, m.value) for m in client.get_metric_history(rid, "session_start_acc_all")) == sorted(starts)
     assert run.data.metrics["S_delta"] == pytest.approx(result.metrics.S_delta)
     assert any(a.path.endswith(".json") for a in client.list_artifacts(rid))
     report = sync(results)  # a finished live run counts as mirrored: nothing is logged twice

@@ -38,6 +38,7 @@ from tqdm.auto import tqdm
 
 from .features import FeatureShards, open_verified
 from .resident import RowsAhead, placement
+from ..progress_bar import progress_bar
 from ..spec.protocol import Backbone
 from .stream import Catalog
 
@@ -389,8 +390,8 @@ class InputStore:
             raise ValueError("catalog has no labelled samples")
         trunk.eval()
         batches = self._batches(ids, chunk)
-        for _, images in tqdm(batches, total=-(-len(ids) // chunk), desc=desc, unit="batch", leave=False,
-                              disable=not self.progress):
+        for _, images in progress_bar(self.progress, lines=False, iterable=batches, total=-(-len(ids) // chunk),
+                                      desc=desc, unit="batch", leave=False):
             yield self._features(trunk, images).cpu()
 
     def reset_seen(self) -> None:

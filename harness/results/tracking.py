@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BenchError
-from .schema import RunResult, iter_results, value_problem
+from .schema import RunResult, TunedStamp, iter_results, result_precision, row_label, value_problem
+from .steps import STEP_AXIS_TAG, point_metrics, reference_steps
 
 HTTP_TIMEOUT_S = "5"   # per request; MLflow's default is 120 s
 HTTP_RETRIES = "1"     # MLflow's default (7 retries with backoff) hangs a finished run for minutes
@@ -142,7 +143,21 @@ def _params(result: RunResult) -> dict[str, str]:
     return params
 
 
-def _final_metrics(result: RunResult, with_curves: bool) -> list:
+def run_name(method: str, seed: int, overrides: Mapping[str, Any] | None = None, tuned: TunedStamp | None = None,
+             precision: str | None = None) -> str:
+    """The MLflow run's name: the leaderboard row (the method with its ``--set`` overrides or its tuning
+    ruleset), the seed and the precision, so two variants of a method never read alike in the UI."""
+    name = f"{row_label(method, dict(overrides or {}), tuned)} seed{seed}"
+    return f"{name} {precision}" if precision else name
+
+
+def _result_name(result: RunResult) -> str:
+    return run_name(result.method.spec, result.seed, result.overrides, result.tuned, result_precision(result))
+
+
+def _final_metrics(result: RunResult, with_curves: bool, protocol: Any = None) -> list:
+    """Scalars, and the step metrics on one axis (``steps``): the curves (``with_curves``; a live run
+    logged them as it went), the training TFLOPs at each eval point and a joint run's accuracies."""
     from mlflow.entities import Metric
 
     ts = 0
@@ -151,19 +166,28 @@ def _final_metrics(result: RunResult, with_curves: bool) -> list:
                 Metric("wall_time_s", result.wall_time_s, ts, 0)]
     metrics += [Metric(f"{stage}_s", float(v), ts, 0) for stage, v in sorted(result.stage_seconds.items())]
     offset = 0
-    for c in result.curves:
+    for n, c in enumerate(result.curves):
         for i, u in enumerate(c.updates):
-            if with_curves:
-                for key, series in (("acc_old", c.old), ("acc_new", c.new), ("acc_all", c.all)):
-                    metrics.append(Metric(key, float(series[i]), ts, offset + u))
+            values = {f"acc_{k}": float(s[i]) for k, s in (("old", c.old), ("new", c.new), ("all", c.all))} \
+                if with_curves else {}
             # the compute axis: plot acc_* against train_tflops in the MLflow UI (same steps)
             if c.train_flops is not None:
-                metrics.append(Metric("train_tflops", float(c.train_flops[i]) / 1e12, ts, offset + u))
+                values["train_tflops"] = float(c.train_flops[i]) / 1e12
+            metrics += point_metrics(offset + u, c.session, u, n == 0, values, session_key=with_curves)
         offset += c.total_updates
+    steps = reference_steps(result, protocol)
     for r in result.reference:
         for key in ("old", "new", "all"):
-            metrics.append(Metric(f"joint_acc_{key}", float(getattr(r, key)), ts, r.session))
+            step = r.session if steps is None else steps[r.session]
+            metrics.append(Metric(f"joint_acc_{key}", float(getattr(r, key)), ts, step))
     return metrics
+
+
+def _axis_tag(result: RunResult, protocol: Any = None) -> dict[str, str]:
+    """Which x axis the run's step metrics use: cumulative updates, or (a joint run whose protocol gives
+    no fixed update count per session) the session index."""
+    fallback = bool(result.reference) and reference_steps(result, protocol) is None
+    return {STEP_AXIS_TAG: "session" if fallback else "updates"}
 
 
 def _log_batches(client, rid: str, params: Mapping[str, str] = {}, metrics: list | None = None) -> None:
@@ -234,15 +258,16 @@ class Store:
 
 
 def log_run(result: RunResult, json_path: Path, results_dir: Path, tracking_uri: str | None = None,
-            tags: Mapping[str, str] | None = None, artifacts: Artifacts | None = None) -> str:
-    """Log params, scalar metrics, step curves (step = update across sessions) and the JSON; returns the run id."""
+            tags: Mapping[str, str] | None = None, artifacts: Artifacts | None = None, protocol: Any = None) -> str:
+    """Log params, scalar metrics, step curves (step = update across sessions) and the JSON; returns the run id.
+    ``protocol``: the run's spec, for a joint run's steps (else found by name, ``steps.reference_steps``)."""
     store = Store(results_dir, tracking_uri)
     with store.session() as client:
         exp_id = _experiment(client, f"bench/{result.protocol.name}", store.artifact_location)
-        run = client.create_run(exp_id, run_name=f"{result.method.spec} seed{result.seed}",
-                                tags={**_tags(result, json_path), **(tags or {})})
+        run = client.create_run(exp_id, run_name=_result_name(result),
+                                tags={**_tags(result, json_path), **_axis_tag(result, protocol), **(tags or {})})
         rid = run.info.run_id
-        _log_batches(client, rid, _params(result), _final_metrics(result, with_curves=True))
+        _log_batches(client, rid, _params(result), _final_metrics(result, with_curves=True, protocol=protocol))
         _log_artifacts(client, rid, result, json_path, artifacts)
         client.set_tag(rid, SYNCED_TAG, "true")
         client.set_terminated(rid, TERMINAL.get(result.status, "FAILED"))
@@ -251,11 +276,11 @@ def log_run(result: RunResult, json_path: Path, results_dir: Path, tracking_uri:
 
 def log_run_or_explain(result: RunResult, json_path: Path, results_dir: Path,
                        tracking_uri: str | None = None, tags: Mapping[str, str] | None = None,
-                       artifacts: Artifacts | None = None) -> tuple[str, str]:
+                       artifacts: Artifacts | None = None, protocol: Any = None) -> tuple[str, str]:
     """``log_run``, whose failure says what is kept and how to mirror it later; returns (run id, URI)."""
     store = Store(results_dir, tracking_uri)
     try:
-        return log_run(result, json_path, results_dir, tracking_uri, tags, artifacts), store.uri
+        return log_run(result, json_path, results_dir, tracking_uri, tags, artifacts, protocol), store.uri
     except BenchError as err:
         sync = f"bench sync --results-dir {results_dir}" + (f" --tracking-uri {tracking_uri}" if tracking_uri else "")
         raise BenchError(f"{err} The result is kept in {json_path}; mirror it once the store works with: {sync}") from None
@@ -269,8 +294,9 @@ class LiveRun:
     reported once as a warning, and later calls do nothing; ``bench sync`` mirrors the stored JSON afterwards.
     """
 
-    def __init__(self, results_dir: Path, tracking_uri: str | None = None) -> None:
+    def __init__(self, results_dir: Path, tracking_uri: str | None = None, protocol: Any = None) -> None:
         self.store = Store(results_dir, tracking_uri)
+        self.protocol = protocol  # the run's spec: a joint run's steps (``steps.reference_steps``)
         self.run_id: str | None = None
         self.error: str | None = None
         self._session_start: dict[int, int] = {}
@@ -291,13 +317,14 @@ class LiveRun:
             return None
 
     def start(self, protocol: str, method: str, seed: int, run_id: str | None = None,
-              params: Mapping[str, Any] | None = None) -> str | None:
+              params: Mapping[str, Any] | None = None, name: str | None = None) -> str | None:
         """Open the run (RUNNING) with its settings. ``run_id`` is bench's, when known this early: with
-        it ``bench sync`` can replace this mirror if the process dies (``finish`` tags it anyway)."""
+        it ``bench sync`` can replace this mirror if the process dies (``finish`` tags it anyway).
+        ``name``: the run's name (``run_name``), by default the method and seed."""
         def action(client) -> str:
             exp_id = _experiment(client, f"bench/{protocol}", self.store.artifact_location)
-            tags = {"bench.status": "running", **({"bench.run_id": run_id} if run_id else {})}
-            run = client.create_run(exp_id, run_name=f"{method} seed{seed}", tags=tags)
+            tags = {"bench.status": "running", STEP_AXIS_TAG: "updates", **({"bench.run_id": run_id} if run_id else {})}
+            run = client.create_run(exp_id, run_name=name or run_name(method, seed), tags=tags)
             flat: dict[str, str] = {}
             _flat("", dict(params or {}), flat)
             _log_batches(client, run.info.run_id, flat)
@@ -320,9 +347,8 @@ class LiveRun:
             self._session_start[session] = 0 if prev is None else self._session_start[prev[0]] + prev[1]
         self._last = (session, update)
         step = self._session_start[session] + update
-        from mlflow.entities import Metric
-
-        metrics = [Metric(f"acc_{k}", float(v), 0, step) for k, v in acc.items()]
+        first = session == min(self._session_start)  # one value per step and key: ``steps.point_metrics``
+        metrics = point_metrics(step, session, update, first, {f"acc_{k}": float(v) for k, v in acc.items()})
         self._guard(lambda client: client.log_batch(self.run_id, metrics=metrics))
         self._points += 1
 
@@ -343,10 +369,11 @@ class LiveRun:
 
         def action(client) -> None:
             if result is not None and path is not None:
-                for key, value in _tags(result, path).items():
+                for key, value in {**_tags(result, path), **_axis_tag(result, self.protocol)}.items():
                     client.set_tag(self.run_id, key, value)
                 params = {k: v for k, v in _params(result).items() if k not in self._started_params}
-                _log_batches(client, self.run_id, params, _final_metrics(result, with_curves=self._points == 0))
+                _log_batches(client, self.run_id, params,
+                             _final_metrics(result, with_curves=self._points == 0, protocol=self.protocol))
                 _log_artifacts(client, self.run_id, result, path, artifacts)
                 client.set_tag(self.run_id, SYNCED_TAG, "true")
             client.set_tag(self.run_id, "bench.status", status)  # how the run ended, over the result's

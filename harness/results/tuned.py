@@ -74,6 +74,10 @@ def load_entry(results_dir: Path, protocol: Protocol, method: str) -> TunedEntry
     """The tuned entry of ``method`` on ``protocol``; a missing one, or one tuned on another spec, is a
     BenchError that says how to make it."""
     path = entry_path(results_dir, protocol.name, method)
+    if not path.is_file() and protocol.validation is None:  # `bench tune` would refuse: never suggest it
+        raise BenchError(f"No tuned settings for {method} on {protocol.name}, and none can be made: the protocol "
+                         f"declares no validation split to tune on (add `validation: {{per_class: N}}` to a copy of "
+                         f"its spec and tune that), so run it with its default settings or --set.")
     if not path.is_file():
         raise BenchError(f"No tuned settings for {method} on {protocol.name} in {path.parent}: run "
                          f"`bench tune {protocol.name} {method}` first (same --results-dir).")

@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from ..model import flops as FL
+from ..progress_bar import MeasuredBar, progress_bar
 from .checkpoint import Checkpointer, rng_state, set_rng_state
 from .budget_guards import (add_to_memory, check_memory, check_no_stray_steps, count_optimizer_steps,
                             memory_spec, observe_within_budget)
@@ -309,7 +309,8 @@ class ContinualRun:
         if options.on_eval is not None:
             options.on_eval(s.session.index, u, acc)
         s.curve["train_flops"].append(FL.flops(self.train_macs()))
-        self.bar.set_postfix(session=s.session.index, old=f"{acc.old:.3f}", new=f"{acc.new:.3f}")
+        self.bar.set_postfix(session=s.session.index, updates=self.progress.observed, old=f"{acc.old:.3f}",
+                             new=f"{acc.new:.3f}")
 
     def end_session(self) -> None:
         """Close the session: the method's ``end_session``, the storage checks, the memory's update, the
@@ -340,6 +341,19 @@ class ContinualRun:
                        save=lambda u, planned: self.checkpoint.save(self._mid_state(u, planned), mid=True),
                        bar=self.bar, stop=s.stop)
 
+    def _run_bar(self, total: int | None) -> Any:
+        """The run's progress bar: in updates, or under a FLOP budget in TFLOPs (the update count is known
+        only at the end; the budget gives the bar a total and an ETA all the same)."""
+        p = self.bench.protocol
+        label = f"{p.name} {self.method.label}"
+        if p.training.budget is None:
+            return progress_bar(self.options.progress, total=total, initial=self.progress.observed, desc=label,
+                                unit="upd")
+        spent = lambda: FL.flops(self.train_macs()) / 1e12  # noqa: E731 - read at every refresh
+        tflops = p.training.budget.tflops * len(self.bench.stream.sessions)
+        return MeasuredBar(progress_bar(self.options.progress, total=round(tflops, 6), initial=spent(), desc=label,
+                                        unit="TFLOP"), spent)
+
     def run(self) -> tuple[list[SessionCurve], Budget, int]:
         """Every session from where the checkpoint left off: the curves, the budget used and the most
         trainable parameters the method had."""
@@ -348,8 +362,7 @@ class ContinualRun:
         with count_optimizer_steps() as self.steps, self.meter.attached():
             self.method.setup(self.model, self.ctx)
             first, mid = self.resume()
-            self.bar = tqdm(total=total, initial=self.progress.observed, desc=f"{p.name} {self.method.label}",
-                            unit="upd", disable=not self.options.progress)
+            self.bar = self._run_bar(total)
             for pos in range(first, len(stream.sessions)):
                 s = self.begin_session(pos, mid if mid is not None and mid["next_session"] == pos else None)
                 mid = None

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
+from ..progress_bar import progress_bar
 
 from ..data.inputs import InputStore, cpu_forward_chunk, in_cpu_chunks, widest_row_bytes
 from ..data.stream import Session, Stream
@@ -76,7 +76,8 @@ def evaluate(predict: Callable[[Tensor], Tensor], inputs: InputStore, plan: Eval
     forward = predict if meter is None else meter.once_per_shape(predict)
     inputs.read_ahead([plan.ids[start : start + batch_size] for start in starts])
     with torch.no_grad():
-        for start in tqdm(starts, desc=desc, unit="batch", leave=False, delay=2.0, disable=desc is None):
+        for start in progress_bar(desc is not None, lines=False, iterable=starts, desc=desc, unit="batch", leave=False,
+                                  delay=2.0):
             part = plan.ids[start : start + batch_size]
             x = inputs.get(part)
             if chunk is None and x.device.type == "cpu":  # one probe per evaluation, counted by no meter

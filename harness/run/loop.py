@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
+from ..progress_bar import progress_bar
 
 from ..data.inputs import InputStore
 from ..model import flops as FL
@@ -63,8 +63,8 @@ def train_stretch(stretch: Stretch, checkpointer: Checkpointer | None, inputs: I
         planned = deque(s.pending if s.pending is not None else (s.draw() for _ in range(s.start, s.updates)))
         if planned:
             inputs.plan([s.ids_of(b) for b in planned])
-    bar = s.bar if s.bar is not None else tqdm(desc=s.label, unit="upd", leave=False, disable=not options.progress,
-                                               initial=s.start, total=s.updates)
+    bar = s.bar if s.bar is not None else progress_bar(options.progress, desc=s.label, unit="upd", leave=False,
+                                                       initial=s.start, total=s.updates)
     for u in range(s.start, s.updates + 1):
         if s.before is not None:
             s.before(u)

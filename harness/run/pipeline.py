@@ -126,8 +126,9 @@ def joint_reference(protocol: Protocol, seed: int, options: RunOptions, bench: W
 def _train_joint_reference(protocol: Protocol, seed: int, options: RunOptions,
                            bench: Workbench) -> tuple[RunResult, Path]:
     models = joint_parts(protocol)
-    say(options, f"No joint reference for {protocol.name} (seed {seed}) yet: training it first "
-                 f"({models} model(s) x {protocol.joint.updates} updates); later runs reuse it.")
+    # precisions never share a reference: the message names this one (an fp32 reference may well exist)
+    say(options, f"No {bench.precision} joint reference for {protocol.name} (seed {seed}) yet: training it first "
+                 f"({models} model(s) x {protocol.joint.updates} updates); later {bench.precision} runs reuse it.")
     started, t0 = now_iso(), time.perf_counter()
     savers = [_joint_checkpointer(protocol, seed, options, part) for part in range(models)]
     seconds: dict[str, float] = {}
@@ -239,8 +240,8 @@ def _train_best_new_references(protocol: Protocol, bench: Workbench, seed: int, 
     if not todo:
         return
     done = selection(protocol, options, bench.weights)
-    say(options, f"A_best for P_Δ comes from {', '.join(protocol.best_new_reference)} (seed {seed}); "
-                 f"training the missing reference run(s) first: {', '.join(todo)}.")
+    say(options, f"A_best for P_Δ comes from {', '.join(protocol.best_new_reference)} (seed {seed}, "
+                 f"{bench.precision}); training the missing {bench.precision} reference run(s) first: {', '.join(todo)}.")
     fresh = []
     quiet = dataclasses.replace(options, on_eval=None)  # live tracking follows the run asked for, not these
     for text in todo:

@@ -504,6 +504,9 @@ def parse_protocol(text: str, origin: str) -> Protocol:
     return parse_spec(Protocol, text, "protocol", origin)
 
 
+DEFAULT_PROTOCOL = "tiny_cil"  # what `bench run` runs unless told otherwise; the leaderboard lists it first
+
+
 def builtin_protocol_names() -> list[str]:
     return builtin_names()
 

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ..spec.protocol import Protocol, load_protocol
 from ...methods.registry import build_method, method_settings
-from ..results.schema import Selection, TunedStamp, format_setting, row_label
+from ..results.schema import JOINT, Selection, TunedStamp, format_setting, row_label
 from ..errors import BenchError
 from ..spec.specfile import is_path, load_spec
 
@@ -138,6 +138,20 @@ def finished(protocol: Protocol, method: str, overrides: dict[str, Any], seed: i
     row and seed, made with the settings the method resolves to now."""
     found = counted.runs.get((row_label(method, overrides, tuned), seed))
     return found[0] if found is not None and found[1].config == config else None
+
+
+def stored_run(protocol: Protocol, method: str, overrides: dict[str, Any], seed: int, options: RunOptions,
+               tuned: TunedStamp | None = None) -> Path | None:
+    """The stored result an identical run would repeat (``finished``: same spec, row, settings, seed and
+    precision), for ``bench run`` to report instead of training it again; None for ``joint``, whose
+    reference the run reuses by itself."""
+    from ..run.pipeline import check_joint_request, selection
+
+    check_joint_request(method, overrides)
+    if method.strip() == JOINT:
+        return None
+    _, built = build_method(method, protocol, overrides)
+    return finished(protocol, method, overrides, seed, method_settings(built), selection(protocol, options), tuned)
 
 
 def plan(sweep: Sweep, results_dir: Path, seeds: list[int] | None = None,

@@ -13,6 +13,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 
+from ..progress_bar import duration as _duration
+
 
 @dataclass(frozen=True)
 class TaskState:
@@ -79,9 +81,6 @@ def eta_seconds(states: dict[str, TaskState]) -> float | None:
     return left / max(1, len(running))
 
 
-def _duration(seconds: float) -> str:
-    s = int(round(seconds))
-    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
 def overall_line(states: dict[str, TaskState], elapsed: float) -> str:

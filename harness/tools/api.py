@@ -51,7 +51,7 @@ def _stored_paths(root: Path, protocol: str) -> set[Path]:
 
 
 def _mirror_references(result: RunResult, path: Path, before: set[Path], root: Path, tracking_uri: str | None,
-                       echo: Echo) -> list[str]:
+                       echo: Echo, protocol: Any = None) -> list[str]:
     """Mirror to MLflow the reference runs this run trained on the way (the joint model, the protocol's
     A_best set for its seed), tagged ``bench.reference``; returns what could not be mirrored."""
     from ..results.schema import load_result
@@ -69,7 +69,8 @@ def _mirror_references(result: RunResult, path: Path, before: set[Path], root: P
         if role is None:  # another process's run: not this one's to mirror
             continue
         try:
-            rid, _ = log_run_or_explain(r, new, root, tracking_uri, tags={REFERENCE_TAG: role}, artifacts=run_artifacts)
+            rid, _ = log_run_or_explain(r, new, root, tracking_uri, tags={REFERENCE_TAG: role}, artifacts=run_artifacts,
+                                        protocol=protocol)
             echo(f"  MLflow run {rid}: reference {r.label} ({role}), trained for this run")
         except BenchError as err:
             problems.append(str(err))
@@ -107,14 +108,16 @@ def execute(protocol: Any, method: str, seed: int, options: Any, tracking_uri: s
             summary(result, path)
         _save_predictions(recorder, result, path, echo)
         return result, path
-    from ..results.tracking import LiveRun
+    from ..results.tracking import LiveRun, run_name
+    from ..run.options import run_precision
 
     before = _stored_paths(options.results_dir, protocol.name)
     run_id = new_run_id()  # known before training, so the live MLflow run carries it from the start
-    live = LiveRun(options.results_dir, tracking_uri)
+    live = LiveRun(options.results_dir, tracking_uri, protocol)
     live.start(protocol.name, method, seed, run_id, params={
         "protocol": protocol.name, "protocol_hash": protocol.spec_hash, "method": method, "seed": seed,
-        "set": options.overrides})
+        "set": options.overrides},
+        name=run_name(method, seed, options.overrides, tuned, run_precision(protocol, options)))
     try:
         on_eval = chain([live.eval_point, recorder and recorder.eval_point])
         result, path = execute_run(protocol, method, seed, dataclasses.replace(options, on_eval=on_eval),
@@ -133,7 +136,7 @@ def execute(protocol: Any, method: str, seed: int, options: Any, tracking_uri: s
         return result, path
     _save_predictions(recorder, result, path, echo)
     live.finish(result.status, result, path, artifacts=run_artifacts)
-    problems = _mirror_references(result, path, before, options.results_dir, tracking_uri, echo)
+    problems = _mirror_references(result, path, before, options.results_dir, tracking_uri, echo, protocol)
     if live.error or problems:
         raise BenchError(" ".join(filter(None, [live.error] + problems))
                          + f" The result is kept in {path}; mirror it to MLflow later with: bench sync "
@@ -190,10 +193,18 @@ def run_local_sweep(graph: list[Any], options: Any, tracking_uri: str | None, *,
     """Every stage of a sweep's graph in this process: shared stages (joint, A_best references) once, then
     each method run as ``execute`` does it (live MLflow run included)."""
     from ..results.tracking import log_run_or_explain
+    from ..sweep.progress import ProgressBoard
     from ..sweep.stages import run_local
 
+    board = ProgressBoard({stage.key: stage.label for stage in graph})
+    before: list[Any] = []  # the stage running, marked done when the next one starts
+
     def start(stage: Any) -> None:
-        echo(f"\n[{graph.index(stage) + 1}/{len(graph)}] {stage.label}")
+        if before:
+            board.finished(before.pop().key, "done")
+        board.started(stage.key, "local")
+        before.append(stage)
+        echo(f"\n[{graph.index(stage) + 1}/{len(graph)}] {stage.label}  ({sweep_status(board)})")
 
     def method_run(stage: Any) -> None:
         execute(stage.protocol, stage.method, stage.seed, dataclasses.replace(options, overrides=dict(stage.overrides)),
@@ -204,10 +215,25 @@ def run_local_sweep(graph: list[Any], options: Any, tracking_uri: str | None, *,
             if summary:
                 summary(result, path)
             if mlflow:
-                rid, uri = log_run_or_explain(result, path, options.results_dir, tracking_uri, artifacts=run_artifacts)
+                rid, uri = log_run_or_explain(result, path, options.results_dir, tracking_uri, artifacts=run_artifacts,
+                                              protocol=stage.protocol)
                 echo(f"  MLflow run {rid} in {uri}")
 
     run_local(graph, options, start, method_run, stored)
+    if before:
+        board.finished(before.pop().key, "done")
+    echo(f"\nSweep finished: {sweep_status(board)}")
+
+
+def sweep_status(board: Any) -> str:
+    """Where a local sweep stands, in stages (the unit its [i/N] counts): done, elapsed, ETA."""
+    from ..progress_bar import duration
+    from ..sweep.progress import count, eta_seconds
+
+    states = board.snapshot()
+    eta = eta_seconds(states)
+    return (f"{count(states, 'done')}/{len(states)} stages done, elapsed {duration(board.clock() - board.begun)}, "
+            f"ETA {'-' if eta is None else duration(eta)}")
 
 
 def sweep(sweep: str, seeds: list[int] | None = None, *, results_dir: str | Path | None = None,

@@ -100,12 +100,15 @@
     bar.hidden = false;
     show("updates");
   });
-  // the standard CL metrics' columns, hidden by default to keep the paper's table readable
-  document.querySelectorAll(".toolbar .toggle-optional").forEach(function (b) {
-    b.addEventListener("click", function () {
-      var on = b.getAttribute("aria-pressed") !== "true";
-      b.setAttribute("aria-pressed", on ? "true" : "false");
-      document.querySelectorAll("table.measured-table").forEach(function (t) { t.classList.toggle("show-optional", on); });
+  // the standard CL metrics' columns and the budget and time columns, hidden by default so that the gap
+  // columns and their paired difference fit a desktop window
+  [["toggle-optional", "show-optional"], ["toggle-extra", "show-extra"]].forEach(function (pair) {
+    document.querySelectorAll(".toolbar ." + pair[0]).forEach(function (b) {
+      b.addEventListener("click", function () {
+        var on = b.getAttribute("aria-pressed") !== "true";
+        b.setAttribute("aria-pressed", on ? "true" : "false");
+        document.querySelectorAll("table.measured-table").forEach(function (t) { t.classList.toggle(pair[1], on); });
+      });
     });
   });
 })();

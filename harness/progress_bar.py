@@ -1,0 +1,100 @@
+"""Progress display that suits where it goes: a tqdm bar on a terminal, plain periodic lines elsewhere.
+
+A bar redraws itself with carriage returns; written to a file (a sweep's log, a batch job's stderr) that
+is megabytes of one line. Off a terminal the main bars print one plain line every ``PLAIN_EVERY_S``
+seconds (and at their end) instead, and the short inner bars (an eval pass, a trunk pass) print nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, TextIO
+
+from tqdm.auto import tqdm
+
+PLAIN_EVERY_S = float(os.environ.get("BENCH_PROGRESS_EVERY_S", "30"))  # seconds between plain lines
+
+
+def on_terminal(stream: TextIO | None = None) -> bool:
+    stream = stream if stream is not None else sys.stderr
+    return bool(getattr(stream, "isatty", lambda: False)())
+
+
+def duration(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+class PlainBar:
+    """The part of tqdm's interface the harness uses, written as whole lines: label, count, total, rate,
+    ETA and the postfix, every ``every`` seconds and once at ``close``."""
+
+    def __init__(self, desc: str = "", total: float | None = None, initial: float = 0, unit: str = "it",
+                 every: float = PLAIN_EVERY_S, file: TextIO | None = None, clock: Callable[[], float] = time.monotonic,
+                 **_: Any) -> None:
+        self.desc, self.total, self.n, self.unit, self.every = desc, total, initial, unit, every
+        self.file, self.clock = file, clock
+        self.start_n, self.t0 = initial, clock()
+        self.last = self.t0
+        self.postfix = ""
+
+    def update(self, n: float = 1) -> None:
+        self.n += n
+        if self.clock() - self.last >= self.every:
+            self._line()
+
+    def set_postfix(self, **values: Any) -> None:
+        self.postfix = ", ".join(f"{k}={v}" for k, v in values.items())
+
+    def close(self) -> None:
+        if self.n != self.start_n:
+            self._line()
+
+    def _line(self) -> None:
+        now = self.clock()
+        self.last = now
+        done = f"{self.n:.4g}" if isinstance(self.n, float) else f"{self.n}"
+        parts = [f"{self.desc}: {done}" + (f"/{self.total:.4g}" if self.total else "") + f" {self.unit}"]
+        rate = (self.n - self.start_n) / max(now - self.t0, 1e-9)
+        if self.total:
+            parts.append(f"{100 * self.n / self.total:.0f}%")
+            if rate > 0:
+                parts.append(f"ETA {duration(max(0.0, self.total - self.n) / rate)}")
+        parts.append(f"elapsed {duration(now - self.t0)}")
+        if self.postfix:
+            parts.append(self.postfix)
+        print(", ".join(parts), file=self.file if self.file is not None else sys.stderr, flush=True)
+
+
+def progress_bar(enabled: bool, *, lines: bool = True, **kwargs: Any) -> Any:
+    """A tqdm bar on a terminal; off one, a ``PlainBar`` (``lines``) or nothing (a disabled tqdm)."""
+    if not enabled:
+        return tqdm(disable=True, **kwargs)
+    if on_terminal(kwargs.get("file")):
+        return tqdm(**kwargs)
+    if lines:
+        return PlainBar(**kwargs)
+    return tqdm(disable=True, **kwargs)
+
+
+class MeasuredBar:
+    """A bar whose position is read from ``measure`` at each ``update`` instead of counted: a run under a
+    FLOP budget moves its bar in training TFLOPs, the unit its budget (and so its total) is given in."""
+
+    def __init__(self, bar: Any, measure: Callable[[], float]) -> None:
+        self.bar, self.measure = bar, measure
+        self.at = measure()
+
+    def update(self, n: float = 1) -> None:
+        now = self.measure()
+        self.bar.update(now - self.at)
+        self.at = now
+
+    def set_postfix(self, **values: Any) -> None:
+        self.bar.set_postfix(**values)
+
+    def close(self) -> None:
+        self.bar.close()
