@@ -119,9 +119,12 @@ def execute(protocol: Any, method: str, seed: int, options: Any, tracking_uri: s
         "set": options.overrides},
         name=run_name(method, seed, options.overrides, tuned, run_precision(protocol, options)))
     try:
-        on_eval = chain([live.eval_point, recorder and recorder.eval_point])
+        # a joint run's points are logged when it finishes, on the method runs' step axis (its own eval points
+        # close joint models whose update counts are not a session's)
+        joint_run = method.strip() == "joint"
+        on_eval = chain([None if joint_run else live.eval_point, recorder and recorder.eval_point])
         result, path = execute_run(protocol, method, seed, dataclasses.replace(options, on_eval=on_eval),
-                                   run_id=None if method.strip() == "joint" else run_id, tuned=tuned)
+                                   run_id=None if joint_run else run_id, tuned=tuned)
     except KeyboardInterrupt:
         live.finish("killed")
         raise
