@@ -359,6 +359,7 @@ def tune(protocol: str, method: str, trials: int | None, objective: str | None, 
     from .results.tuned import entry_path
     from .sweep.tuning import TuneRequest, default_storage, ruleset, search_space, trial_runner
     from .sweep.tuning import tune as run_study
+    from .sweep.study_checks import check_storage
 
     spec = load_protocol(protocol)
     rules = ruleset(spec, trials, objective)  # before anything else: zero trials, an unknown objective
@@ -373,6 +374,8 @@ def tune(protocol: str, method: str, trials: int | None, objective: str | None, 
             raise BenchError(f"--space {space_file} must hold a mapping of setting -> range.")
     space = search_space(method, spec, given)
     check_seed(seed)
+    if storage is not None:
+        check_storage(storage, resolve_results(results_dir))
     check_outputs(resolve_results(results_dir), None, False)
     ray_plan = _ray_plan(executor, address, cpus_per_run, gpus_per_run, None, device)
     check_backbone(spec)
