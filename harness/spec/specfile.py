@@ -117,6 +117,23 @@ class _SpecLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+MAX_INT_DIGITS = 100  # digits of an integer a spec may hold; Python refuses to convert more than 4,300
+
+
+def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
+    """YAML's int, refused with its place when longer than any setting needs (instead of Python's
+    int-conversion error, a traceback, past 4,300 digits)."""
+    digits = sum(c.isalnum() for c in node.value)
+    if digits > MAX_INT_DIGITS:
+        raise yaml.constructor.ConstructorError(
+            None, None, f"an integer of {digits:,} digits (no setting takes more than {MAX_INT_DIGITS})",
+            node.start_mark)
+    return yaml.SafeLoader.construct_yaml_int(loader, node)
+
+
+_SpecLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+
+
 def _check_bounds(root: yaml.Node) -> None:
     """Expanded size and depth of the node graph, each node visited once (memoised), so checking a
     bomb costs as little as the file it came from."""
