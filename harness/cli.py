@@ -360,6 +360,7 @@ def tune(protocol: str, method: str, trials: int | None, objective: str | None, 
     from .sweep.tuning import TuneRequest, default_storage, ruleset, search_space, trial_runner
     from .sweep.tuning import tune as run_study
     from .sweep.study_checks import check_storage
+    from .errors import not_a_file
 
     spec = load_protocol(protocol)
     rules = ruleset(spec, trials, objective)  # before anything else: zero trials, an unknown objective
@@ -367,8 +368,8 @@ def tune(protocol: str, method: str, trials: int | None, objective: str | None, 
     check_method(method, spec, {})
     given = None
     if space_file is not None:
-        if not space_file.is_file():
-            raise BenchError(f"--space {space_file}: no such file.")
+        if (problem := not_a_file(space_file)) is not None:
+            raise BenchError(f"--space {space_file} {problem}.")
         given = safe_yaml(space_file.read_text(), "--space", str(space_file))
         if not isinstance(given, dict):
             raise BenchError(f"--space {space_file} must hold a mapping of setting -> range.")

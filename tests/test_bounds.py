@@ -102,3 +102,26 @@ def test_integers_of_any_length_are_refused_as_values(tmp_path):
     one_paragraph(bench("tune", str(protocol), "vanilla", "--space", str(space), "--results-dir", results),
                   "an integer of 5,001 digits")
     assert not Path(results).exists()
+
+
+def test_paths_that_are_not_files_are_named_as_what_they_are(tmp_path):
+    """A device or a folder where a file is expected is named as what it is, not "does not exist"."""
+    results = str(tmp_path / "r")
+    weights = tmp_path / "w.yaml"
+    for target, kind in (("/dev/zero", "a character device"), (str(tmp_path), "is a folder")):
+        weights.write_text(yaml.safe_dump({"extends": "tiny_cil", "name": "w",
+                                           "backbone": {"weights": f"file:{target}"}}))
+        one_paragraph(bench("validate", str(weights)), kind, target)
+        sweep = tmp_path / "s.yaml"
+        sweep.write_text(yaml.safe_dump({"name": "s", "seeds": [0],
+                                         "runs": [{"protocol": target + ("/" if target == str(tmp_path) else ""),
+                                                   "methods": ["vanilla"]}]}))
+        one_paragraph(bench("sweep", str(sweep), "--dry-run", "--results-dir", results), kind)
+        extends = tmp_path / "e.yaml"
+        extends.write_text(yaml.safe_dump({"extends": "link.yaml", "name": "e"}))  # a link to the device or folder
+        link = tmp_path / "link.yaml"
+        link.unlink(missing_ok=True)
+        link.symlink_to(target)
+        one_paragraph(bench("validate", str(extends)), kind)
+        one_paragraph(bench("tune", "tiny_cil", "vanilla", "--space", target, "--results-dir", results), kind)
+    assert not Path(results).exists()

@@ -202,6 +202,8 @@ def test_symlink_loops_are_named(results, tmp_path):
                  ["leaderboard", "build", "--results-dir", str(results), "--out", str(loop)],
                  ["leaderboard", "table", "--results-dir", str(loop)],
                  ["sync", "--results-dir", str(loop)],
+                 ["sweep", "table1_tiny_cil", "--dry-run", "--results-dir", str(loop)],
+                 ["tune", "tiny_cil", "vanilla", "--results-dir", str(loop)],
                  ["run", "-p", "tiny_cil", "-m", "vanilla", "--results-dir", str(loop), "--no-mlflow"]):
         out = CliRunner().invoke(main, args)
         assert out.exit_code == 2, (args, out.output)

@@ -210,8 +210,8 @@ def resolve_extends(data: dict, what: str, origin: str, folder: str = "", seen: 
     if path.suffix in (".yaml", ".yml"):
         if not path.is_absolute() and Path(origin).suffix in (".yaml", ".yml"):
             path = Path(origin).parent / path
-        if not path.is_file():
-            raise BenchError(f"{what.capitalize()} {origin}: extends names {path}, which does not exist.")
+        if (problem := not_a_file(path)) is not None:
+            raise BenchError(f"{what.capitalize()} {origin}: extends names {path}, which {problem}.")
         text, base_origin = decode_spec(path.read_bytes(), what, str(path)), str(path)
     else:
         names = builtin_names(folder)

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from ..spec.protocol import Protocol, load_protocol
 from ...methods.registry import build_method, method_settings
 from ..results.schema import Selection, TunedStamp, format_setting, row_label
-from ..errors import BenchError
+from ..errors import BenchError, not_a_file
 from ..spec.specfile import is_path, load_spec
 
 if TYPE_CHECKING:
@@ -152,9 +152,9 @@ def load_sweep(name_or_path: str) -> Sweep:
         if not is_path(protocol):
             return protocol
         path = folder / Path(protocol).expanduser()
-        if not path.is_file():
+        if (problem := not_a_file(path)) is not None:
             raise BenchError(f"Sweep file {name_or_path}: protocol {protocol!r} is read relative to the sweep "
-                             f"file's folder, and {path} does not exist.")
+                             f"file's folder, and {path} {problem}.")
         return str(path)
 
     return sweep.model_copy(update={

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..atomic import check_writable_folder  # noqa: F401 - the probe lives with the writes it protects
-from ..errors import BenchError
+from ..errors import BenchError, not_a_file
 from ..results.tracking import sqlite_path
 from ..spec.protocol import MAX_SEED, Protocol
 
@@ -182,8 +182,8 @@ def check_backbone(protocol: Protocol) -> None:
     if kind != "file":
         return
     path = Path(os.path.expandvars(ref)).expanduser()
-    if not path.is_file():
-        raise BenchError(f"backbone.weights file {path} does not exist.")
+    if (problem := not_a_file(path)) is not None:
+        raise BenchError(f"backbone.weights file {path} {problem}.")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - pickle, zip and torch errors alike mean "not loadable"
