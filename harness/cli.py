@@ -56,6 +56,9 @@ class BenchGroup(click.Group):
         except BenchError as err:
             click.secho(f"Error: {shorten(str(err))}", err=True, fg="red")
             ctx.exit(err.exit_code)
+        except click.ClickException as err:  # a usage error echoes the value given: cut, as ours are
+            err.message = shorten(err.message)
+            raise
         except KeyboardInterrupt as stop:
             click.echo(f"\n{INTERRUPTED}", err=True)
             ctx.exit(143 if isinstance(stop, Terminated) else 130)
@@ -536,8 +539,10 @@ def validate(file: Path) -> None:
     if file.suffix == ".json":
         from .results.schema import load_result, result_problem, value_problem
 
+        from ..leaderboard.recheck import recomputed_problem
+
         r = load_result(file)
-        if (bad := value_problem(r)) is not None:
+        if (bad := value_problem(r) or recomputed_problem(file, r)) is not None:
             raise BenchError(f"Result file {file} is refused: {bad}. The leaderboard never ranks it and "
                              f"`bench sync` never mirrors it.")
         apart = result_problem(r)

@@ -26,6 +26,7 @@ from ..results import metrics as M
 from .continual import Diverged, run_cl
 from .checkpoint import Checkpointer, checkpointer, run_key
 from .claim import claim
+from .joint_request import check_joint_request
 from ..errors import BenchError
 from ..spec.protocol import Protocol
 from .joint import train_joint
@@ -39,19 +40,6 @@ from .options import RunOptions, run_precision, say
 from ...methods.base import Method
 
 Stored = tuple[Path, Any]
-
-
-def check_joint_request(method_text: str, overrides: dict[str, Any]) -> None:
-    """``joint`` is the harness's reference: a variant of it would change every other run's S_Δ."""
-    base, *mods = [p.strip() for p in method_text.split("+")]
-    if base == JOINT and (mods or overrides):
-        given = " ".join([f"modifiers {'+'.join(mods)}"] * bool(mods) + [f"--set {overrides}"] * bool(overrides))
-        raise BenchError(
-            f"Method {method_text!r}: joint is the harness's upper-bound reference (A_joint), trained with the "
-            f"protocol's joint section (joint.lr, joint.weight_decay, joint.updates, joint.batch_size), so it "
-            f"takes no modifiers or --set ({given} given). To study another upper bound, copy the protocol "
-            f"file and change its joint section: the new spec hash keeps its references apart."
-        )
 
 
 def _stamp(spec: MethodSpec) -> MethodStamp:

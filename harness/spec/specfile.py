@@ -59,6 +59,11 @@ def _field(loc: tuple) -> str:
 def format_validation_error(err: ValidationError, what: str, origin: str) -> str:
     """One paragraph: each field once, what was wrong (alternatives joined by 'or'), and the offending
     value shown truncated (never an expanded alias tree)."""
+    return f"Invalid {what} {origin}: {validation_problems(err)}."
+
+
+def validation_problems(err: ValidationError) -> str:
+    """Each field of ``err`` once with what was wrong and the value given (``format_validation_error``)."""
     fields: dict[str, tuple[list[str], str]] = {}
     for e in err.errors():
         msgs, value = fields.setdefault(_field(e["loc"]), ([], ""))
@@ -67,8 +72,7 @@ def format_validation_error(err: ValidationError, what: str, origin: str) -> str
             msgs.append(msg)
         if not value and e["type"] != "missing" and not isinstance(e["input"], dict):
             fields[_field(e["loc"])] = (msgs, f" (got {short_repr(e['input'])})")
-    problems = [f"{field}: {' or '.join(msgs)}{value}" for field, (msgs, value) in fields.items()]
-    return f"Invalid {what} {origin}: " + "; ".join(problems) + "."
+    return "; ".join(f"{field}: {' or '.join(msgs)}{value}" for field, (msgs, value) in fields.items())
 
 
 def decode_spec(data: bytes, what: str, origin: str) -> str:

@@ -128,9 +128,12 @@ def check_run(protocol: Protocol, method: str, seed: int, overrides: dict[str, A
     """Everything about one run that can be checked without torch or MLflow, in the order a user
     would fix them: method and settings, seed, folders and free space, tracking store."""
     from ...methods.registry import METHOD_GROUP, check_method, entries
+    from ..run.joint_request import check_joint_request
 
     if method.split("+")[0] != REFERENCE or REFERENCE in entries(METHOD_GROUP):
         check_method(method, protocol, overrides)
+    else:
+        check_joint_request(method, overrides)
     check_seed(seed)
     check_outputs(results_dir, tracking_uri, mlflow)
 
