@@ -39,6 +39,10 @@ INTERRUPTED = ("Interrupted: nothing was written for the unfinished run; stored 
                "are kept. Run the same command again to resume from that checkpoint.")
 
 
+DRY_RUN = "bench.dry_run"  # ctx.meta key: the command only lists what it would do
+DRY_INTERRUPTED = "Interrupted: a dry run trains and writes nothing, so there is nothing to resume."
+
+
 class BenchGroup(click.Group):
     """Turns BenchError into a one-paragraph message and its exit code (2 for bad input, 75 for a storage
     fault; never a traceback), and SIGTERM into what Ctrl-C does."""
@@ -60,7 +64,7 @@ class BenchGroup(click.Group):
             err.message = shorten(err.message)
             raise
         except KeyboardInterrupt as stop:
-            click.echo(f"\n{INTERRUPTED}", err=True)
+            click.echo(f"\n{DRY_INTERRUPTED if ctx.meta.get(DRY_RUN) else INTERRUPTED}", err=True)
             ctx.exit(143 if isinstance(stop, Terminated) else 130)
         except Exception as exc:  # a write outside the atomic path (a cache shard, a library's file)
             fault = storage_error(exc)
@@ -232,7 +236,7 @@ def run(protocol: str, method: str, seed: int, overrides: tuple[str, ...], tuned
 
         if settings:
             raise BenchError("--tuned runs the tuned entry's settings as they are; drop --set (or tune again).")
-        entry = load_entry(resolve_results(results_dir), spec, method)
+        entry = load_entry(resolve_results(results_dir), spec, method, protocol)
         settings, stamp = dict(entry.settings), tuned_stamp(entry)
     check_run(spec, method, seed, settings, resolve_results(results_dir), tracking_uri, not no_mlflow)  # no torch yet
     check_backbone(spec)
@@ -244,7 +248,8 @@ def run(protocol: str, method: str, seed: int, overrides: tuple[str, ...], tuned
 @click.argument("sweep", required=False)
 @click.option("--schema", is_flag=True, help="print the sweep file's JSON schema (every key, typed) and exit")
 @click.option("--seeds", default=None, metavar="0,1,2", help="run these seeds instead of the sweep's")
-@click.option("--dry-run", is_flag=True, help="list the runs (and which are already done), run nothing")
+@click.option("--dry-run", is_flag=True, help="list the runs (and which are already done), run nothing",
+              callback=lambda ctx, _p, value: ctx.meta.__setitem__(DRY_RUN, value) or value)
 @click.option("--table", "table_path", type=click.Path(path_type=Path), default=None,
               help="also write the final Markdown table to this file")
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,

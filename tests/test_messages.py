@@ -88,3 +88,45 @@ def test_usage_errors_cut_the_value_they_echo(tmp_path):
     out = bench("run", "-p", "tiny_cil", "-m", f"van illa {'x' * 5000}", "--results-dir", str(tmp_path / "r"))
     one_paragraph(out, "whitespace")
     assert not (tmp_path / "r").exists()
+
+
+def test_a_tuned_run_on_a_protocol_file_suggests_a_tune_that_resolves_it(tmp_path):
+    import shlex
+
+    import yaml
+    from conftest import reduced_tiny
+
+    protocol = tmp_path / "my protocol.yaml"
+    protocol.write_text(yaml.safe_dump({**reduced_tiny(), "name": "mine", "validation": {"per_class": 5},
+                                        "tuning": {"trials": 2, "objective": "CK_delta"}}))
+    results = tmp_path / "r"
+    out = bench("run", "-p", str(protocol), "-m", "vanilla", "--tuned", "--results-dir", str(results), "--no-mlflow")
+    one_paragraph(out, "No tuned settings for vanilla on mine")
+    command = out.output.split("`")[1]
+    assert shlex.split(command)[:4] == ["bench", "tune", str(protocol), "vanilla"], command
+    assert str(results) in command
+
+
+def test_sigterm_of_a_dry_run_does_not_speak_of_resuming(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    code = ("import signal, sys\n"  # the dry run pauses while planning, as a long one does
+            "from bench_stability_gap.harness.sweep import plan\n"
+            "def paused(*a, **k):\n"
+            "    print('PLANNING', flush=True); signal.pause()\n"
+            "plan.plan = paused\n"
+            "from bench_stability_gap.harness.cli import main\n"
+            "sys.exit(main(sys.argv[1:]))\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, "sweep", "table1_tiny_cil", "--dry-run", "--results-dir",
+                             str(tmp_path / "r")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "PLANNING", proc.stderr.read()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, err
+    assert "nothing to resume" in err and "resume from that checkpoint" not in err, err
