@@ -142,7 +142,7 @@ class RunResult(Strict):
     versions: dict[str, str]
     git_commit: str | None
     started_at: str
-    wall_time_s: float  # this process's share (a resumed run counts from its restart)
+    wall_time_s: float  # summed over a resumed run's processes (each up to its last checkpoint)
     stage_seconds: dict[str, float] = Field(
         default_factory=dict, description="wall seconds spent training and evaluating (train, eval), summed "
                                           "over resumes; on CUDA also the GPU seconds those blocks spanned, by "

@@ -14,7 +14,6 @@ that needs them.
 from __future__ import annotations
 
 import dataclasses
-import time
 import uuid
 
 import torch
@@ -115,13 +114,13 @@ def _train_joint_reference(protocol: Protocol, seed: int, options: RunOptions,
     models = protocol.sessions if protocol.joint.mode == "per_session" else 1
     say(options, f"No joint reference for {protocol.name} (seed {seed}) yet: training it first "
                  f"({models} model(s) x {protocol.joint.updates} updates); later runs reuse it.")
-    started, t0 = now_iso(), time.perf_counter()
+    started = now_iso()
     saver = _checkpointer(options, "joint", protocol=protocol.spec_hash, seed=seed, config=joint_settings(protocol))
     seconds: dict[str, float] = {}
     refs, budget, params = train_joint(bench, seed, dataclasses.replace(options, stage_seconds=seconds), saver)
     result = RunResult(**_common(protocol, bench, seed, options, started), method=_joint_stamp(),
                        config=joint_settings(protocol), trainable_params=params, reference=refs, budget=budget,
-                       wall_time_s=time.perf_counter() - t0, stage_seconds=seconds)
+                       wall_time_s=saver.wall_seconds(), stage_seconds=seconds)
     path = save_result(options.results_dir, result)
     saver.discard()
     return result, path
@@ -131,7 +130,7 @@ def _continual_result(protocol: Protocol, bench: Workbench, spec: MethodSpec, me
                       overrides: dict[str, Any], joint: RunResult, options: RunOptions,
                       run_id: str | None = None, tuned: TunedStamp | None = None) -> RunResult:
     """Stage 4: the CL sessions, as an unscored result (metrics filled by ``_score``)."""
-    started, t0 = now_iso(), time.perf_counter()
+    started = now_iso()
     config = method_settings(method)
     saver = _run_checkpointer(options, protocol.spec_hash, spec.text, config, overrides, seed)
     status, seconds = "complete", {}
@@ -143,7 +142,7 @@ def _continual_result(protocol: Protocol, bench: Workbench, spec: MethodSpec, me
     common = {**_common(protocol, bench, seed, options, started, run_id), "status": status}
     return RunResult(**common, method=_stamp(spec),
                      config=config, overrides=overrides, trainable_params=params, curves=curves,
-                     budget=FL.efficiency_vs_joint(budget, joint.budget), wall_time_s=time.perf_counter() - t0,
+                     budget=FL.efficiency_vs_joint(budget, joint.budget), wall_time_s=saver.wall_seconds(),
                      stage_seconds=seconds, tuned=tuned)
 
 
