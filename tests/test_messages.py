@@ -130,3 +130,25 @@ def test_sigterm_of_a_dry_run_does_not_speak_of_resuming(tmp_path):
             proc.kill()
     assert proc.returncode == 143, err
     assert "nothing to resume" in err and "resume from that checkpoint" not in err, err
+
+
+def test_a_web_server_that_is_not_mlflow_is_named_without_its_page(tmp_path):
+    import threading
+    from functools import partial
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    (tmp_path / "index.html").write_text("<html><body><h1>Some other site</h1></body></html>")
+    handler = partial(SimpleHTTPRequestHandler, directory=str(tmp_path))
+    handler.log_message = lambda *a: None
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    uri = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        for args in (["leaderboard", "table", "--tracking-uri", uri],
+                     ["leaderboard", "build", "--tracking-uri", uri, "--out", str(tmp_path / "site")]):
+            out = bench(*args)
+            one_paragraph(out, uri, "not MLflow")
+            assert "<" not in out.output, out.output
+    finally:
+        server.shutdown()
+    assert not (tmp_path / "site").exists()

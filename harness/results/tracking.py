@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import BenchError
+from ..errors import BenchError, without_foreign_page
 from .schema import RunResult, iter_results, value_problem
 
 HTTP_TIMEOUT_S = "5"   # per request; MLflow's default is 120 s
@@ -227,7 +227,7 @@ class Store:
             except BenchError:
                 raise
             except mlflow.exceptions.MlflowException as exc:
-                raise BenchError(f"MLflow tracking store {self.uri} is not usable: {_first_line(exc.message)}") from None
+                raise BenchError(f"MLflow tracking store {self.uri} is not usable: {_first_line(without_foreign_page(exc.message))}") from None
             except Exception as exc:  # noqa: BLE001 - requests, sqlalchemy and OS errors all mean the same here
                 raise BenchError(f"MLflow tracking store {self.uri} is not usable: "
                                  f"{type(exc).__name__}: {_first_line(str(exc))}") from None
