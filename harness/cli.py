@@ -557,10 +557,13 @@ def validate(file: Path) -> None:
     from .spec.protocol import load_protocol
 
     p = load_protocol(str(file))
-    from .tools.preflight import check_backbone
+    from .tools.preflight import check_backbone, check_flop_budget
 
     check_backbone(p)
     click.echo(f"OK: protocol {p.name} v{p.version}, hash {p.spec_hash}")
+    if (most := check_flop_budget(p)) is not None:
+        click.echo(f"training.budget.tflops {p.training.budget.tflops:g} buys at most {most:,} updates a session "
+                   f"(output-only training, the cheapest method; a method whose updates cost more makes fewer).")
 
 
 def sweep_table(spec, runs, results_dir: Path) -> str:

@@ -67,6 +67,7 @@ def flops_protocol(tmp_path: Path, training: dict | None = None, tflops_eval: di
 @pytest.mark.parametrize("training,tflops_eval,words", [
     ({"budget": {"tflops": 1e300}}, None, "training.budget.tflops"),
     ({"budget": {"tflops": 1e6}}, None, "training.budget.tflops"),
+    ({"budget": {"tflops": 5e4}}, {"every": 10.0, "dense_every": None, "dense_until": 0}, "more than the 10,000,000"),
     (None, {"every": 1e-300}, "eval points"),
     (None, {"every": 0.04, "dense_every": 1e-12, "dense_until": 0.04}, "eval points"),
 ])
@@ -75,7 +76,13 @@ def test_flop_budgets_and_eval_steps_are_bounded_at_validation(tmp_path, trainin
     one_paragraph(bench("validate", str(path)), words)
     out = bench("run", "-p", str(path), "-m", "vanilla", "--no-mlflow", "--results-dir", str(tmp_path / "r"))
     one_paragraph(out, words)
-    assert not (tmp_path / "r").exists()  # refused before anything was created
+    assert not [p for p in (tmp_path / "r").rglob("*") if p.is_file()]  # refused before anything was written
+
+
+def test_validation_projects_the_updates_a_budget_buys():
+    out = bench("validate", str(Path(__file__).parents[1] / "protocols" / "tiny_cil_flops.yaml"))
+    assert out.exit_code == 0, out.output
+    assert "training.budget.tflops 0.2173 buys at most" in out.output and "updates a session" in out.output
 
 
 def test_a_budget_scale_of_any_length_is_refused(tmp_path):
