@@ -42,7 +42,9 @@ def cache_dir() -> Path:
 
 
 SITE_MARKER = ".bench-leaderboard"  # the file a leaderboard site carries: it lists the files the build wrote
-RESULT_PARTS = ("mlflow.db", "mlartifacts", "checkpoints", "tuning", "tuned")  # only a results folder holds these
+# files only a results folder holds (its MLflow store, its studies); generic folder names such as
+# checkpoints/ are no evidence, as many projects have one
+RESULT_PARTS = ("mlflow.db", "tuning/optuna.db")
 
 
 def resolve_folder(path: Path, what: str) -> Path:
@@ -64,17 +66,18 @@ def site_root(folder: Path) -> Path | None:
 
 
 def results_content(folder: Path) -> str | None:
-    """What in ``folder`` shows it holds results (an MLflow store, checkpoints, stored run JSONs), else None:
-    a leaderboard site holds only its flat ``runs/<slug>.json`` copies, a results folder
-    ``runs/<protocol>/<method>/*.json``."""
+    """What in ``folder`` shows it holds results (an MLflow store, a study database, stored run JSONs), else
+    None: a leaderboard site holds only its flat ``runs/<slug>.json`` copies, a results folder
+    ``runs/<protocol>/<method>/*.json``. A folder that cannot be listed shows nothing."""
     for name in RESULT_PARTS:
-        if (folder / name).exists():
+        if (folder / name).is_file():
             return f"{folder / name}"
-    runs = folder / "runs"
-    if runs.is_dir():
-        for protocol in runs.iterdir():
+    try:
+        for protocol in (folder / "runs").iterdir():
             if protocol.is_dir() and not protocol.is_symlink():
                 for method in protocol.iterdir():
                     if method.is_dir() and any(method.glob("*.json")):
                         return f"stored results in {method}"
+    except OSError:
+        pass
     return None
