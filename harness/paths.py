@@ -60,8 +60,11 @@ def resolve_folder(path: Path, what: str) -> Path:
 def site_root(folder: Path) -> Path | None:
     """The leaderboard site ``folder`` is or lies inside (the nearest folder carrying the site marker)."""
     for candidate in (folder, *folder.parents):
-        if (candidate / SITE_MARKER).is_file():
-            return candidate
+        try:
+            if (candidate / SITE_MARKER).is_file():
+                return candidate
+        except OSError:  # a name the system refuses (too long): no site there; the folder checks name it
+            continue
     return None
 
 
@@ -69,10 +72,10 @@ def results_content(folder: Path) -> str | None:
     """What in ``folder`` shows it holds results (an MLflow store, a study database, stored run JSONs), else
     None: a leaderboard site holds only its flat ``runs/<slug>.json`` copies, a results folder
     ``runs/<protocol>/<method>/*.json``. A folder that cannot be listed shows nothing."""
-    for name in RESULT_PARTS:
-        if (folder / name).is_file():
-            return f"{folder / name}"
     try:
+        for name in RESULT_PARTS:
+            if (folder / name).is_file():
+                return f"{folder / name}"
         for protocol in (folder / "runs").iterdir():
             if protocol.is_dir() and not protocol.is_symlink():
                 for method in protocol.iterdir():

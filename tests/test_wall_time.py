@@ -11,8 +11,8 @@ from bench_stability_gap.harness.run.checkpoint import Checkpointer
 def test_the_wall_time_of_a_resumed_phase_adds_the_earlier_processes(tmp_path):
     first = Checkpointer(tmp_path / "run.pt", every=1)
     time.sleep(0.3)
-    first.save({"next_session": 1})  # the first process checkpoints, then is killed
     earlier = first.wall_seconds()
+    first.save({"next_session": 1})  # the first process checkpoints (recording at least ``earlier``), then is killed
     assert earlier >= 0.3
 
     second = Checkpointer(tmp_path / "run.pt", every=1)  # the command run again: a new process
