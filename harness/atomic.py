@@ -43,10 +43,11 @@ def storage_error(exc: BaseException) -> OSError | None:
     return None
 
 
-def fault_message(err: OSError, what: str, path: Path | str | None, kept: str) -> str:
-    """The paragraph of a storage fault: what failed, where, what was kept, how to continue."""
+def fault_message(err: OSError, what: str, path: Path | str | None, kept: str, then: str = CONTINUE) -> str:
+    """The paragraph of a storage fault: what failed, where, what was kept, how to continue (``then``:
+    where rerunning does not resume, the advice that is true instead)."""
     where = path or err.filename or "its folder"
-    return f"Could not write {what} to {where}: {err.strerror or err}. {kept} {CONTINUE}"
+    return f"Could not write {what} to {where}: {err.strerror or err}. {kept} {then}"
 
 
 def umask() -> int:
@@ -57,7 +58,7 @@ def umask() -> int:
 
 
 def atomic_write(path: Path, write: Callable[[IO[bytes]], None], durable: bool = True, what: str | None = None,
-                 kept: str = "The file there before, if any, is unchanged.") -> None:
+                 kept: str = "The file there before, if any, is unchanged.", then: str = CONTINUE) -> None:
     """Write through a temporary file in the same folder, fsync (when ``durable``), then rename over ``path``.
 
     ``durable=False`` skips the fsync: for files a process kill cannot tear (the page cache survives it)
@@ -74,7 +75,7 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], None], durable: bool =
         fault = storage_error(exc)
         if fault is None:
             raise
-        raise StorageFault(fault_message(fault, what or path.name, path, kept)) from None
+        raise StorageFault(fault_message(fault, what or path.name, path, kept, then)) from None
 
 
 def _write_replace(path: Path, write: Callable[[IO[bytes]], None], durable: bool) -> None:

@@ -39,6 +39,10 @@ INTERRUPTED = ("Interrupted: nothing was written for the unfinished run; stored 
                "are kept. Run the same command again to resume from that checkpoint.")
 
 
+DRY_RUN = "bench.dry_run"  # ctx.meta key: the command only lists what it would do
+DRY_INTERRUPTED = "Interrupted: a dry run trains and writes nothing, so there is nothing to resume."
+
+
 class BenchGroup(click.Group):
     """Turns BenchError into a one-paragraph message and its exit code (2 for bad input, 75 for a storage
     fault; never a traceback), and SIGTERM into what Ctrl-C does."""
@@ -56,8 +60,11 @@ class BenchGroup(click.Group):
         except BenchError as err:
             click.secho(f"Error: {shorten(str(err))}", err=True, fg="red")
             ctx.exit(err.exit_code)
+        except click.ClickException as err:  # a usage error echoes the value given: cut, as ours are
+            err.message = shorten(err.message)
+            raise
         except KeyboardInterrupt as stop:
-            click.echo(f"\n{INTERRUPTED}", err=True)
+            click.echo(f"\n{DRY_INTERRUPTED if ctx.meta.get(DRY_RUN) else INTERRUPTED}", err=True)
             ctx.exit(143 if isinstance(stop, Terminated) else 130)
         except Exception as exc:  # a write outside the atomic path (a cache shard, a library's file)
             fault = storage_error(exc)
@@ -244,7 +251,7 @@ def run(protocol: str, method: str, seed: int, overrides: tuple[str, ...], tuned
 
         if settings:
             raise BenchError("--tuned runs the tuned entry's settings as they are; drop --set (or tune again).")
-        entry = load_entry(resolve_results(results_dir), spec, method)
+        entry = load_entry(resolve_results(results_dir), spec, method, protocol)
         settings, stamp = dict(entry.settings), tuned_stamp(entry)
     check_run(spec, method, seed, settings, resolve_results(results_dir), tracking_uri, not no_mlflow)  # no torch yet
     check_backbone(spec)
@@ -274,7 +281,8 @@ def _report_stored(spec, method: str, seed: int, settings: dict, options, stamp)
 @click.argument("sweep", required=False)
 @click.option("--schema", is_flag=True, help="print the sweep file's JSON schema (every key, typed) and exit")
 @click.option("--seeds", default=None, metavar="0,1,2", help="run these seeds instead of the sweep's")
-@click.option("--dry-run", is_flag=True, help="list the runs (and which are already done), run nothing")
+@click.option("--dry-run", is_flag=True, help="list the runs (and which are already done), run nothing",
+              callback=lambda ctx, _p, value: ctx.meta.__setitem__(DRY_RUN, value) or value)
 @click.option("--table", "table_path", type=click.Path(path_type=Path), default=None,
               help="also write the final Markdown table to this file")
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
@@ -396,6 +404,8 @@ def tune(protocol: str, method: str, trials: int | None, objective: str | None, 
     from .results.tuned import entry_path
     from .sweep.tuning import TuneRequest, default_storage, ruleset, search_space, trial_runner
     from .sweep.tuning import tune as run_study
+    from .sweep.study_checks import check_storage
+    from .errors import not_a_file
 
     spec = load_protocol(protocol)
     rules = ruleset(spec, trials, objective)  # before anything else: zero trials, an unknown objective
@@ -403,13 +413,15 @@ def tune(protocol: str, method: str, trials: int | None, objective: str | None, 
     check_method(method, spec, {})
     given = None
     if space_file is not None:
-        if not space_file.is_file():
-            raise BenchError(f"--space {space_file}: no such file.")
+        if (problem := not_a_file(space_file)) is not None:
+            raise BenchError(f"--space {space_file} {problem}.")
         given = safe_yaml(space_file.read_text(), "--space", str(space_file))
         if not isinstance(given, dict):
             raise BenchError(f"--space {space_file} must hold a mapping of setting -> range.")
     space = search_space(method, spec, given)
     check_seed(seed)
+    if storage is not None:
+        check_storage(storage, resolve_results(results_dir))
     check_outputs(resolve_results(results_dir), None, False)
     ray_plan = _ray_plan(executor, address, cpus_per_run, gpus_per_run, None, device)
     check_backbone(spec)
@@ -569,8 +581,10 @@ def validate(file: Path) -> None:
     if file.suffix == ".json":
         from .results.schema import load_result, result_problem, value_problem
 
+        from ..leaderboard.recheck import recomputed_problem
+
         r = load_result(file)
-        if (bad := value_problem(r)) is not None:
+        if (bad := value_problem(r) or recomputed_problem(file, r)) is not None:
             raise BenchError(f"Result file {file} is refused: {bad}. The leaderboard never ranks it and "
                              f"`bench sync` never mirrors it.")
         apart = result_problem(r)
@@ -580,10 +594,13 @@ def validate(file: Path) -> None:
     from .spec.protocol import load_protocol
 
     p = load_protocol(str(file))
-    from .tools.preflight import check_backbone
+    from .tools.preflight import check_backbone, check_flop_budget
 
     check_backbone(p)
     click.echo(f"OK: protocol {p.name} v{p.version}, hash {p.spec_hash}")
+    if (most := check_flop_budget(p)) is not None:
+        click.echo(f"training.budget.tflops {p.training.budget.tflops:g} buys at most {most:,} updates a session "
+                   f"(output-only training, the cheapest method; a method whose updates cost more makes fewer).")
 
 
 def sweep_table(spec, runs, results_dir: Path) -> str:

@@ -53,3 +53,13 @@ def not_a_file(path: Path) -> str | None:
     kind = ("a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode)
             else "a pipe" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
     return f"exists but is {kind}, not a regular file"
+
+
+def without_foreign_page(message: str) -> str:
+    """An MLflow client error without the web page a server that is not MLflow answered with (its HTML
+    would fill the terminal): the page is replaced by what it means."""
+    head, marker, body = message.partition("Response body:")
+    if marker and re.search(r"<\s*(!doctype|html|head|body)\b", body, re.IGNORECASE):
+        return (f"{head.strip()} The server answered with a web page, not MLflow's API: is the URI an MLflow "
+                f"tracking server (mlflow server), with its path?")
+    return message

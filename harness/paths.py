@@ -10,7 +10,18 @@ from .errors import BenchError
 
 def results_dir(override: str | Path | None = None) -> Path:
     """Results and the MLflow store: --results-dir, else $BENCH_RESULTS_DIR, else ./bench-results."""
-    return Path(override or os.environ.get("BENCH_RESULTS_DIR") or "bench-results").expanduser().resolve()
+    folder = resolve_folder(results_dir_given(override), "results folder")
+    site = site_root(folder)
+    if site is not None:
+        raise BenchError(f"The results folder {folder} is {'' if site == folder else 'inside '}a leaderboard site "
+                         f"({site}, which `bench leaderboard build` rebuilds from scratch); a site and a results "
+                         f"folder are never the same place: pass another --results-dir. Nothing was read or written.")
+    return folder
+
+
+def results_dir_given(override: str | Path | None = None) -> Path:
+    """The results folder as given (--results-dir, $BENCH_RESULTS_DIR or ./bench-results), unchecked."""
+    return Path(override or os.environ.get("BENCH_RESULTS_DIR") or "bench-results")
 
 
 def cache_dir_path() -> Path:
@@ -28,3 +39,48 @@ def cache_dir() -> Path:
         raise BenchError(f"The cache folder {path} cannot be created ({exc.strerror or exc}); set "
                          f"BENCH_CACHE_DIR to a writable folder.") from None
     return path
+
+
+SITE_MARKER = ".bench-leaderboard"  # the file a leaderboard site carries: it lists the files the build wrote
+# files only a results folder holds (its MLflow store, its studies); generic folder names such as
+# checkpoints/ are no evidence, as many projects have one
+RESULT_PARTS = ("mlflow.db", "tuning/optuna.db")
+
+
+def resolve_folder(path: Path, what: str) -> Path:
+    """``path`` made absolute with its links followed; a symlink loop (or a name the system refuses) is
+    named as what it is instead of surfacing as Python's RuntimeError."""
+    try:
+        return Path(path).expanduser().resolve(strict=False)
+    except (RuntimeError, OSError) as exc:
+        reason = "is a symlink loop" if "loop" in str(exc).lower() else f"cannot be used ({exc})"
+        raise BenchError(f"The {what} {path} {reason}; pass a real folder. Nothing was read or written.") from None
+
+
+def site_root(folder: Path) -> Path | None:
+    """The leaderboard site ``folder`` is or lies inside (the nearest folder carrying the site marker)."""
+    for candidate in (folder, *folder.parents):
+        try:
+            if (candidate / SITE_MARKER).is_file():
+                return candidate
+        except OSError:  # a name the system refuses (too long): no site there; the folder checks name it
+            continue
+    return None
+
+
+def results_content(folder: Path) -> str | None:
+    """What in ``folder`` shows it holds results (an MLflow store, a study database, stored run JSONs), else
+    None: a leaderboard site holds only its flat ``runs/<slug>.json`` copies, a results folder
+    ``runs/<protocol>/<method>/*.json``. A folder that cannot be listed shows nothing."""
+    try:
+        for name in RESULT_PARTS:
+            if (folder / name).is_file():
+                return f"{folder / name}"
+        for protocol in (folder / "runs").iterdir():
+            if protocol.is_dir() and not protocol.is_symlink():
+                for method in protocol.iterdir():
+                    if method.is_dir() and any(method.glob("*.json")):
+                        return f"stored results in {method}"
+    except OSError:
+        pass
+    return None

@@ -72,14 +72,24 @@ def build(results_dir: Path | None, tracking_uri: str | None, out: Path, mlflow_
 
     if results_dir is not None and tracking_uri is not None:
         raise BenchError("Give either --results-dir DIR or --tracking-uri URI, not both.")
-    check_out(out.expanduser())  # before any result is read
+    results = _results_folder(results_dir, tracking_uri)
+    check_out(out, results)  # before any result is read
     loaded = load(results_dir, tracking_uri, warn=_warn)
-    report = build_site(loaded, out, mlflow_ui=mlflow_ui, title=title)
+    report = build_site(loaded, out, mlflow_ui=mlflow_ui, title=title, results=results)
     ranked = sum(len(b.ranked_runs) for b in report.boards)
     unranked = sum(len(b.unranked) for b in report.boards)
     click.echo(f"Leaderboard: {len(report.boards)} protocol(s), {ranked} ranked run(s), {unranked} not ranked, "
                f"{len(report.skipped)} file(s) skipped; {report.pages} pages in {report.seconds:.2f} s")
     click.echo(f"Open {report.index.resolve().as_uri()}")
+
+
+def _results_folder(results_dir: Path | None, tracking_uri: str | None) -> Path | None:
+    """The folder the results are read from (an sqlite store's folder for --tracking-uri sqlite:///...)."""
+    from ..harness.paths import results_dir_given
+
+    if tracking_uri is None:
+        return results_dir_given(results_dir)
+    return Path(tracking_uri[len("sqlite:///"):]).parent if tracking_uri.startswith("sqlite:///") else None
 
 
 @leaderboard.command()

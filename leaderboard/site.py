@@ -7,6 +7,7 @@ any static host. JavaScript only adds sorting and the family filter; everything 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import time
@@ -19,6 +20,7 @@ from urllib.parse import quote
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from ..harness.errors import BenchError
+from ..harness.paths import SITE_MARKER as MARKER
 from ..harness.results.catalog import (ACCURACY_KEYS, METRICS, TIME_TO_RESULT_KEYS, MetricInfo, format_std,
                                       format_value)
 from ..harness.results.metrics import RECOVERY_FRACTIONS, Metrics
@@ -31,8 +33,6 @@ from .glossary import OMEGA_NOTE, TERMS
 from .plots import board_plots, compute_plots, run_plot
 from .reported import ReportedTable, load_reported
 from .sources import Loaded
-
-MARKER = ".bench-leaderboard"
 OWNED = ("index.html", "glossary.html", "runs", "plots", "static")
 
 
@@ -219,18 +219,39 @@ def _json_text(entry: Entry) -> str:
     return entry.result.model_dump_json(indent=1)
 
 
-def check_out(out: Path) -> None:
-    """``--out`` is new, empty or an earlier leaderboard, and its parent folder takes files (the site is
-    built beside it and swapped in): checked before anything is read or rendered."""
+def check_out(out: Path, results: Path | None = None) -> Path:
+    """``--out`` is new, empty or an earlier leaderboard, never a results folder (``results``: the one the
+    build reads), and its parent folder takes files (the site is built beside it and swapped in): checked
+    before anything is read or rendered. Returns the folder the site goes to, links followed."""
     from ..harness.atomic import check_writable_folder
+    from ..harness.paths import resolve_folder, results_content
 
+    given, out = out, resolve_folder(out, "--out folder")
     if out.exists() and not out.is_dir():
-        raise BenchError(f"--out {out} exists but is not a folder; pass a new or empty folder, or an earlier "
+        raise BenchError(f"--out {given} exists but is not a folder; pass a new or empty folder, or an earlier "
                          f"leaderboard's.")
+    if results is not None:
+        _apart(out, resolve_folder(results, "results folder"))
+    for folder in (out, *out.parents):
+        found = results_content(folder) if folder.is_dir() else None
+        if found is not None:
+            raise BenchError(f"--out {given} {'holds' if folder == out else 'lies inside'} a results folder "
+                             f"({found}); a site is rebuilt from scratch, so it never goes where results are: "
+                             f"pass a folder of its own (nothing was written).")
     if out.is_dir() and any(out.iterdir()) and not (out / MARKER).exists():
-        raise BenchError(f"--out {out} is not empty and holds no earlier leaderboard; "
+        raise BenchError(f"--out {given} is not empty and holds no earlier leaderboard; "
                          "give an empty or new folder (nothing was written).")
     check_writable_folder(out.parent, f"folder of --out (the site is built beside {out.name} and swapped in)", 0)
+    return out
+
+
+def _apart(out: Path, results: Path) -> None:
+    """The site and the results folder it is built from are separate folders, neither inside the other."""
+    how = ("is" if out == results else "lies inside" if results in out.parents
+           else "contains" if out in results.parents else None)
+    if how is not None:
+        raise BenchError(f"--out {out} {how} the results folder {results}; a site is rebuilt from scratch, so it "
+                         f"never goes where results are: pass a folder of its own (nothing was written).")
 
 
 def _leftovers(out: Path) -> list[Path]:
@@ -244,22 +265,63 @@ _TMP = ".leaderboard-tmp"
 def _swap(new: Path, out: Path) -> None:
     """Put the finished site ``new`` at ``out``. Over an earlier site the two folders are exchanged in one
     step where the kernel can (Linux renameat2), else renamed one after the other; either way a reader
-    sees the old site or the new one, and the old one is deleted only after the swap."""
+    sees the old site or the new one. Every file of the earlier site that its marker does not list (the
+    user's own) is carried into the new one first, so deleting the old folder removes only files a build
+    wrote."""
     from ..harness.atomic import umask
 
     new.chmod(0o777 & ~umask())  # mkdtemp made it private; a site is as shareable as any folder
     if not out.exists():
         new.rename(out)
         return
-    for name in (p.name for p in out.iterdir() if p.name not in OWNED and p.name != MARKER):
-        src = out / name  # the user's own files beside an earlier site stay with the site
-        (shutil.copytree if src.is_dir() else shutil.copy2)(src, new / name)
+    _carry_unlisted(out, new)
     if not _exchange(new, out):
         aside = new.with_name(new.name[: -len(_TMP)] + "-old" + _TMP)
         out.rename(aside)
         new.rename(out)
         new = aside
     shutil.rmtree(new)
+
+
+_FILES_LINE = "Files this build wrote (the only ones the next build replaces):"
+
+
+def _write_marker(out: Path) -> None:
+    """The site marker, listing every file of the site in ``out``: what the next build may replace."""
+    files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    (out / MARKER).write_text("Written by `bench leaderboard build`; the folder is rebuilt from scratch each time.\n"
+                              f"{_FILES_LINE}\n" + "".join(f"{f}\n" for f in files))
+
+
+def _written(site: Path) -> set[str] | None:
+    """The files an earlier build listed in its marker (None for a marker from before builds listed them)."""
+    lines = (site / MARKER).read_text(errors="replace").splitlines()
+    return set(lines[lines.index(_FILES_LINE) + 1:]) if _FILES_LINE in lines else None
+
+
+def _site_shaped(rel: Path) -> bool:
+    """For an unlisting marker: whether ``rel`` has the shape of a file a build writes (a top-level page, or
+    a file directly inside runs/, plots/ or static/); anything else is the user's."""
+    return (len(rel.parts) == 1 and rel.name in OWNED) or (len(rel.parts) == 2 and rel.parts[0] in OWNED)
+
+
+def _carry_unlisted(old: Path, new: Path) -> None:
+    """Copy into ``new`` every file (or link) of the earlier site ``old`` that no build wrote."""
+    written = _written(old)
+    for folder, dirs, files in os.walk(old):
+        here = Path(folder)
+        for name in dirs + files:
+            src = here / name
+            rel = src.relative_to(old)
+            if src.is_dir() and not src.is_symlink():
+                (new / rel).mkdir(exist_ok=True)
+                continue
+            if str(rel) == MARKER or (str(rel) in written if written is not None else _site_shaped(rel)):
+                continue
+            if os.path.lexists(new / rel):
+                raise BenchError(f"{src} is not a file an earlier build wrote, and the new site has a file of "
+                                 f"that name; move it elsewhere and build again (nothing was changed).")
+            shutil.copy2(src, new / rel, follow_symlinks=False)
 
 
 def _exchange(a: Path, b: Path) -> bool:
@@ -294,16 +356,16 @@ def environment() -> Environment:
 
 
 def build_site(loaded: Loaded, out: Path, *, mlflow_ui: str | None = None, reported_path: Path | None = None,
-               title: str = "Stability-gap leaderboard") -> BuildReport:
+               title: str = "Stability-gap leaderboard", results: Path | None = None) -> BuildReport:
     """Render the site into a temporary folder beside ``out`` and swap it in when complete: a build killed or
-    failing half-way leaves the previous site (or none) at ``out``, never a partial one."""
+    failing half-way leaves the previous site (or none) at ``out``, never a partial one. ``results``: the
+    results folder read, which the site never is, contains or lies inside."""
     import tempfile
 
     from ..harness.atomic import StorageFault, fault_message, storage_error
 
     t0 = time.perf_counter()
-    final = Path(out).expanduser()
-    check_out(final)
+    final = check_out(Path(out), results)
     reported = load_reported(reported_path)
     assign_slugs(loaded.entries)
     boards = summarize(loaded.entries)
@@ -312,6 +374,7 @@ def build_site(loaded: Loaded, out: Path, *, mlflow_ui: str | None = None, repor
     out = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=_TMP, dir=final.parent))
     try:
         pages = _render(loaded, boards, reported, out, mlflow_ui, title)
+        _write_marker(out)
         _swap(out, final)
     except BaseException as exc:
         shutil.rmtree(out, ignore_errors=True)
@@ -328,7 +391,7 @@ def build_site(loaded: Loaded, out: Path, *, mlflow_ui: str | None = None, repor
 def _render(loaded: Loaded, boards: list[Board], reported: dict, out: Path, mlflow_ui: str | None,
             title: str) -> int:
     """Every page, plot and JSON copy of the site into the (empty) folder ``out``; returns the page count."""
-    (out / MARKER).write_text("Written by `bench leaderboard build`; the folder is rebuilt from scratch each time.\n")
+    (out / MARKER).write_text("Written by `bench leaderboard build`; the folder is being built.\n")
     for d in ("runs", "plots", "static"):
         (out / d).mkdir()
     static = resources.files("bench_stability_gap.leaderboard") / "static"

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..harness.errors import BenchError
+from ..harness.errors import BenchError, without_foreign_page
 from ..harness.results.schema import RunResult, iter_results, load_result, scan_results
 
 from .aggregate import Entry, MlflowLink
@@ -137,9 +137,10 @@ def load_mlflow(tracking_uri: str, warn: Warn = _ignore) -> Loaded:
             if not token:
                 break
     except mlflow.exceptions.MlflowException as exc:
-        raise BenchError(f"MLflow tracking store {tracking_uri} cannot be read: {exc.message}") from None
+        raise BenchError(f"MLflow tracking store {tracking_uri} cannot be read: "
+                         f"{without_foreign_page(exc.message)}") from None
     except Exception as exc:  # noqa: BLE001 - MLflow raises many kinds for a bad URI
-        raise BenchError(f"MLflow tracking store {tracking_uri} cannot be read: {exc}") from None
+        raise BenchError(f"MLflow tracking store {tracking_uri} cannot be read: {without_foreign_page(str(exc))}") from None
 
     local_roots: set[Path] = set()
     with tempfile.TemporaryDirectory(prefix="bench-leaderboard-") as tmp:

@@ -123,6 +123,10 @@ def parse_method(text: str) -> MethodSpec:
     if base not in methods:
         if base in modifiers:
             raise BenchError(f"{base!r} is a modifier, not a method: put a base first, e.g. vanilla+{base}.")
+        if base == "joint":
+            raise BenchError("'joint' is the harness's upper-bound reference (A_joint), trained by `bench run -m "
+                             "joint` with the protocol's joint section; it is not a method plugin, so it takes no "
+                             "modifiers and there is nothing of it to check or tune.")
         raise did_you_mean(base, [*methods, "joint"], "method")  # joint: the harness's reference
     for m in mods:
         if m not in modifiers:

@@ -171,3 +171,25 @@ def test_a_storage_fault_outside_the_atomic_path_is_one_paragraph_too(tmp_path, 
     out = bench("run", "-p", "tiny_cil", "--results-dir", str(tmp_path / "r"), "--no-mlflow")
     assert out.exit_code == STORAGE_EXIT, out.output
     assert_one_paragraph(out.output, "Input/output error", str(tmp_path / "x"), "run the same command")
+
+
+def test_a_full_disk_at_the_predictions_keeps_the_result_and_closes_the_mlflow_run(uninterrupted, tmp_path,
+                                                                                   monkeypatch):
+    """The npz goes through the atomic path: no torn file, a message naming it and what it held, the
+    result and its MLflow run (closed, never left RUNNING) kept, and no claim that a rerun resumes."""
+    from mlflow.tracking import MlflowClient
+
+    protocol, plain = uninterrupted
+    results = tmp_path / "results"
+    with monkeypatch.context() as patch:
+        failed = fail_writes(patch, errno.ENOSPC, lambda p: p.name.endswith(".predictions.npz"))
+        broken = bench(*run_args(protocol, results, "--save-predictions"))
+    assert failed and broken.exit_code == STORAGE_EXIT, broken.output
+    assert_one_paragraph(broken.output, "No space left on device", str(failed[0]), "per-sample predictions of",
+                         "result is stored in", "trains a new run")
+    assert "it resumes" not in broken.output
+    assert not list(results.rglob("*.predictions.npz")) and not list(results.rglob(".*.tmp"))
+    assert differences(plain, results) == []  # the result itself is stored whole
+    client = MlflowClient(f"sqlite:///{results / 'mlflow.db'}")
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert runs and all(r.info.status == "FINISHED" for r in runs), [r.info.status for r in runs]

@@ -137,3 +137,74 @@ def test_out_that_is_not_a_folder_is_named(results, tmp_path):
     assert out.exit_code == 2 and f"--out {taken} exists but is not a folder" in out.output
     dev = build(results, Path("/dev/zero"))
     assert dev.exit_code == 2 and "is not a folder" in dev.output
+
+
+def test_a_site_built_over_its_own_results_deletes_nothing(results, tmp_path):
+    """A folder that holds results and an earlier site (written before run refused site folders) is refused
+    as --out with exit 2 naming both, before anything is read; every file stays as it was."""
+    site = tmp_path / "site"
+    assert build(results, site).exit_code == 0
+    from shutil import copytree
+    copytree(results / "runs", site / "runs", dirs_exist_ok=True)  # results stored inside the earlier site
+    before = snapshot(site)
+    out = build(site, site)
+    assert out.exit_code == 2, out.output
+    assert "Traceback" not in out.output and f"--out {site}" in out.output and str(site) in out.output
+    assert "results folder" in out.output and "nothing was written" in out.output
+    assert snapshot(site) == before
+    # a results folder elsewhere, the site inside it or around it: refused the same way
+    for out_dir in (results / "site", results.parent):
+        refused = build(results, out_dir)
+        assert refused.exit_code == 2 and str(results) in refused.output, refused.output
+    assert not (results / "site").exists()
+
+
+def test_run_refuses_a_site_folder_as_results(results, tmp_path):
+    site = tmp_path / "site"
+    assert build(results, site).exit_code == 0
+    before = snapshot(site)
+    for where in (site, site / "runs"):
+        out = CliRunner().invoke(main, ["run", "-p", "tiny_cil", "-m", "vanilla", "--results-dir", str(where),
+                                        "--no-mlflow"])
+        assert out.exit_code == 2, out.output
+        assert f"The results folder {where}" in out.output and "leaderboard site" in out.output, out.output
+    assert snapshot(site) == before
+
+
+def test_a_rebuild_removes_only_the_files_a_build_listed(results, tmp_path):
+    site = tmp_path / "site"
+    assert build(results, site).exit_code == 0
+    listed = (site / ".bench-leaderboard").read_text()
+    assert "index.html" in listed and "runs/" in listed
+    (site / "runs" / "mine").mkdir()
+    (site / "runs" / "mine" / "notes.md").write_text("kept")  # the user's file in a folder a build writes to
+    (site / "plots" / "extra.txt").write_text("mine too")
+    assert build(results, site).exit_code == 0
+    assert (site / "runs" / "mine" / "notes.md").read_text() == "kept"
+    assert (site / "plots" / "extra.txt").read_text() == "mine too"
+
+
+def test_a_symlinked_site_is_rebuilt_through_its_link(results, tmp_path):
+    real = tmp_path / "real-site"
+    assert build(results, real).exit_code == 0
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    again = build(results, link)
+    assert again.exit_code == 0, again.output
+    assert link.is_symlink() and (link / "index.html").is_file()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith((".link.", ".real-site."))]
+
+
+def test_symlink_loops_are_named(results, tmp_path):
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    for args in (["leaderboard", "build", "--results-dir", str(loop), "--out", str(tmp_path / "s")],
+                 ["leaderboard", "build", "--results-dir", str(results), "--out", str(loop)],
+                 ["leaderboard", "table", "--results-dir", str(loop)],
+                 ["sync", "--results-dir", str(loop)],
+                 ["sweep", "table1_tiny_cil", "--dry-run", "--results-dir", str(loop)],
+                 ["tune", "tiny_cil", "vanilla", "--results-dir", str(loop)],
+                 ["run", "-p", "tiny_cil", "-m", "vanilla", "--results-dir", str(loop), "--no-mlflow"]):
+        out = CliRunner().invoke(main, args)
+        assert out.exit_code == 2, (args, out.output)
+        assert "symlink loop" in out.output and "Traceback" not in out.output, (args, out.output)

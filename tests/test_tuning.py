@@ -269,3 +269,115 @@ def test_an_interrupted_trial_is_asked_again_and_not_counted():
     assert counted(study) == 1
     again = study.ask(space)
     assert again.params == killed.params and again.number != killed.number
+
+
+def _study_request(tunable: Path, tmp_path: Path, trials: int, space: dict | None = None):
+    from bench_stability_gap.harness.spec.protocol import TuningRules
+    from bench_stability_gap.harness.sweep.tuning import TuneRequest, search_space
+
+    spec = load_protocol(str(tunable))
+    return TuneRequest(spec, "vanilla", TuningRules(trials=trials, objective="CK_delta"), 0,
+                       f"sqlite:///{tmp_path / 'optuna.db'}", search_space("vanilla", spec, space))
+
+
+def _scored_trial(killed_at: int | None = None):
+    """A trial runner that scores the settings by a fixed function of them (the study's logic is what is
+    under test), and at trial number ``killed_at`` dies as a killed process does (no clean-up)."""
+    from types import SimpleNamespace
+
+    def run_trial(view, overrides, reporter):
+        if killed_at is not None and reporter.trial.number == killed_at:
+            raise KeyboardInterrupt
+        return SimpleNamespace(metrics=SimpleNamespace(CK_delta=float(sum(hash(str(v)) % 97 for v in overrides.values()))),
+                               status="complete", run_id=f"r{reporter.trial.number}")
+    return run_trial
+
+
+def test_a_tune_killed_mid_trial_and_resumed_ends_with_exactly_n_distinct_trials(tunable, tmp_path):
+    import optuna
+
+    from bench_stability_gap.harness.sweep.tuning import counted, tune
+
+    request = _study_request(tunable, tmp_path, trials=4)
+    options = RunOptions(results_dir=tmp_path / "r")
+    with pytest.raises(KeyboardInterrupt):
+        tune(request, options, _scored_trial(killed_at=1), lambda _: None)
+    study = optuna.load_study(study_name=request.study, storage=request.storage)
+    killed = study.trials[1].params
+    entry = tune(request, options, _scored_trial(), lambda _: None)  # a new process: a fresh sampler
+    study = optuna.load_study(study_name=request.study, storage=request.storage)
+    counted_trials = [t for t in study.trials if t.state.is_finished() and t.state.name != "FAIL"]
+    assert counted(study) == 4 == entry.trials == len(counted_trials)
+    settings = [tuple(sorted(t.params.items())) for t in counted_trials]
+    assert len(set(settings)) == 4, settings  # none replays an earlier trial's settings
+    assert tuple(sorted(killed.items())) in settings  # the interrupted trial was resumed, not dropped
+
+
+def test_another_space_on_a_stored_study_is_another_study(tunable, tmp_path):
+    import optuna
+
+    from bench_stability_gap.harness.sweep.tuning import tune
+
+    options = RunOptions(results_dir=tmp_path / "r")
+    first = _study_request(tunable, tmp_path, trials=2)
+    tune(first, options, _scored_trial(), lambda _: None)
+    narrow = _study_request(tunable, tmp_path, trials=2, space={"lr": {"low": 0.5, "high": 0.6}})
+    assert narrow.study != first.study and first.study in narrow.study
+    entry = tune(narrow, options, _scored_trial(), lambda _: None)
+    assert 0.5 <= entry.settings["lr"] <= 0.6 and set(entry.settings) == {"lr"}
+    # a study whose stored trials sampled another space is refused, naming both
+    stored = optuna.load_study(study_name=first.study, storage=first.storage)
+    from bench_stability_gap.harness.sweep.study_checks import same_space
+
+    with pytest.raises(BenchError, match="was sampled over .* not the space asked for now"):
+        same_space(stored, first.study, {"lr": optuna.distributions.FloatDistribution(0.5, 0.6)}, first.storage)
+
+
+BAD_SPACES = {
+    "log flag": ({"lr": {"low": 0.0, "high": 0.1, "log": True}}, "low > 0 on a log scale"),
+    "no choices": ({"lr": {"choices": []}}, "non-empty list"),
+    "infinite": ({"lr": {"low": 0.001, "high": float("inf")}}, "finite numbers"),
+    "a word among numbers": ({"lr": {"choices": [0.001, "abc"]}}, "includes 'abc'"),
+    "beyond the setting's range": ({"lr": {"low": 0.001, "high": 100}}, "includes 100"),
+    "a string bound": ({"lr": {"low": "abc", "high": 1}}, "finite numbers"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_SPACES))
+def test_a_space_optuna_or_the_settings_refuse_is_refused_before_a_study_exists(tunable, tmp_path, case):
+    space, words = BAD_SPACES[case]
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump(space))
+    out = run_cli("tune", str(tunable), "vanilla", "--space", str(path), "--results-dir", str(tmp_path / "r"))
+    assert out.exit_code == 2 and words in out.output and "'lr'" in out.output, out.output
+    assert "Traceback" not in out.output and not (tmp_path / "r").exists()
+
+
+def test_a_bad_storage_is_refused_before_anything_is_written(tunable, tmp_path):
+    import sqlite3
+
+    results = tmp_path / "r"
+    results.mkdir()
+    mlflow_db = results / "mlflow.db"
+    with sqlite3.connect(mlflow_db) as db:  # an MLflow store's tables, as MLflow creates them
+        db.execute("CREATE TABLE experiments (experiment_id INTEGER)")
+        db.execute("CREATE TABLE runs (run_uuid TEXT)")
+    other = tmp_path / "other.db"
+    with sqlite3.connect(other) as db:
+        db.execute("CREATE TABLE runs (run_uuid TEXT)")
+    before = {p: p.read_bytes() for p in (mlflow_db, other)}
+    cases = {
+        "nonsense": "is not a database URL",
+        "postgresql+nodriver://x/y": "no database driver",
+        "sqlite://": "in-memory database",
+        f"sqlite:///{mlflow_db}": "MLflow store",
+        f"sqlite:///{other}": "MLflow's tracking store",
+        f"sqlite:///{tmp_path}": "is a folder",
+        "sqlite:////proc/nowhere/optuna.db": "not writable",
+    }
+    for url, words in cases.items():
+        out = run_cli("tune", str(tunable), "vanilla", "--storage", url, "--results-dir", str(results))
+        assert out.exit_code == 2 and words in out.output, (url, out.output)
+        assert "Traceback" not in out.output
+    assert {p: p.read_bytes() for p in before} == before
+    assert sorted(p.name for p in results.iterdir()) == ["mlflow.db"]

@@ -17,7 +17,7 @@ import timm
 import torch
 from torch import Tensor, nn
 
-from ..errors import BenchError
+from ..errors import BenchError, not_a_file
 from .fastconv import crop_depthwise_convs, crop_same_convs, gemm_pointwise_convs
 from ..spec.protocol import Backbone, Protocol
 
@@ -178,8 +178,8 @@ def weights_file(spec: Backbone) -> Path | None:
     kind, _, ref = spec.weights.partition(":")
     if kind == "file":
         path = Path(os.path.expandvars(ref)).expanduser()
-        if not path.is_file():
-            raise BenchError(f"backbone.weights file {path} does not exist.")
+        if (problem := not_a_file(path)) is not None:
+            raise BenchError(f"backbone.weights file {path} {problem}.")
         return path
     if kind == "package":
         return _package_weights(ref)

@@ -125,7 +125,7 @@ GPU_STAGE = "gpu_"  # prefix of a stage_seconds key that holds GPU time by CUDA 
 
 
 class RunResult(Strict):
-    schema_version: int = SCHEMA_VERSION
+    schema_version: int = Field(SCHEMA_VERSION, ge=1, le=SCHEMA_VERSION)  # a later one: a newer bench wrote it
     run_id: str
     status: Literal["complete", "failed", "diverged"]  # diverged: a non-finite loss stopped it (curves so far)
     protocol: ProtocolStamp
@@ -142,7 +142,7 @@ class RunResult(Strict):
     versions: dict[str, str]
     git_commit: str | None
     started_at: str
-    wall_time_s: float  # this process's share (a resumed run counts from its restart)
+    wall_time_s: float  # summed over a resumed run's processes (each up to its last checkpoint)
     stage_seconds: dict[str, float] = Field(
         default_factory=dict, description="wall seconds spent training and evaluating (train, eval), summed "
                                           "over resumes; on CUDA also the GPU seconds those blocks spanned, by "
@@ -227,9 +227,13 @@ def save_result(root: Path, result: RunResult) -> Path:
 
 def parse_result(data: bytes, path: Path) -> RunResult:
     """A result from the bytes of its file; anything else is a BenchError naming ``path``."""
+    from ..spec.specfile import validation_problems
+
     try:
         return RunResult.model_validate_json(data)
-    except (ValidationError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except ValidationError as exc:  # each field named, with what is wrong with it
+        raise BenchError(f"Result file {path} is corrupt or not a bench result: {validation_problems(exc)}.") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise BenchError(f"Result file {path} is corrupt or not a bench result: {str(exc).splitlines()[0]}") from None
 
 
@@ -333,6 +337,24 @@ def value_problem(r: RunResult) -> str | None:
     bad = next((v for v in values if not (math.isfinite(v) and 0.0 <= v <= 1.0)), None)
     if bad is not None:
         return f"an accuracy of {bad!r} is recorded (accuracies are fractions in [0, 1])"
+    return metrics_problem(r.metrics)
+
+
+def metrics_problem(m: Metrics | None) -> str | None:
+    """Why stored metrics cannot be what the curves give: a NaN or infinite number, or an accuracy-valued
+    metric outside [0, 1] (the leaderboard recomputes them, but ``bench sync`` mirrors them as stored)."""
+    if m is None:
+        return None
+    for key in ("S_delta", "P_delta", "CK_delta", "sigma", "mu", "alpha", "min_acc", "wc_acc"):
+        value = getattr(m, key)
+        if value is not None and not math.isfinite(value):
+            return f"metrics.{key} is {value!r} (a metric computed from finite accuracies is finite)"
+    for key in ("sigma", "mu", "alpha", "min_acc", "wc_acc"):
+        if not 0.0 <= getattr(m, key) <= 1.0:
+            return f"metrics.{key} is {getattr(m, key)!r} (an accuracy, a fraction in [0, 1])"
+    for key in ("S_delta", "P_delta", "CK_delta"):  # 1 minus a mean of non-negative ratios
+        if (getattr(m, key) or 0.0) > 1.0:
+            return f"metrics.{key} is {getattr(m, key)!r} (a gap is at most 1)"
     return None
 
 

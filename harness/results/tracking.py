@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import BenchError
+from ..errors import BenchError, without_foreign_page
 from .schema import RunResult, TunedStamp, iter_results, result_precision, row_label, value_problem
 from .steps import STEP_AXIS_TAG, point_metrics, reference_steps
 
@@ -251,7 +251,7 @@ class Store:
             except BenchError:
                 raise
             except mlflow.exceptions.MlflowException as exc:
-                raise BenchError(f"MLflow tracking store {self.uri} is not usable: {_first_line(exc.message)}") from None
+                raise BenchError(f"MLflow tracking store {self.uri} is not usable: {_first_line(without_foreign_page(exc.message))}") from None
             except Exception as exc:  # noqa: BLE001 - requests, sqlalchemy and OS errors all mean the same here
                 raise BenchError(f"MLflow tracking store {self.uri} is not usable: "
                                  f"{type(exc).__name__}: {_first_line(str(exc))}") from None

@@ -70,17 +70,21 @@ def stamp(entry: TunedEntry) -> TunedStamp:
                       validation_per_class=entry.validation.per_class, study=entry.study, tuning_hash=entry.tuning_hash)
 
 
-def load_entry(results_dir: Path, protocol: Protocol, method: str) -> TunedEntry:
+def load_entry(results_dir: Path, protocol: Protocol, method: str, given: str | None = None) -> TunedEntry:
     """The tuned entry of ``method`` on ``protocol``; a missing one, or one tuned on another spec, is a
-    BenchError that says how to make it."""
+    BenchError that says how to make it (``given``: the protocol as the user named it, a file's path, so
+    the suggested command resolves it as the failed one did)."""
+    import shlex
+
     path = entry_path(results_dir, protocol.name, method)
     if not path.is_file() and protocol.validation is None:  # `bench tune` would refuse: never suggest it
         raise BenchError(f"No tuned settings for {method} on {protocol.name}, and none can be made: the protocol "
                          f"declares no validation split to tune on (add `validation: {{per_class: N}}` to a copy of "
                          f"its spec and tune that), so run it with its default settings or --set.")
     if not path.is_file():
+        command = shlex.join(["bench", "tune", given or protocol.name, method, "--results-dir", str(results_dir)])
         raise BenchError(f"No tuned settings for {method} on {protocol.name} in {path.parent}: run "
-                         f"`bench tune {protocol.name} {method}` first (same --results-dir).")
+                         f"`{command}` first.")
     try:
         entry = TunedEntry.model_validate(json.loads(path.read_text()))
     except (OSError, ValueError) as exc:

@@ -88,6 +88,13 @@ class Checkpointer:
     _last: float = field(default_factory=time.monotonic)
     writes: int = 0
     bytes_written: int = 0
+    _started: float = field(default_factory=time.monotonic)
+    _before: float = 0.0  # wall seconds of the earlier processes of a resumed phase, as its checkpoint recorded
+
+    def wall_seconds(self) -> float:
+        """The phase's wall time over every process that ran it: this one's, plus what the checkpoint it
+        resumed from recorded of the earlier ones (each counted up to its last checkpoint)."""
+        return self._before + time.monotonic() - self._started
 
     def due(self, update: int) -> bool:
         """A periodic checkpoint is due before ``update`` (never at 0: the phase's start is a boundary)."""
@@ -106,6 +113,7 @@ class Checkpointer:
         """Write a checkpoint (no fsync: a kill cannot tear it, a crash only costs the time it saved).
         A boundary checkpoint supersedes the previous session's mid-session one."""
         path = self.mid_path if mid else self.path
+        state = {**state, "wall_s": self.wall_seconds()}
         atomic_write(path, lambda fh: torch.save({"format": FORMAT, **state}, fh), durable=False,
                      what=f"the {'mid-session ' if mid else ''}checkpoint", kept=self.kept())
         if not mid:
@@ -132,6 +140,7 @@ class Checkpointer:
             state = torch.load(path, map_location="cpu", weights_only=False)
             if not isinstance(state, dict) or state.get("format") != FORMAT:
                 raise ValueError(f"not a bench checkpoint of format {FORMAT}")
+            self._before = max(self._before, float(state.get("wall_s", 0.0)))  # absent from older checkpoints
             return state
         except Exception as exc:  # noqa: BLE001 - any failure to read means: start over, say so
             aside = path.with_name(path.name + ".corrupt")

@@ -14,7 +14,6 @@ that needs them.
 from __future__ import annotations
 
 import dataclasses
-import time
 import uuid
 
 import torch
@@ -26,6 +25,7 @@ from ..results import metrics as M
 from .continual import Diverged, run_cl
 from .checkpoint import Checkpointer, checkpointer, run_key
 from .claim import claim
+from .joint_request import check_joint_request
 from ..errors import BenchError
 from ..spec.protocol import Protocol
 from .joint import ensure_joint_part, joint_parts, stored_part, train_joint
@@ -39,19 +39,6 @@ from .options import RunOptions, run_precision, say
 from ...methods.base import Method
 
 Stored = tuple[Path, Any]
-
-
-def check_joint_request(method_text: str, overrides: dict[str, Any]) -> None:
-    """``joint`` is the harness's reference: a variant of it would change every other run's S_Δ."""
-    base, *mods = [p.strip() for p in method_text.split("+")]
-    if base == JOINT and (mods or overrides):
-        given = " ".join([f"modifiers {'+'.join(mods)}"] * bool(mods) + [f"--set {overrides}"] * bool(overrides))
-        raise BenchError(
-            f"Method {method_text!r}: joint is the harness's upper-bound reference (A_joint), trained with the "
-            f"protocol's joint section (joint.lr, joint.weight_decay, joint.updates, joint.batch_size), so it "
-            f"takes no modifiers or --set ({given} given). To study another upper bound, copy the protocol "
-            f"file and change its joint section: the new spec hash keeps its references apart."
-        )
 
 
 def _stamp(spec: MethodSpec) -> MethodStamp:
@@ -129,14 +116,14 @@ def _train_joint_reference(protocol: Protocol, seed: int, options: RunOptions,
     # precisions never share a reference: the message names this one (an fp32 reference may well exist)
     say(options, f"No {bench.precision} joint reference for {protocol.name} (seed {seed}) yet: training it first "
                  f"({models} model(s) x {protocol.joint.updates} updates); later {bench.precision} runs reuse it.")
-    started, t0 = now_iso(), time.perf_counter()
+    started = now_iso()
     savers = [_joint_checkpointer(protocol, seed, options, part) for part in range(models)]
     seconds: dict[str, float] = {}
     refs, budget, params = train_joint(bench, seed, dataclasses.replace(options, stage_seconds=seconds),
                                        savers.__getitem__)
     result = RunResult(**_common(protocol, bench, seed, options, started), method=_joint_stamp(),
                        config=joint_settings(protocol), trainable_params=params, reference=refs, budget=budget,
-                       wall_time_s=time.perf_counter() - t0, stage_seconds=seconds)
+                       wall_time_s=max(s.wall_seconds() for s in savers), stage_seconds=seconds)
     path = save_result(options.results_dir, result)
     for saver in savers:
         saver.discard()
@@ -167,7 +154,7 @@ def _continual_result(protocol: Protocol, bench: Workbench, spec: MethodSpec, me
                       overrides: dict[str, Any], joint: RunResult, options: RunOptions,
                       run_id: str | None = None, tuned: TunedStamp | None = None) -> RunResult:
     """Stage 4: the CL sessions, as an unscored result (metrics filled by ``_score``)."""
-    started, t0 = now_iso(), time.perf_counter()
+    started = now_iso()
     config = method_settings(method)
     saver = _run_checkpointer(options, protocol.spec_hash, spec.text, config, overrides, seed)
     status, seconds = "complete", {}
@@ -179,7 +166,7 @@ def _continual_result(protocol: Protocol, bench: Workbench, spec: MethodSpec, me
     common = {**_common(protocol, bench, seed, options, started, run_id), "status": status}
     return RunResult(**common, method=_stamp(spec),
                      config=config, overrides=overrides, trainable_params=params, curves=curves,
-                     budget=FL.efficiency_vs_joint(budget, joint.budget), wall_time_s=time.perf_counter() - t0,
+                     budget=FL.efficiency_vs_joint(budget, joint.budget), wall_time_s=saver.wall_seconds(),
                      stage_seconds=seconds, tuned=tuned)
 
 

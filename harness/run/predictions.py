@@ -20,6 +20,11 @@ from typing import Any
 
 import numpy as np
 
+from ..atomic import atomic_write
+
+RETRAIN = ("Running the same command again trains a new run (it does not resume this one, which is complete); "
+           "do that, after freeing space, only if the predictions are needed.")
+
 EvalCallback = Callable[[int, int, Any], None]
 
 
@@ -57,8 +62,10 @@ class PredictionRecorder:
         path = result_json.with_name(result_json.stem + ".predictions.npz")
         sizes = [len(x) for x in self._ids]
         missing = [p for p in expected if p not in set(self.points)]
-        np.savez_compressed(
-            path,
+        kept = (f"The run's result is stored in {result_json}; only its predictions are not (they were held in "
+                f"memory, and no half-written file is left).")
+        atomic_write(path, lambda fh: np.savez_compressed(
+            fh,
             session=np.array([s for s, _ in self.points], dtype=np.int32),
             update=np.array([u for _, u in self.points], dtype=np.int64),
             offsets=np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
@@ -66,7 +73,7 @@ class PredictionRecorder:
             predicted=np.concatenate(self._predicted) if sizes else np.zeros(0, np.int32),
             label=np.concatenate(self._labels) if sizes else np.zeros(0, np.int32),
             missing=np.array(missing, dtype=np.int64).reshape(-1, 2),
-        )
+        ), what=f"the per-sample predictions of {len(self.points)} eval point(s)", kept=kept, then=RETRAIN)
         return path
 
 

@@ -28,6 +28,8 @@ MAX_BATCH = 65_536
 MAX_INPUT_SIZE = 1_024
 MAX_CLASSES = 100_000
 MAX_LR = 10.0
+MAX_TFLOPS = 100_000.0  # training TFLOPs of one session: over 300x the largest built-in budget, days of compute
+MAX_EVAL_POINTS = 100_000  # eval points of one session, as a compute schedule places them
 Seed = Annotated[int, Field(ge=0, le=MAX_SEED, description="0..2**31-1")]
 Updates = Annotated[int, Field(gt=0, le=MAX_UPDATES)]
 BatchSize = Annotated[int, Field(gt=0, le=MAX_BATCH)]
@@ -154,7 +156,7 @@ class ComputeBudget(Spec):
     """A session's training compute, counted as the FLOP meter reports it (harness/model/flops.py: fvcore
     MACs x 2, backward by trainability, the trunk uncached-equivalent, begin_session's work included)."""
 
-    tflops: PositiveFinite = Field(description="training TFLOPs per session")
+    tflops: PositiveFinite = Field(description="training TFLOPs per session", le=MAX_TFLOPS)
 
 
 class Training(Spec):
@@ -389,6 +391,12 @@ class Protocol(Spec):
         if self.training.budget is None and self.eval.tflops is not None:
             raise ValueError("eval.tflops places eval points by compute, which needs training.budget; with "
                              "training.updates give eval.every")
+        if self.training.budget is not None and self.eval.tflops is not None:
+            points = self.eval.tflops.marks(self.training.budget.tflops)
+            if points > MAX_EVAL_POINTS:
+                raise ValueError(f"eval.tflops places {points:,} eval points in a session of training.budget.tflops "
+                                 f"{self.training.budget.tflops:g}, more than {MAX_EVAL_POINTS:,}; raise "
+                                 f"eval.tflops.every (and dense_every)")
         return self
 
     @model_validator(mode="after")
@@ -522,9 +530,9 @@ def load_protocol(name_or_path: str) -> Protocol:
         return load_spec(Protocol, name_or_path, "protocol")
     base = load_spec(Protocol, match["base"], "protocol")
     factor = float(match["factor"])
-    if base.training.budget is None or not factor > 0:
+    if base.training.budget is None or not 0 < base.training.budget.tflops * factor <= MAX_TFLOPS:
         why = (f"{match['base']} has no FLOP budget (training.budget) to scale" if base.training.budget is None
-               else "the factor must be positive")
+               else f"the factor must be positive and keep the budget within {MAX_TFLOPS:g} TFLOPs a session")
         raise BenchError(f"Protocol {name_or_path!r}: NAME@Kx scales a FLOP-budgeted protocol's "
                          f"training.budget.tflops by K, and {why}.")
     budget = ComputeBudget(tflops=base.training.budget.tflops * factor)

@@ -59,6 +59,11 @@ def _field(loc: tuple) -> str:
 def format_validation_error(err: ValidationError, what: str, origin: str) -> str:
     """One paragraph: each field once, what was wrong (alternatives joined by 'or'), and the offending
     value shown truncated (never an expanded alias tree)."""
+    return f"Invalid {what} {origin}: {validation_problems(err)}."
+
+
+def validation_problems(err: ValidationError) -> str:
+    """Each field of ``err`` once with what was wrong and the value given (``format_validation_error``)."""
     fields: dict[str, tuple[list[str], str]] = {}
     for e in err.errors():
         msgs, value = fields.setdefault(_field(e["loc"]), ([], ""))
@@ -67,8 +72,7 @@ def format_validation_error(err: ValidationError, what: str, origin: str) -> str
             msgs.append(msg)
         if not value and e["type"] != "missing" and not isinstance(e["input"], dict):
             fields[_field(e["loc"])] = (msgs, f" (got {short_repr(e['input'])})")
-    problems = [f"{field}: {' or '.join(msgs)}{value}" for field, (msgs, value) in fields.items()]
-    return f"Invalid {what} {origin}: " + "; ".join(problems) + "."
+    return "; ".join(f"{field}: {' or '.join(msgs)}{value}" for field, (msgs, value) in fields.items())
 
 
 def decode_spec(data: bytes, what: str, origin: str) -> str:
@@ -115,6 +119,23 @@ class _SpecLoader(yaml.SafeLoader):
                         None, None, f"duplicate key {short_repr(key)} (first at line {first})", key_node.start_mark)
                 seen[key] = key_node.start_mark.line + 1
         return super().construct_mapping(node, deep=deep)
+
+
+MAX_INT_DIGITS = 100  # digits of an integer a spec may hold; Python refuses to convert more than 4,300
+
+
+def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
+    """YAML's int, refused with its place when longer than any setting needs (instead of Python's
+    int-conversion error, a traceback, past 4,300 digits)."""
+    digits = sum(c.isalnum() for c in node.value)
+    if digits > MAX_INT_DIGITS:
+        raise yaml.constructor.ConstructorError(
+            None, None, f"an integer of {digits:,} digits (no setting takes more than {MAX_INT_DIGITS})",
+            node.start_mark)
+    return yaml.SafeLoader.construct_yaml_int(loader, node)
+
+
+_SpecLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 
 
 def _check_bounds(root: yaml.Node) -> None:
@@ -193,8 +214,8 @@ def resolve_extends(data: dict, what: str, origin: str, folder: str = "", seen: 
     if path.suffix in (".yaml", ".yml"):
         if not path.is_absolute() and Path(origin).suffix in (".yaml", ".yml"):
             path = Path(origin).parent / path
-        if not path.is_file():
-            raise BenchError(f"{what.capitalize()} {origin}: extends names {path}, which does not exist.")
+        if (problem := not_a_file(path)) is not None:
+            raise BenchError(f"{what.capitalize()} {origin}: extends names {path}, which {problem}.")
         text, base_origin = decode_spec(path.read_bytes(), what, str(path)), str(path)
     else:
         names = builtin_names(folder)

@@ -7,6 +7,7 @@ so an interrupted sweep loses at most the run in flight.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from ..spec.protocol import Protocol, load_protocol
 from ...methods.registry import build_method, method_settings
 from ..results.schema import JOINT, Selection, TunedStamp, format_setting, row_label
-from ..errors import BenchError
+from ..errors import BenchError, not_a_file
 from ..spec.specfile import is_path, load_spec
 
 if TYPE_CHECKING:
@@ -41,6 +42,22 @@ class SweepGroup(BaseModel):
         return self
 
 
+MAX_GRID_RUNS = 10_000  # combinations one grid may hold: a sweep plans (and prints) every run before any trains
+
+
+def _distinct(values: list[Any]) -> list[Any]:
+    """``values`` without repeats, in order (1 and 1.0 are one value, as a setting sees them; true and 1,
+    or "1" and 1, are not)."""
+    def kind(v: Any) -> str:
+        return "bool" if isinstance(v, bool) else "str" if isinstance(v, str) else "other"
+
+    seen: list[Any] = []
+    for v in values:
+        if not any(kind(v) == kind(s) and v == s for s in seen):
+            seen.append(v)
+    return seen
+
+
 class SweepGrid(BaseModel):
     """Methods × every combination of ``--set`` values, on one protocol (× the sweep's seeds)."""
 
@@ -58,7 +75,20 @@ class SweepGrid(BaseModel):
         empty = [k for k, v in value.items() if not v]
         if empty:
             raise ValueError(f"{', '.join(empty)} lists no value: the grid would hold no run")
-        return value
+        return {k: _distinct(v) for k, v in value.items()}  # a repeated value would plan the same run twice
+
+    @field_validator("methods")
+    @classmethod
+    def _methods_once(cls, value: list[str]) -> list[str]:
+        return _distinct(value)
+
+    @model_validator(mode="after")
+    def _bounded(self) -> SweepGrid:
+        size = len(self.methods) * math.prod(len(v) for v in self.set.values())  # counted, never built
+        if size > MAX_GRID_RUNS:
+            raise ValueError(f"the grid holds {size:,} combinations of methods and settings (before seeds), more "
+                             f"than the {MAX_GRID_RUNS:,} a sweep may plan; split it into smaller grids or fewer values")
+        return self
 
     def groups(self) -> list[SweepGroup]:
         keys = list(self.set)
@@ -122,9 +152,9 @@ def load_sweep(name_or_path: str) -> Sweep:
         if not is_path(protocol):
             return protocol
         path = folder / Path(protocol).expanduser()
-        if not path.is_file():
+        if (problem := not_a_file(path)) is not None:
             raise BenchError(f"Sweep file {name_or_path}: protocol {protocol!r} is read relative to the sweep "
-                             f"file's folder, and {path} does not exist.")
+                             f"file's folder, and {path} {problem}.")
         return str(path)
 
     return sweep.model_copy(update={

@@ -22,6 +22,7 @@ from typing import Any
 from ..errors import BenchError
 from ..results.schema import load_result
 from ..results.tuned import TunedEntry, has_entry, save_entry
+from .study_checks import check_dim, check_values, same_space, space_key
 from ..spec.protocol import MAX_TRIALS, OBJECTIVES, Protocol, TuningRules
 from ...methods.registry import method_settings, parse_method, resolve_settings
 
@@ -41,9 +42,11 @@ def default_storage(results_dir: Path) -> str:
     return f"sqlite:///{tuning_root(results_dir) / 'optuna.db'}"
 
 
-def study_name(view: Protocol, method: str, rules: TuningRules, seed: int) -> str:
-    """One study per protocol spec, method, ruleset and seed: a changed spec or budget starts afresh."""
-    return f"{view.name}-{view.spec_hash}-{method}-{rules.trials}x{rules.objective}-seed{seed}"
+def study_name(view: Protocol, method: str, rules: TuningRules, seed: int, space: str | None = None) -> str:
+    """One study per protocol spec, method, ruleset, seed and search space (``space``: the key of a space
+    other than the method's own): a changed spec, budget or space starts afresh."""
+    return (f"{view.name}-{view.spec_hash}-{method}-{rules.trials}x{rules.objective}-seed{seed}"
+            + (f"-space{space}" if space else ""))
 
 
 def ruleset(protocol: Protocol, trials: int | None, objective: str | None) -> TuningRules:
@@ -78,7 +81,8 @@ def search_space(method: str, protocol: Protocol, given: dict[str, Any] | None =
         space = {}
         for key, raw in given.items():
             try:
-                space[key] = Dim(**{k: tuple(v) if k == "choices" else v for k, v in raw.items()})
+                space[key] = Dim(**{k: tuple(v) if k == "choices" and isinstance(v, list) else v
+                                    for k, v in raw.items()})
             except (TypeError, AttributeError):
                 raise BenchError(f"Search space entry {key!r}: {raw!r} must be {{low, high[, log]}} or {{choices: [...]}}.") from None
     if not space:
@@ -94,9 +98,8 @@ def search_space(method: str, protocol: Protocol, given: dict[str, Any] | None =
                 raise BenchError(f"The search space names {key!r}, which is not a setting of method {method!r} "
                                  f"(its settings: {', '.join(k for k in settings if k not in ('modifiers',))}).")
             node = node[part]
-        if dim.choices is None and (dim.low is None or dim.high is None or not dim.low < dim.high
-                                    or dim.log and dim.low <= 0):
-            raise BenchError(f"The search space's {key!r} needs low < high (and low > 0 on a log scale), got {dim}.")
+        check_dim(key, dim)
+        check_values(key, dim, lambda k, v: resolve_settings(spec, protocol, {k: v}))
     return space
 
 
@@ -122,7 +125,9 @@ class TuneRequest:
 
     @property
     def study(self) -> str:
-        return study_name(self.view, self.method, self.rules, self.seed)
+        own = search_space(self.method, self.protocol)
+        return study_name(self.view, self.method, self.rules, self.seed,
+                          None if space_key(own) == space_key(self.space) else space_key(self.space))
 
 
 def counted(study: Any) -> int:
@@ -140,6 +145,15 @@ def _reopen_interrupted(study: Any) -> None:
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
         study.enqueue_trial(t.params, skip_if_exists=False)
+
+
+def _sampler(seed: int, stored: int) -> Any:
+    """The study's sampler, seeded from ``seed`` and the number of trials already ``stored``: a resumed
+    study continues with new settings instead of replaying the sequence its first process drew (a fresh
+    study, ``stored`` = 0, is seeded exactly by ``seed``)."""
+    import optuna
+
+    return optuna.samplers.TPESampler(seed=(seed + 1_000_003 * stored) % 2**32)
 
 
 class Reporter:
@@ -178,8 +192,10 @@ def tune(request: TuneRequest, options: Any, run_trial: Callable[[Any, dict[str,
         study_name=request.study, storage=request.storage, direction=direction, load_if_exists=True,
         sampler=optuna.samplers.TPESampler(seed=request.seed),
         pruner=optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=WARMUP_POINTS))
-    _reopen_interrupted(study)
     distributions = _distributions(request.space)
+    same_space(study, request.study, distributions, request.storage)
+    _reopen_interrupted(study)
+    study.sampler = _sampler(request.seed, len(study.trials))
     done = counted(study)
     echo(f"Study {request.study} in {request.storage}: {done} of {rules.trials} trial(s) done")
     while done < rules.trials:

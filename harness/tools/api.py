@@ -137,8 +137,10 @@ def execute(protocol: Any, method: str, seed: int, options: Any, tracking_uri: s
         live.discard()
         echo("  (computed by the process this one waited for; its MLflow run is that run's mirror)")
         return result, path
-    _save_predictions(recorder, result, path, echo)
-    live.finish(result.status, result, path, artifacts=run_artifacts)
+    try:
+        _save_predictions(recorder, result, path, echo)
+    finally:  # the result is stored: its MLflow run is closed with the full record even when the npz is not
+        live.finish(result.status, result, path, artifacts=run_artifacts)
     problems = _mirror_references(result, path, before, options.results_dir, tracking_uri, echo, protocol)
     if live.error or problems:
         raise BenchError(" ".join(filter(None, [live.error] + problems))

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from ..atomic import check_writable_folder  # noqa: F401 - the probe lives with the writes it protects
-from ..errors import BenchError
+from ..errors import BenchError, not_a_file
 from ..results.tracking import sqlite_path
-from ..spec.protocol import MAX_SEED, Protocol
+from ..spec.protocol import MAX_SEED, MAX_UPDATES, Protocol
 
 # Space the outputs need at least: a result JSON is tens of KB and the MLflow store grows by about as
 # much per run, so the floor for results is generous; a cache holds a deployed model and trunk-feature
@@ -128,9 +128,12 @@ def check_run(protocol: Protocol, method: str, seed: int, overrides: dict[str, A
     """Everything about one run that can be checked without torch or MLflow, in the order a user
     would fix them: method and settings, seed, folders and free space, tracking store."""
     from ...methods.registry import METHOD_GROUP, check_method, entries
+    from ..run.joint_request import check_joint_request
 
     if method.split("+")[0] != REFERENCE or REFERENCE in entries(METHOD_GROUP):
         check_method(method, protocol, overrides)
+    else:
+        check_joint_request(method, overrides)
     check_seed(seed)
     check_outputs(results_dir, tracking_uri, mlflow)
 
@@ -182,8 +185,8 @@ def check_backbone(protocol: Protocol) -> None:
     if kind != "file":
         return
     path = Path(os.path.expandvars(ref)).expanduser()
-    if not path.is_file():
-        raise BenchError(f"backbone.weights file {path} does not exist.")
+    if (problem := not_a_file(path)) is not None:
+        raise BenchError(f"backbone.weights file {path} {problem}.")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - pickle, zip and torch errors alike mean "not loadable"
@@ -196,29 +199,48 @@ def check_backbone(protocol: Protocol) -> None:
                          f"(a mapping of parameter names to tensors).")
 
 
-def check_flop_budget(protocol: Protocol) -> None:
-    """A FLOP budget must pay for one update of the cheapest method there is: output-only training, every
+def check_flop_budget(protocol: Protocol) -> int | None:
+    """A FLOP budget must pay for one update of the cheapest method there is (output-only training, every
     part forward and the head's backward on one batch, priced by the FLOP meter's convention on the
-    protocol's network (random init: the price depends on the architecture only)."""
+    protocol's network; random init: the price depends on the architecture only), and may buy no more
+    of them than ``training.updates`` may ask for. Returns that most a session can make (None: no budget)."""
     budget = protocol.training.budget
     if budget is None:
-        return
-    from ..model import flops as FL
-    from ..model.backbone import create_network, split_network
-
-    spec = protocol.backbone.model_copy(update={"weights": "none:"})
-    model = split_network(create_network(spec), spec, protocol.pretrain_data.num_classes)
-    for part in (model.trunk, model.body):
-        part.requires_grad_(False)
-    shape, per_sample = (spec.in_chans, spec.input_size, spec.input_size), 0.0
-    for part in FL.PARTS:
-        cost = FL.part_cost(getattr(model, part), shape)
-        per_sample, shape = per_sample + cost.forward + cost.backward, cost.out_shape
+        return None
+    spec = protocol.backbone
     batch = protocol.training.batch.size
-    cheapest = FL.flops(batch * per_sample) / 1e12
+    cheapest = _cheapest_update_tflops(protocol)
     if budget.tflops < cheapest:
         raise BenchError(
             f"training.budget.tflops ({budget.tflops:g}) of protocol {protocol.name} is smaller than one update of "
             f"the cheapest method: output-only training on a batch of {batch} costs {cheapest:.3g} TFLOPs on "
             f"{spec.model} at {spec.input_size} px (every part forward, the head backward). Give a budget of at "
             f"least a few updates.")
+    most = int(budget.tflops // cheapest)
+    if most > MAX_UPDATES:
+        raise BenchError(
+            f"training.budget.tflops ({budget.tflops:g}) of protocol {protocol.name} buys up to {most:,} updates a "
+            f"session (output-only training on a batch of {batch} costs {cheapest:.3g} TFLOPs on {spec.model}), "
+            f"more than the {MAX_UPDATES:,} training.updates may ask for; give a smaller budget.")
+    return most
+
+
+_CHEAPEST: dict[str, float] = {}  # by protocol spec hash: the network is built once per process
+
+
+def _cheapest_update_tflops(protocol: Protocol) -> float:
+    """TFLOPs of one output-only update on the protocol's network (see ``check_flop_budget``)."""
+    if protocol.spec_hash not in _CHEAPEST:
+        from ..model import flops as FL
+        from ..model.backbone import create_network, split_network
+
+        spec = protocol.backbone.model_copy(update={"weights": "none:"})
+        model = split_network(create_network(spec), spec, protocol.pretrain_data.num_classes)
+        for part in (model.trunk, model.body):
+            part.requires_grad_(False)
+        shape, per_sample = (spec.in_chans, spec.input_size, spec.input_size), 0.0
+        for part in FL.PARTS:
+            cost = FL.part_cost(getattr(model, part), shape)
+            per_sample, shape = per_sample + cost.forward + cost.backward, cost.out_shape
+        _CHEAPEST[protocol.spec_hash] = FL.flops(protocol.training.batch.size * per_sample) / 1e12
+    return _CHEAPEST[protocol.spec_hash]

@@ -1,0 +1,132 @@
+"""What ``bench tune`` checks before an Optuna study is created or opened: the search space (every range a
+valid value of the method's settings and a distribution Optuna accepts), the study storage (a URL whose
+driver is installed, a writable place, and no other program's database), and that a stored study samples
+the same space. A study Optuna cannot read back, or tables written into an MLflow store, would break
+every later tune; these checks refuse first, naming what is wrong, and write nothing."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from ..errors import BenchError, shorten
+
+CHOICE_TYPES = (str, int, float, bool, type(None))  # what Optuna's CategoricalDistribution stores
+MLFLOW_TABLES = {"experiments", "runs", "metrics", "params"}
+
+
+def space_key(space: dict[str, Any]) -> str:
+    """A short hash of the space: part of the study's name, so another space is another study."""
+    canon = {k: {"low": d.low, "high": d.high, "log": d.log, "choices": d.choices} for k, d in sorted(space.items())}
+    return hashlib.sha256(json.dumps(canon, sort_keys=True, default=str).encode()).hexdigest()[:10]
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def check_dim(key: str, dim: Any) -> None:
+    """One dimension by Optuna's rules: finite numbers with low < high (low > 0 on a log scale), or a
+    non-empty list of plain values."""
+    if dim.choices is not None:
+        bad = [c for c in dim.choices if not isinstance(c, CHOICE_TYPES) or isinstance(c, float) and not math.isfinite(c)]
+        if not dim.choices or bad:
+            raise BenchError(shorten(f"The search space's {key!r} needs a non-empty list of plain values (numbers, "
+                                     f"strings, true/false), got choices {list(dim.choices)!r}."))
+        return
+    if not (_number(dim.low) and _number(dim.high)) or not isinstance(dim.log, bool):
+        raise BenchError(shorten(f"The search space's {key!r} needs finite numbers low and high (and log: true or "
+                                 f"false), got low={dim.low!r}, high={dim.high!r}, log={dim.log!r}."))
+    if not dim.low < dim.high or dim.log and dim.low <= 0:
+        raise BenchError(f"The search space's {key!r} needs low < high (and low > 0 on a log scale), got {dim}.")
+
+
+def check_values(key: str, dim: Any, valid: Any) -> None:
+    """Every value the dimension can give is one the method's settings accept: ``valid(key, value)``
+    raises the settings' BenchError; it is re-raised naming the space entry."""
+    values = list(dim.choices) if dim.choices is not None else [dim.low, dim.high]
+    for value in values:
+        try:
+            valid(key, value)
+        except BenchError as err:
+            raise BenchError(shorten(f"The search space's {key!r} includes {value!r}, which the method's settings "
+                                     f"refuse: {err}")) from None
+
+
+def same_space(study: Any, name: str, distributions: dict[str, Any], storage: str) -> None:
+    """A stored study's trials sampled the distributions asked for now; else refuse, naming both."""
+    for trial in study.get_trials(deepcopy=False):
+        stored = dict(trial.distributions)
+        if stored and stored != distributions:
+            raise BenchError(shorten(
+                f"Study {name} in {storage} was sampled over {_describe(stored)}, not the space asked for now "
+                f"({_describe(distributions)}); nothing was changed. Give the study's own space, or another "
+                f"--storage for a new study."))
+        if stored:
+            return
+
+
+def _describe(distributions: dict[str, Any]) -> str:
+    return "; ".join(f"{k}: {d!r}" for k, d in sorted(distributions.items()))
+
+
+def check_storage(url: str, results_dir: Path) -> None:
+    """``--storage``: a database URL SQLAlchemy parses, whose driver is installed; for SQLite a file
+    path (not memory) in a writable folder, never the results folder's MLflow store nor any database that
+    is not Optuna's. Nothing is created."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    shown = shorten(url)
+    try:
+        parsed = make_url(url)
+        parsed.get_dialect()
+    except NoSuchModuleError:  # before ArgumentError, its base class
+        raise BenchError(f"--storage {shown}: no database driver for {parsed.drivername!r} is installed; give "
+                         f"e.g. sqlite:///path/optuna.db. Nothing was written.") from None
+    except (ArgumentError, ValueError) as exc:
+        raise BenchError(f"--storage {shown} is not a database URL ({exc}); give e.g. sqlite:///path/optuna.db. "
+                         f"Nothing was written.") from None
+    except ImportError as exc:
+        raise BenchError(f"--storage {shown}: its driver cannot be imported ({exc}); install it or use "
+                         f"sqlite:///path/optuna.db. Nothing was written.") from None
+    if parsed.get_backend_name() != "sqlite":
+        return
+    _check_sqlite_file(shown, parsed.database, results_dir)
+
+
+def _check_sqlite_file(shown: str, database: str | None, results_dir: Path) -> None:
+    from ..atomic import check_writable_folder
+    from ..errors import not_a_file
+    from ..paths import resolve_folder
+
+    if not database or database == ":memory:" or database.startswith("file::memory:"):
+        raise BenchError(f"--storage {shown} is an in-memory database: the study would be lost when bench tune "
+                         f"ends; give a file, e.g. sqlite:///path/optuna.db.")
+    path = resolve_folder(Path(database), "--storage database")
+    if path == resolve_folder(results_dir, "results folder") / "mlflow.db":
+        raise BenchError(f"--storage {shown} is the results folder's MLflow store; a study never goes into "
+                         f"another program's database: use the default or another file. Nothing was written.")
+    if path.exists():
+        why = not_a_file(path)
+        if why is not None:
+            raise BenchError(f"--storage {shown}: {path} {why}.")
+        _check_tables(shown, path)
+    check_writable_folder(path.parent, "folder of --storage", 0)
+
+
+def _check_tables(shown: str, path: Path) -> None:
+    """An existing SQLite file is empty or an Optuna study database."""
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    except sqlite3.DatabaseError as exc:
+        raise BenchError(f"--storage {shown}: {path} is not an SQLite database ({exc}); nothing was written.") from None
+    if tables and ("studies" not in tables or tables & MLFLOW_TABLES):
+        owner = "MLflow's tracking store" if tables & MLFLOW_TABLES else "another program's database"
+        raise BenchError(f"--storage {shown}: {path} is {owner}, not an Optuna study database; a study never "
+                         f"adds tables to it. Use the default or another file. Nothing was written.")
