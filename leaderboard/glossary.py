@@ -33,4 +33,13 @@ OMEGA_NOTE = _m(
     "u<sub>i−1</sub>) / U<sub>j</sub>; with evenly spaced points this is the paper's plain mean 1/L."
 )
 
+BEFORE_NOTE = _m(
+    "R<sub>i,k</sub> (ACC, Ā, F, BWT, FWT) is read at two kinds of points: R<sub>i,k</sub> for i ≥ 2 at the "
+    "last eval point of session i, and “before session j” (R<sub>1,1</sub>, R<sub>j−1,j</sub>) at the session's "
+    "<em>before</em> point: the model at the end of session j−1 (the deployed model for j = 2), evaluated before "
+    "the head grows and before the method's begin_session. The curve's update-0 point comes after begin_session "
+    "(a data-driven head init has already acted there); S<sub>Δ</sub>, P<sub>Δ</sub>, CK<sub>Δ</sub> and the "
+    "plots read it. Results stored before the before point was recorded show “–” for F, BWT and FWT."
+)
+
 TERMS: tuple[Term, ...] = tuple(term(m) for m in CATALOG)

@@ -25,6 +25,7 @@ from .checkpoint import Checkpointer, rng_state, set_rng_state
 from .budget_guards import (add_to_memory, check_memory, check_no_stray_steps, count_optimizer_steps,
                             memory_spec, observe_within_budget)
 from ..results.curves import SessionCurve
+from .before import measure_before
 from .evaluation import eval_plan, evaluate
 from .isolation import random_streams
 from .memory import Memory
@@ -206,6 +207,8 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
             session = stream.sessions[pos]
             train0, eval0 = train_macs(), meter.eval_macs()
             check_no_stray_steps(method, steps[0], progress.observed, "setup or end_session")
+            before = measure_before(model, lent.predict, method, bench.test_inputs, eval_plan(stream, session),
+                                    p.eval.batch_size, meter, accel)
             lent.begin_session(session)
             model.head.grow(len(session.new_classes), generator)
             stop = None if flop_budget is None else FlopStop(
@@ -280,7 +283,8 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
                 if not math.isfinite(curve["loss"][-1]) or not _finite(model):
                     what = f"loss {curve['loss'][-1]}" if not math.isfinite(curve["loss"][-1]) else "a non-finite weight"
                     partial = {**curve, "loss": []}  # the session's points so far (its losses are not all there)
-                    progress.curves.append(SessionCurve(session=session.index, total_updates=U or u + 1, **partial))
+                    progress.curves.append(SessionCurve(session=session.index, total_updates=U or u + 1, before=before,
+                                                        **partial))
                     raise Diverged(f"{method.name} diverged at update {u + 1} of session {session.index}: {what}",
                                    progress.curves, closing(), progress.params)
                 progress.most_trained, progress.observed = max(progress.most_trained, trained), progress.observed + 1
@@ -302,7 +306,7 @@ def run_cl(bench: Workbench, method: Method, seed: int, options: RunOptions,
                 add_to_memory(method, memory, session.train_ids)
             progress.train_per_session.append(FL.flops(train_macs() - train0))
             progress.eval_per_session.append(FL.flops(meter.eval_macs() - eval0))
-            progress.curves.append(SessionCurve(session=session.index, total_updates=made[0], **curve))
+            progress.curves.append(SessionCurve(session=session.index, total_updates=made[0], before=before, **curve))
             progress.steps = steps[0]
             if checkpoint is not None:
                 checkpoint.save(snapshot(kind="boundary", next_session=pos + 1))
