@@ -34,7 +34,7 @@ from ..harness.results.catalog import (METRICS, OPTIONAL_KEYS, TABLE_KEYS, TIME_
 from ..harness.results.metrics import Metrics, best_new_accuracy, compute_metrics, plasticity_gap
 from ..harness.results.schema import RunResult, result_precision, select_runs
 from ..harness.results.tidy import runs_frame, seed_stats
-from ..harness.results.uncertainty import Interval, Paired, bootstrap_ci, paired_difference
+from ..harness.results.uncertainty import MAX_SEEDS, Interval, Paired, against_baseline, t_interval
 
 # The table's columns: the paper's Table 1 plus the budget figures, each described once in the catalog.
 COLUMNS: tuple[MetricInfo, ...] = tuple(METRICS[k] for k in TABLE_KEYS)
@@ -120,8 +120,8 @@ def assign_slugs(entries: Iterable[Entry]) -> None:
 @dataclass(frozen=True)
 class Stat:
     """Mean ± sample standard deviation over seeds, as ``seed_stats`` computes it; ``std`` is None
-    for a single value, ``mean`` None when no run had the value; ``ci`` the 95 % bootstrap interval of
-    the mean (``harness.uncertainty``), None below two values."""
+    for a single value, ``mean`` None when no run had the value; ``ci`` the 95 % Student-t interval of
+    the mean (``harness.results.uncertainty``), None below two values."""
 
     mean: float | None
     std: float | None
@@ -138,12 +138,12 @@ class Stat:
     @classmethod
     def of(cls, values: Iterable[float | None]) -> Stat:
         """The stat of one list of values (None or non-finite: missing), by the same pandas rule, with
-        its bootstrap interval."""
+        its t interval."""
         xs = [math.nan if v is None else float(v) for v in values]
         if not xs:
             return cls(None, None, 0)
         stat = cls.from_stats(seed_stats(pd.DataFrame({"v": xs, "method": ""}), ["v"]).iloc[0], "v")
-        return cls(stat.mean, stat.std, stat.n, bootstrap_ci(xs))
+        return cls(stat.mean, stat.std, stat.n, t_interval(xs))
 
 
 def rank_value(stat: Stat, column: MetricInfo) -> float | None:
@@ -246,7 +246,7 @@ class MethodRow:
 
 
 def _with_ci(stat: Stat, values: Iterable[float | None]) -> Stat:
-    return Stat(stat.mean, stat.std, stat.n, bootstrap_ci([v for v in values if v is not None]))
+    return Stat(stat.mean, stat.std, stat.n, t_interval([v for v in values if v is not None]))
 
 
 def vanilla_reading(result: RunResult) -> str | None:
@@ -396,9 +396,12 @@ def summarize_protocol(name: str, entries: list[Entry], precision: str = "fp32")
     for row in rows:
         row.partial = len(row.runs) < most
     baseline = next((r for r in rows if r.method == BASELINE), None)
-    for row in rows:
-        row.paired = {c.key: paired_difference(row.values[c.key], baseline.values[c.key])
-                      for c in ALL_COLUMNS if c.ranked} if baseline is not None and row is not baseline else {}
+    if baseline is not None:  # one Holm family per column: the board's rows against the baseline
+        others = [r for r in rows if r is not baseline]
+        for c in (c for c in ALL_COLUMNS if c.ranked):
+            compared = against_baseline({r.method: r.values[c.key] for r in others}, baseline.values[c.key])
+            for r in others:
+                r.paired[c.key] = compared[r.method]
 
     def order(row: MethodRow) -> tuple[str, float, str]:
         # CK_Δ (all classes vs. joint): S_Δ alone would put first a method that does not learn (output-only
@@ -475,6 +478,10 @@ def boards_frame(boards: Sequence[Board]) -> pd.DataFrame:
 TableFormat = Literal["markdown", "text", "latex", "json"]
 REACHED_NOTE = ("T_old, T_new: time to result (99 % of A_joint old; 99 % of A_best new), mean over the sessions "
                 "that reached it (r/t: sessions reached of all the row's sessions); never ranked")
+PAIRED_NOTE = ("Δ vs vanilla: mean paired difference on shared seeds [95 % paired-t CI], p of the paired t test "
+               "Holm-adjusted over the board's rows; n.s.: adjusted p ≥ 0.05 (or one seed: no test); needs k seeds: "
+               "the count at which the test has 80 % power at the difference and spread seen (level 0.05/m, m the "
+               "rows compared).")
 PARTIAL_NOTE = ("* fewer seeds than the best-covered row: shown with its n, never marked best, compared with "
                 "vanilla on the seeds both have")
 
@@ -510,16 +517,29 @@ def seeds_text(row: MethodRow, most: int) -> str:
     return f"{len(row.runs)} of {most}*" if row.partial else str(len(row.runs))
 
 
+def needed_text(paired: Paired) -> str:
+    """How many seeds the comparison would need for 80 % power at the spread seen ("" when it has them)."""
+    if paired.needed is None:
+        return ""
+    return f"needs > {MAX_SEEDS} seeds" if paired.needed > MAX_SEEDS else f"needs {paired.needed} seeds"
+
+
 def paired_text(paired: Paired | None, column: MetricInfo, row_seeds: int) -> str:
-    """``+0.012 [-0.003, 0.027] n.s.``: the mean difference with vanilla on the shared seeds, its interval,
-    ``n.s.`` when the interval contains 0 (or there is none), ``on k seeds`` when fewer than the row's."""
+    """``+0.012 [-0.003, +0.027] p=0.21 n.s., needs 7 seeds``: the mean difference with the baseline on the
+    shared seeds, its paired-t interval, the Holm-adjusted p, ``n.s.`` when that is 0.05 or more (or there
+    is no test), the seeds for 80 % power where the row lacks them, ``on k seeds`` when fewer than the row's."""
     if paired is None:
         return "–"
     text = f"{paired.mean:+.{column.digits}f}"
     if paired.interval is not None:
         text += f" [{paired.interval.low:+.{column.digits}f}, {paired.interval.high:+.{column.digits}f}]"
+    p = paired.p_holm if paired.p_holm is not None else paired.p
+    if p is not None:
+        text += f" p={p:.2g}" if p >= 0.001 else " p<0.001"
     if paired.inconclusive:
         text += " n.s."
+    if needed := needed_text(paired):
+        text += f", {needed}"
     if len(paired.seeds) < row_seeds:
         text += f" (on {len(paired.seeds)} seeds)"
     return text
@@ -576,11 +596,10 @@ def format_table(boards: Sequence[Board], fmt: TableFormat = "markdown",
             out.extend(f"- {e.method} seed {e.result.seed} ({e.run_id}): {e.reason}" for e in board.unranked)
         out.append("")
     if fmt == "markdown" and any(b.rows for b in boards):
-        out.append("mean ± std [95 % bootstrap CI] over seeds, rows in order of CK_Δ, tuned rows grouped by their "
+        out.append("mean ± std [95 % Student-t CI] over seeds, rows in order of CK_Δ, tuned rows grouped by their "
                    "ruleset after the others; settings: defaults (published), tuned (trials, objective on the "
                    "validation split) or set by hand; **best**, _second best_ (values that read the same are tied); "
-                   "↓ lower is better, ↑ higher is better; wall time is shown, never ranked. Δ vs vanilla: mean "
-                   "paired difference on shared seeds [95 % bootstrap CI]; n.s.: the interval contains 0.")
+                   "↓ lower is better, ↑ higher is better; wall time is shown, never ranked. " + PAIRED_NOTE)
         if any(c.key in TIME_TO_RESULT_KEYS for c in columns):
             out.append("")
             out.append(REACHED_NOTE + ".")
@@ -612,36 +631,49 @@ def latex_symbol(c: MetricInfo) -> str:
     return text + unit + arrow
 
 
+def _latex_cell(stat: Stat, c: MetricInfo, mark: str | None, reached: Reached | None) -> str:
+    """"mean $\\pm$ std [t interval]", best bold, second underlined, and the sessions reached where counted."""
+    count = f" ({reached.reached}/{reached.sessions})" if reached is not None else ""
+    if stat.mean is None:
+        return "--" + count
+    text = format_value(stat.mean, c).replace(",", "{,}")
+    std = format_std(stat.std, c)
+    text = f"{text} $\\pm$ {std}" if std else text
+    text = f"\\textbf{{{text}}}" if mark == "best" else f"\\underline{{{text}}}" if mark == "second" else text
+    if stat.ci is not None and stat.ci.low < stat.ci.high:
+        low, high = (format_value(v, c).replace(",", "{,}") for v in (stat.ci.low, stat.ci.high))
+        text += f" [{low}, {high}]"
+    return text + count
+
+
 def format_latex(boards: Sequence[Board], columns: Sequence[MetricInfo] = COLUMNS) -> str:
-    """One booktabs ``tabular`` per protocol: mean ± std over seeds, best \\textbf, second \\underline."""
+    """One booktabs ``tabular`` per protocol: mean ± std [95 % t interval] over seeds, best \\textbf, second
+    \\underline, and the paired difference with the baseline on the ranking column."""
+    order = COLUMN_BY_KEY[DEFAULT_ORDER]
     out: list[str] = []
     for board in boards:
-        spec = "l r " + " ".join("r" for _ in columns)
-        out += [f"% {board.name} (protocol hash {board.current_hash}); mean $\\pm$ std over seeds",
+        spec = "l r " + " ".join("r" for _ in columns) + " r"
+        paired_head = f"$\\Delta${latex_symbol(order).split(' ')[0]} vs {latex_escape(BASELINE)}"
+        out += [f"% {board.name} (protocol hash {board.current_hash}, {board.precision}); mean $\\pm$ std "
+                f"[95 \\% Student-t CI] over seeds",
                 r"\begin{tabular}{" + spec + "}", r"\toprule",
-                " & ".join(["Method", "$n$"] + [latex_symbol(c) for c in columns]) + r" \\", r"\midrule"]
+                " & ".join(["Method", "$n$"] + [latex_symbol(c) for c in columns] + [paired_head]) + r" \\",
+                r"\midrule"]
         for row in board.rows:
             cells = [latex_escape(row.method), f"{len(row.runs)}" + ("$^*$" if row.partial else "")]
-            for c in columns:
-                stat, reached = row.stats[c.key], row.reached.get(c.key)
-                count = f" ({reached.reached}/{reached.sessions})" if reached is not None else ""
-                if stat.mean is None:
-                    cells.append("--" + count)
-                    continue
-                text = format_value(stat.mean, c).replace(",", "{,}")
-                std = format_std(stat.std, c)
-                text = f"{text} $\\pm$ {std}" if std else text
-                mark = row.marks.get(c.key)
-                cells.append((f"\\textbf{{{text}}}" if mark == "best" else f"\\underline{{{text}}}"
-                              if mark == "second" else text) + count)
+            cells += [_latex_cell(row.stats[c.key], c, row.marks.get(c.key), row.reached.get(c.key)) for c in columns]
+            cells.append("(baseline)" if row.method == BASELINE
+                         else latex_escape(paired_text(row.paired.get(order.key), order, len(row.runs))))
             out.append(" & ".join(cells) + r" \\")
         if board.reference_row:
             ref = board.reference_row
             out.append(r"\midrule")
             out.append(" & ".join(["Joint (upper bound)", str(len(ref.runs))]
                                   + [cell_text(ref.stats[c.key], c, ci=False).replace("±", "$\\pm$")
-                                     .replace("–", "--") for c in columns]) + r" \\")
+                                     .replace("–", "--") for c in columns] + [""]) + r" \\")
         out += [r"\bottomrule", r"\end{tabular}"]
+        if board.rows:
+            out.append("% " + PAIRED_NOTE)
         if any(r.partial for r in board.rows):
             out.append("% $^*$ " + PARTIAL_NOTE.lstrip("* "))
         if any(c.key in TIME_TO_RESULT_KEYS for c in columns):
@@ -659,7 +691,8 @@ def _paired_json(p: Paired | None) -> dict[str, object] | None:
     if p is None:
         return None
     return {"mean": p.mean, "ci95": None if p.interval is None else [p.interval.low, p.interval.high],
-            "seeds": list(p.seeds), "inconclusive": p.inconclusive}
+            "seeds": list(p.seeds), "p": p.p, "p_holm": p.p_holm, "holm_family": p.family,
+            "seeds_for_80pct_power": p.needed, "inconclusive": p.inconclusive}
 
 
 def board_json(boards: Sequence[Board], columns: Sequence[MetricInfo] = COLUMNS) -> str:

@@ -92,7 +92,7 @@ def build(results_dir: Path | None, tracking_uri: str | None, out: Path, mlflow_
 @click.option("--columns", "extra", default="", metavar="KEYS",
               help="optional columns to add, comma-separated (acc, avg_acc, forgetting, bwt, fwt) or 'all'")
 def table(results_dir: Path | None, tracking_uri: str | None, protocols: tuple[str, ...], fmt: str, extra: str) -> None:
-    """Print the leaderboard's aggregated numbers (mean ± std [95 % bootstrap CI] over seeds, the paired
+    """Print the leaderboard's aggregated numbers (mean ± std [95 % Student-t CI] over seeds, the paired
     difference with vanilla) as a Markdown, text, LaTeX or JSON table, or the per-run numbers behind them as CSV."""
     from .aggregate import boards_frame, format_table, summarize, table_columns
     from .sources import load
