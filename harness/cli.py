@@ -87,7 +87,9 @@ def summary_lines(result, path: Path | str) -> list[str]:
     by this from a stored run, so the two cannot differ)."""
     m = result.metrics
     stages = "".join(f", {'GPU ' if gpu else ''}{stage} {v:.0f} s" for stage, v, gpu in result.stage_times())
-    lines = [f"\n{result.protocol.name} | {result.method.spec} | seed {result.seed} | "
+    from .results.schema import identity_text
+
+    lines = [f"\n{result.protocol.name} | {result.method.spec} | seed {result.seed} | {identity_text(result)} | "
              f"{result.wall_time_s:.1f} s{stages} | result: {path}"]
     if result.status != "complete":
         lines.append(f"  status {result.status}: the curves so far are stored; the run is never ranked nor used as a "

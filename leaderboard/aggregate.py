@@ -32,7 +32,7 @@ from ..harness.errors import BenchError
 from ..harness.results.catalog import (METRICS, OPTIONAL_KEYS, TABLE_KEYS, TIME_TO_RESULT_KEYS, Direction,
                                       MetricInfo, displayed, format_std, format_value)
 from ..harness.results.metrics import Metrics, best_new_accuracy, compute_metrics, plasticity_gap
-from ..harness.results.schema import RunResult, result_precision, select_runs
+from ..harness.results.schema import RunResult, result_precision, run_identity, select_runs
 from ..harness.results.tidy import runs_frame, seed_stats
 from ..harness.results.uncertainty import MAX_SEEDS, Interval, Paired, against_baseline, t_interval
 
@@ -347,12 +347,14 @@ def summarize_protocol(name: str, entries: list[Entry], precision: str = "fp32")
     as many seeds as the best-covered method."""
     from ..methods.configs import joint_settings
 
-    current, origin, spec = _current_hash(name, entries)
+    own = [e for e in entries if e.result.protocol.name == name] or entries  # NAME@Kx: not NAME's borrowed joints
+    current, origin, spec = _current_hash(name, own)
     for e in entries:
         e.reason, e.metrics, e.joint, e.p_delta_paper = None, None, None, None
         e.__dict__.pop("method", None)  # the row name split_by_code may have given it last time
     reference_set = spec.best_new_reference if spec is not None else _stored_reference_set(entries)
-    shared = spec.reference.spec_hash if spec is not None and spec.reference is not spec else None
+    shared = (spec.reference.spec_hash if spec.reference is not spec else None) if spec is not None \
+        else _stored_reference_hash(name, entries, current)
     sel = select_runs(entries, current, reference_set, joint_settings(spec) if spec is not None else None,
                       result_of=lambda e: e.result, precision=precision, reference_hash=shared)
     for e, reason in sel.apart:
@@ -370,7 +372,7 @@ def summarize_protocol(name: str, entries: list[Entry], precision: str = "fp32")
         seed = e.result.seed
         if seed not in joints:
             e.reason = (f"no joint reference for seed {seed} with this protocol hash "
-                        f"(bench run -p {name} -m joint -s {seed})")
+                        f"(bench run -p {_runnable(name, entries)} -m joint -s {seed})")
             continue
         best, sources = sel.best_new(e.result)
         try:
@@ -446,6 +448,36 @@ def split_by_code(entries: list[Entry]) -> list[Entry]:
         if len(hashes[e.method]) > 1:
             e.__dict__["method"] = f"{e.method} #{(e.result.method.code_hash or 'unrecorded')[:8]}"
     return entries
+
+
+def _stored_reference_hash(name: str, entries: Sequence[Entry], current: str) -> str | None:
+    """For NAME@Kx of a protocol file of one's own (no built-in spec to ask): the hash of NAME's joint
+    references, which every budget of the family shares. Read from the joint runs the board's scored runs
+    named (``References.joint_run``), else the newest of NAME's joint runs; None when NAME is no family."""
+    base = name.partition("@")[0]
+    if base == name:
+        return None
+    borrowed = [e for e in entries if e.result.is_reference and e.result.protocol.name == base]
+    named = {e.result.references.joint_run for e in entries
+             if e.result.protocol.name == name and e.result.protocol.hash == current and e.result.references}
+    used = Counter(e.result.protocol.hash for e in borrowed if e.result.run_id in named)
+    if used:
+        return used.most_common(1)[0][0]
+    return max(borrowed, key=lambda e: e.result.started_at).result.protocol.hash if borrowed else None
+
+
+def _runnable(name: str, entries: Sequence[Entry]) -> str:
+    """What ``bench run -p`` takes for this protocol: its name when built in, else the protocol file its
+    runs recorded (NAME@Kx: the file with @Kx), else the name with a pointer to the file."""
+    from ..harness.spec.protocol import builtin_protocol_names
+
+    base, at, factor = name.partition("@")
+    if base in builtin_protocol_names():
+        return name
+    files = [e.result.options.get("protocol_file") for e in entries if e.result.options.get("protocol_file")]
+    if not files:
+        return f"<the YAML file of protocol {base}>{at}{factor}"
+    return f"{max(set(files), key=files.count)}{at}{factor}"
 
 
 def _stored_reference_set(entries: Sequence[Entry]) -> list[str]:
@@ -707,13 +739,14 @@ def board_json(boards: Sequence[Board], columns: Sequence[MetricInfo] = COLUMNS)
 
     def row_json(row: MethodRow, reference: bool = False) -> dict[str, object]:
         return {"method": row.method, "seeds": row.seeds, "n": len(row.runs), "partial": row.partial,
-                "reference": reference, "color": row.color,
+                "reference": reference, "color": row.color, "settings": row.effort,
+                **{k: sorted({run_identity(e.result)[k] for e in row.runs}) for k in ("threads", "cpu_kernels")},
                 "metrics": {c.key: {**_stat_json(row.stats[c.key]), "mark": row.marks.get(c.key, ""),
                                     **reached(row, c.key)} for c in columns},
                 "vs_baseline": {c.key: _paired_json(row.paired.get(c.key)) for c in columns if c.key in row.paired}}
 
     data = {"baseline": BASELINE, "level": 0.95, "columns": [c.key for c in columns], "protocols": [
-        {"name": b.name, "protocol_hash": b.current_hash, "most_seeds": b.most_seeds,
+        {"name": b.name, "protocol_hash": b.current_hash, "precision": b.precision, "most_seeds": b.most_seeds,
          "rows": [row_json(r) for r in b.rows] + ([row_json(b.reference_row, True)] if b.reference_row else []),
          "unranked": [{"method": e.method, "seed": e.result.seed, "run_id": e.run_id, "reason": e.reason}
                       for e in b.unranked]} for b in boards]}

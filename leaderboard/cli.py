@@ -163,6 +163,11 @@ def budget_curve(results_dir: Path | None, tracking_uri: str | None, family: str
     if family is not None and family not in bases:
         raise did_you_mean(family, bases, "budget family", plural="budget families with results")
     chosen = [f for f in families if f.base == (family or bases[0])]
+    if not any(f.points for f in chosen):  # before anything is written: an empty figure says nothing
+        why = "; ".join(f"{name}: {reason}" for f in chosen for name, reason in f.apart) or "no budgets"
+        raise BenchError(f"Budget family {chosen[0].base} has no ranked budget to draw ({why}). Rank at least "
+                         f"one budget (its runs and its joint reference per seed, e.g. `bench leaderboard table` "
+                         f"names what each run lacks), then draw the curve.")
     for i, fam in enumerate(chosen):
         click.echo(("\n" if i else "") + format_family_table(fam, fmt), nl=False)  # type: ignore[arg-type]
         if out is None:

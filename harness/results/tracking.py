@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BenchError
-from .schema import RunResult, iter_results, value_problem
+from .schema import RunResult, iter_results, result_precision, run_identity, value_problem
 
 HTTP_TIMEOUT_S = "5"   # per request; MLflow's default is 120 s
 HTTP_RETRIES = "1"     # MLflow's default (7 retries with backoff) hangs a finished run for minutes
@@ -107,10 +107,24 @@ def _experiment(client, name: str, artifact_location: str | None) -> str:
     return exp.experiment_id if exp else client.create_experiment(name, artifact_location=artifact_location)
 
 
+# the data-path plan's budgets come from the machine's free RAM and disk at the time: they differ between
+# identical runs, so they are tags (searchable, never part of what the run was made with), not params
+MACHINE_STATE = ("ram_budget", "disk_budget")
+
+
+def run_name(result: RunResult) -> str:
+    """``vanilla seed0 fp32``, ``derpp [tuned (8 trials, CK_delta)] seed0 bf16``: the row, seed and
+    precision, so two runs the leaderboard keeps apart never read alike in the MLflow UI."""
+    return f"{result.label} seed{result.seed} {result_precision(result)}"
+
+
 def _tags(result: RunResult, json_path: Path) -> dict[str, str]:
     tags = {"bench.run_id": result.run_id, "bench.protocol_hash": result.protocol.hash,
             "bench.method_distribution": f"{result.method.distribution}=={result.method.version}",
-            "bench.status": result.status, "bench.json": str(json_path)}
+            "bench.status": result.status, "bench.json": str(json_path),
+            **{f"bench.{k}": str(v) for k, v in run_identity(result).items()}}
+    plan = result.options.get("data_path") or {}
+    tags.update({f"bench.machine.{k}_gb": f"{plan[k] / 2**30:.1f}" for k in MACHINE_STATE if k in plan})
     if result.is_reference:
         tags[REFERENCE_TAG] = "joint"
     return tags
@@ -132,7 +146,7 @@ def _params(result: RunResult) -> dict[str, str]:
         "method_distribution": f"{result.method.distribution}=={result.method.version}",
         "modifier_distributions": result.method.modifier_distributions,
         "method_code_hash": result.method.code_hash, "seed": result.seed, "status": result.status,
-        "config": result.config, "set": result.overrides, "options": result.options,
+        "config": result.config, "set": result.overrides, "options": _options_without_machine_state(result.options),
         "budget": {"updates_per_session": b.updates_per_session, "batch_new": b.batch_new, "batch_old": b.batch_old,
                    "memory_policy": b.memory_policy, "memory_capacity": b.memory_capacity,
                    "batch_limit": b.batch_limit, "trunk_cached": b.trunk_cached},
@@ -140,6 +154,13 @@ def _params(result: RunResult) -> dict[str, str]:
         "trainable_params": result.trainable_params,
     }, params)
     return params
+
+
+def _options_without_machine_state(options: Mapping[str, Any]) -> dict[str, Any]:
+    plan = options.get("data_path")
+    if not isinstance(plan, Mapping):
+        return dict(options)
+    return {**options, "data_path": {k: v for k, v in plan.items() if k not in MACHINE_STATE}}
 
 
 def _final_metrics(result: RunResult, with_curves: bool) -> list:
@@ -239,7 +260,7 @@ def log_run(result: RunResult, json_path: Path, results_dir: Path, tracking_uri:
     store = Store(results_dir, tracking_uri)
     with store.session() as client:
         exp_id = _experiment(client, f"bench/{result.protocol.name}", store.artifact_location)
-        run = client.create_run(exp_id, run_name=f"{result.method.spec} seed{result.seed}",
+        run = client.create_run(exp_id, run_name=run_name(result),
                                 tags={**_tags(result, json_path), **(tags or {})})
         rid = run.info.run_id
         _log_batches(client, rid, _params(result), _final_metrics(result, with_curves=True))
@@ -345,6 +366,7 @@ class LiveRun:
             if result is not None and path is not None:
                 for key, value in _tags(result, path).items():
                     client.set_tag(self.run_id, key, value)
+                client.update_run(self.run_id, name=run_name(result))  # the precision is known now
                 params = {k: v for k, v in _params(result).items() if k not in self._started_params}
                 _log_batches(client, self.run_id, params, _final_metrics(result, with_curves=self._points == 0))
                 _log_artifacts(client, self.run_id, result, path, artifacts)

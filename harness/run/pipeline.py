@@ -88,7 +88,9 @@ def _common(protocol: Protocol, bench: Workbench, seed: int, options: RunOptions
         options={"device": str(bench.device), "trunk_cache": options.trunk_cache, "weights": bench.weights,
                  "precision": bench.precision,
                  "torch_threads": torch.get_num_threads(), "cpu_kernels": cpu_kernels(bench.device),
-                 "data_path": bench.data_path.as_dict() if bench.data_path is not None else None},
+                 "data_path": bench.data_path.as_dict() if bench.data_path is not None else None,
+                 # a protocol file of one's own: where it is, so messages can name a command that runs it
+                 **({"protocol_file": protocol.source_file} if protocol.source_file else {})},
     )
 
 
