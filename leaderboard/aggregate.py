@@ -221,6 +221,11 @@ class MethodRow:
         return self.runs[0].result.effort if self.runs else "defaults"
 
     @property
+    def notes(self) -> list[str]:
+        """What the runs themselves recorded about the row's meaning (GDumb on an unlimited memory is vanilla)."""
+        return sorted({n for e in self.runs for n in e.result.options.get("notes") or []})
+
+    @property
     def distribution(self) -> str:
         m = self.runs[0].result.method
         return f"{m.distribution} {m.version}"
@@ -519,15 +524,20 @@ PARTIAL_NOTE = ("* fewer seeds than the best-covered row: shown with its n, neve
 
 
 def table_columns(extra: Iterable[str] = ()) -> tuple[MetricInfo, ...]:
-    """The table's columns plus the optional ones asked for by key (``all``: every optional column)."""
+    """The table's columns plus the optional ones asked for by key (``all``: every optional column), less
+    those named with a leading ``-`` (``-wall``, ``-tflops``: any column, standard or optional)."""
     keys = list(extra)
-    if "all" in keys:
-        return ALL_COLUMNS
-    unknown = [k for k in keys if k not in {c.key for c in OPTIONAL_COLUMNS}]
+    drop = {k[1:] for k in keys if k.startswith("-")}
+    add = [k for k in keys if not k.startswith("-")]
+    known = {c.key for c in ALL_COLUMNS}
+    unknown = [k for k in add if k != "all" and k not in {c.key for c in OPTIONAL_COLUMNS}] + \
+        [f"-{k}" for k in drop if k not in known]
     if unknown:
-        raise BenchError(f"Unknown optional column {unknown[0]!r}; the optional columns are "
-                         f"{', '.join(c.key for c in OPTIONAL_COLUMNS)} (or all).")
-    return COLUMNS + tuple(c for c in OPTIONAL_COLUMNS if c.key in keys)
+        raise BenchError(f"Unknown column {unknown[0]!r} in --columns: add an optional column by its key "
+                         f"({', '.join(c.key for c in OPTIONAL_COLUMNS)}, or all), remove any column with a "
+                         f"leading - ({', '.join('-' + c.key for c in COLUMNS)}, ...).")
+    chosen = ALL_COLUMNS if "all" in add else COLUMNS + tuple(c for c in OPTIONAL_COLUMNS if c.key in add)
+    return tuple(c for c in chosen if c.key not in drop)
 
 
 def cell_text(stat: Stat, column: MetricInfo, runs: int = 0, ci: bool = True, reached: Reached | None = None) -> str:
@@ -622,6 +632,10 @@ def format_table(boards: Sequence[Board], fmt: TableFormat = "markdown",
         if any(r.partial for r in board.rows):
             out.append("")
             out.append(PARTIAL_NOTE)
+        if any(r.notes for r in board.rows):
+            out.append("")
+            out.append("Notes:")
+            out.extend(f"- {r.method}: {n}" for r in board.rows for n in r.notes)
         if board.unranked:
             out.append("")
             out.append("Not ranked:")
@@ -708,6 +722,7 @@ def format_latex(boards: Sequence[Board], columns: Sequence[MetricInfo] = COLUMN
             out.append("% " + PAIRED_NOTE)
         if any(r.partial for r in board.rows):
             out.append("% $^*$ " + PARTIAL_NOTE.lstrip("* "))
+        out.extend(f"% {latex_escape(r.method)}: {latex_escape(n)}" for r in board.rows for n in r.notes)
         if any(c.key in TIME_TO_RESULT_KEYS for c in columns):
             out.append("% " + REACHED_NOTE)
         out.append("")
@@ -739,7 +754,7 @@ def board_json(boards: Sequence[Board], columns: Sequence[MetricInfo] = COLUMNS)
 
     def row_json(row: MethodRow, reference: bool = False) -> dict[str, object]:
         return {"method": row.method, "seeds": row.seeds, "n": len(row.runs), "partial": row.partial,
-                "reference": reference, "color": row.color, "settings": row.effort,
+                "reference": reference, "color": row.color, "settings": row.effort, "notes": row.notes,
                 **{k: sorted({run_identity(e.result)[k] for e in row.runs}) for k in ("threads", "cpu_kernels")},
                 "metrics": {c.key: {**_stat_json(row.stats[c.key]), "mark": row.marks.get(c.key, ""),
                                     **reached(row, c.key)} for c in columns},

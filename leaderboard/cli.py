@@ -90,7 +90,8 @@ def build(results_dir: Path | None, tracking_uri: str | None, out: Path, mlflow_
               show_default=True, help="csv: one row per run the table averages (the tidy frame), for pandas & co.; "
                                       "latex: booktabs, best bold, second underlined; json: every number of the table")
 @click.option("--columns", "extra", default="", metavar="KEYS",
-              help="optional columns to add, comma-separated (acc, avg_acc, forgetting, bwt, fwt) or 'all'")
+              help="comma-separated: optional columns to add (acc, avg_acc, forgetting, bwt, fwt, or 'all'), and any "
+                   "column to remove with a leading - (e.g. -wall,-tflops)")
 def table(results_dir: Path | None, tracking_uri: str | None, protocols: tuple[str, ...], fmt: str, extra: str) -> None:
     """Print the leaderboard's aggregated numbers (mean ± std [95 % Student-t CI] over seeds, the paired
     difference with vanilla) as a Markdown, text, LaTeX or JSON table, or the per-run numbers behind them as CSV."""

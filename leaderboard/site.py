@@ -83,7 +83,7 @@ def _row_view(row: MethodRow, run_href: dict[int, str], reference: bool = False,
     return {
         "method": row.method, "family": row.family, "color": row.color, "dasharray": SVG_DASHES.get(row.dash, ""),
         "reference": reference, "effort": row.effort, "partial": row.partial, "most": most,
-        "n": len(row.runs), "distribution": row.distribution,
+        "n": len(row.runs), "distribution": row.distribution, "notes": row.notes,
         "runs": [{"seed": e.result.seed, "href": run_href[id(e)]} for e in row.runs],
         "cells": [_cell(row.stats[c.key], c.key, "" if reference else row.marks.get(c.key, ""), len(row.runs),
                         row.params_reading if c.key == "params" else None, row.reached.get(c.key))

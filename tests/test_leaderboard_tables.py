@@ -114,3 +114,16 @@ def test_a_corrupt_result_file_is_skipped_with_a_warning_naming_it(tmp_path: Pat
     out = CliRunner().invoke(main, ["leaderboard", "build", "--results", str(root), "--out", str(tmp_path / "site")])
     assert out.exit_code == 0, out.output
     assert "seed5-broken.json" in out.output and (tmp_path / "site" / "index.html").exists()
+
+
+def test_columns_can_be_removed(tmp_path: Path) -> None:
+    keys = [c.key for c in table_columns(["bwt", "-wall", "-tflops"])]
+    assert "bwt" in keys and "wall" not in keys and "tflops" not in keys and "CK_delta" in keys
+    assert "acc" not in [c.key for c in table_columns(["all", "-acc"])]
+    root = write(tmp_path, {"vanilla": [0, 1]})
+    out = CliRunner().invoke(main, ["leaderboard", "table", "--results", str(root), "--columns=-wall,-params"])
+    assert out.exit_code == 0, out.output
+    header = next(x for x in out.output.splitlines() if x.startswith("| method"))
+    assert "wall time" not in header and "#P" not in header and "CK_Δ" in header
+    bad = CliRunner().invoke(main, ["leaderboard", "table", "--results", str(root), "--columns=-bogus"])
+    assert bad.exit_code == 2 and "-bogus" in bad.output

@@ -14,6 +14,7 @@ that needs them.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 import uuid
 
@@ -24,6 +25,7 @@ from typing import Any
 from ..model import flops as FL
 from ..results import metrics as M
 from .continual import Diverged, run_cl
+from .budget_guards import eviction_note
 from .checkpoint import Checkpointer, checkpointer, run_key
 from .claim import claim
 from ..errors import BenchError
@@ -155,6 +157,8 @@ def _continual_result(protocol: Protocol, bench: Workbench, spec: MethodSpec, me
         say(options, f"{stop} — stored with status 'diverged'.")
         curves, budget, params, status = stop.curves, stop.budget, stop.params, "diverged"
     common = {**_common(protocol, bench, seed, options, started, run_id), "status": status}
+    if note := eviction_note(protocol, method):  # the leaderboard puts it on the row
+        common["options"]["notes"] = [note]
     return RunResult(**common, method=_stamp(spec),
                      config=config, overrides=overrides, trainable_params=params, curves=curves,
                      budget=FL.efficiency_vs_joint(budget, joint.budget), wall_time_s=time.perf_counter() - t0,
@@ -250,6 +254,8 @@ def execute(protocol: Protocol, method_text: str, seed: int, options: RunOptions
         bench = bench or prepare(protocol, seed, options)
         return joint_reference(protocol, seed, options, bench)
     spec, method = build_method(method_text, protocol, options.overrides)
+    if note := eviction_note(protocol, method):  # before any compute: the user may not want this run at all
+        print(f"Warning: {note}.", file=sys.stderr)
     bench = bench or prepare(protocol, seed, options)
     joint, _ = joint_reference(protocol, seed, options, bench)
     is_reference = not options.overrides and method_text in protocol.best_new_reference
