@@ -24,7 +24,8 @@ from ..errors import BenchError
 from .metrics import EvalWeighting, Metrics, best_new_accuracy
 from .threads import cpu_problem
 
-SCHEMA_VERSION = 2  # 2: overrides and the references a run was scored with are stored
+SCHEMA_VERSION = 3  # 2: overrides and the references a run was scored with are stored; 3: curves hold their
+# "before" point (SessionCurve.before); older results load as ever, with forgetting, BWT and FWT not recorded
 
 
 class Strict(BaseModel):
