@@ -96,9 +96,12 @@ def summary_lines(result, path: Path | str) -> list[str]:
 
     m = result.metrics
     stages = "".join(f", {'GPU ' if gpu else ''}{stage} {v:.0f} s" for stage, v, gpu in result.stage_times())
-    # the row label names --set overrides or the tuning ruleset: which variant of the method this was
+    from .results.schema import identity_text
+
+    # the row label names --set overrides or the tuning ruleset: which variant of the method this was; then what
+    # else names its board (precision, how its settings were chosen, the CPU's threads and kernels)
     lines = [f"\n{result.protocol.name} | {row_label(result.method.spec, result.overrides, result.tuned)} | "
-             f"seed {result.seed} | {result_precision(result)} | {result.wall_time_s:.1f} s{stages} | result: {path}"]
+             f"seed {result.seed} | {identity_text(result)} | {result.wall_time_s:.1f} s{stages} | result: {path}"]
     if result.status != "complete":
         lines.append(f"  status {result.status}: the curves so far are stored; the run is never ranked nor used as a "
                      f"reference ({len(result.curves)} session(s) recorded)")

@@ -32,9 +32,9 @@ from ..harness.errors import BenchError
 from ..harness.results.catalog import (METRICS, OPTIONAL_KEYS, TABLE_KEYS, TIME_TO_RESULT_KEYS, Direction,
                                       MetricInfo, displayed, format_std, format_value)
 from ..harness.results.metrics import Metrics, best_new_accuracy, compute_metrics, plasticity_gap
-from ..harness.results.schema import RunResult, result_precision, select_runs
+from ..harness.results.schema import RunResult, result_precision, run_identity, select_runs
 from ..harness.results.tidy import runs_frame, seed_stats
-from ..harness.results.uncertainty import Interval, Paired, bootstrap_ci, paired_difference
+from ..harness.results.uncertainty import MAX_SEEDS, Interval, Paired, against_baseline, t_interval
 
 # The table's columns: the paper's Table 1 plus the budget figures, each described once in the catalog.
 COLUMNS: tuple[MetricInfo, ...] = tuple(METRICS[k] for k in TABLE_KEYS)
@@ -120,7 +120,7 @@ def assign_slugs(entries: Iterable[Entry]) -> None:
 @dataclass(frozen=True)
 class Stat:
     """Mean ± sample standard deviation over seeds, as ``seed_stats`` computes it; ``std`` is None
-    for a single value, ``mean`` None when no run had the value; ``ci`` the 95 % bootstrap interval of
+    for a single value, ``mean`` None when no run had the value; ``ci`` the 95 % Student-t interval of
     the mean (``harness.results.uncertainty``), None below two values."""
 
     mean: float | None
@@ -138,12 +138,12 @@ class Stat:
     @classmethod
     def of(cls, values: Iterable[float | None]) -> Stat:
         """The stat of one list of values (None or non-finite: missing), by the same pandas rule, with
-        its bootstrap interval."""
+        its t interval."""
         xs = [math.nan if v is None else float(v) for v in values]
         if not xs:
             return cls(None, None, 0)
         stat = cls.from_stats(seed_stats(pd.DataFrame({"v": xs, "method": ""}), ["v"]).iloc[0], "v")
-        return cls(stat.mean, stat.std, stat.n, bootstrap_ci(xs))
+        return cls(stat.mean, stat.std, stat.n, t_interval(xs))
 
 
 def rank_value(stat: Stat, column: MetricInfo) -> float | None:
@@ -221,6 +221,11 @@ class MethodRow:
         return self.runs[0].result.effort if self.runs else "defaults"
 
     @property
+    def notes(self) -> list[str]:
+        """What the runs themselves recorded about the row's meaning (GDumb on an unlimited memory is vanilla)."""
+        return sorted({n for e in self.runs for n in e.result.options.get("notes") or []})
+
+    @property
     def distribution(self) -> str:
         m = self.runs[0].result.method
         return f"{m.distribution} {m.version}"
@@ -246,7 +251,7 @@ class MethodRow:
 
 
 def _with_ci(stat: Stat, values: Iterable[float | None]) -> Stat:
-    return Stat(stat.mean, stat.std, stat.n, bootstrap_ci([v for v in values if v is not None]))
+    return Stat(stat.mean, stat.std, stat.n, t_interval([v for v in values if v is not None]))
 
 
 def vanilla_reading(result: RunResult) -> str | None:
@@ -357,12 +362,14 @@ def summarize_protocol(name: str, entries: list[Entry], precision: str = "fp32")
     as many seeds as the best-covered method."""
     from ..methods.configs import joint_settings
 
-    current, origin, spec = _current_hash(name, entries)
+    own = [e for e in entries if e.result.protocol.name == name] or entries  # NAME@Kx: not NAME's borrowed joints
+    current, origin, spec = _current_hash(name, own)
     for e in entries:
         e.reason, e.metrics, e.joint, e.p_delta_paper = None, None, None, None
         e.__dict__.pop("method", None)  # the row name split_by_code may have given it last time
     reference_set = spec.best_new_reference if spec is not None else _stored_reference_set(entries)
-    shared = spec.reference.spec_hash if spec is not None and spec.reference is not spec else None
+    shared = (spec.reference.spec_hash if spec.reference is not spec else None) if spec is not None \
+        else _stored_reference_hash(name, entries, current)
     sel = select_runs(entries, current, reference_set, joint_settings(spec) if spec is not None else None,
                       result_of=lambda e: e.result, precision=precision, reference_hash=shared)
     for e, reason in sel.apart:
@@ -380,7 +387,7 @@ def summarize_protocol(name: str, entries: list[Entry], precision: str = "fp32")
         seed = e.result.seed
         if seed not in joints:
             e.reason = (f"no joint reference for seed {seed} with this protocol hash "
-                        f"(bench run -p {name} -m joint -s {seed})")
+                        f"(bench run -p {_runnable(name, entries)} -m joint -s {seed})")
             continue
         best, sources = sel.best_new(e.result)
         try:
@@ -406,9 +413,12 @@ def summarize_protocol(name: str, entries: list[Entry], precision: str = "fp32")
     for row in rows:
         row.partial = len(row.runs) < most
     baseline = next((r for r in rows if r.method == BASELINE), None)
-    for row in rows:
-        row.paired = {c.key: paired_difference(row.values[c.key], baseline.values[c.key])
-                      for c in ALL_COLUMNS if c.ranked} if baseline is not None and row is not baseline else {}
+    if baseline is not None:  # one Holm family per column: the board's rows against the baseline
+        others = [r for r in rows if r is not baseline]
+        for c in (c for c in ALL_COLUMNS if c.ranked):
+            compared = against_baseline({r.method: r.values[c.key] for r in others}, baseline.values[c.key])
+            for r in others:
+                r.paired[c.key] = compared[r.method]
 
     def order(row: MethodRow) -> tuple[str, float, str]:
         # CK_Δ (all classes vs. joint): S_Δ alone would put first a method that does not learn (output-only
@@ -455,6 +465,36 @@ def split_by_code(entries: list[Entry]) -> list[Entry]:
     return entries
 
 
+def _stored_reference_hash(name: str, entries: Sequence[Entry], current: str) -> str | None:
+    """For NAME@Kx of a protocol file of one's own (no built-in spec to ask): the hash of NAME's joint
+    references, which every budget of the family shares. Read from the joint runs the board's scored runs
+    named (``References.joint_run``), else the newest of NAME's joint runs; None when NAME is no family."""
+    base = name.partition("@")[0]
+    if base == name:
+        return None
+    borrowed = [e for e in entries if e.result.is_reference and e.result.protocol.name == base]
+    named = {e.result.references.joint_run for e in entries
+             if e.result.protocol.name == name and e.result.protocol.hash == current and e.result.references}
+    used = Counter(e.result.protocol.hash for e in borrowed if e.result.run_id in named)
+    if used:
+        return used.most_common(1)[0][0]
+    return max(borrowed, key=lambda e: e.result.started_at).result.protocol.hash if borrowed else None
+
+
+def _runnable(name: str, entries: Sequence[Entry]) -> str:
+    """What ``bench run -p`` takes for this protocol: its name when built in, else the protocol file its
+    runs recorded (NAME@Kx: the file with @Kx), else the name with a pointer to the file."""
+    from ..harness.spec.protocol import builtin_protocol_names
+
+    base, at, factor = name.partition("@")
+    if base in builtin_protocol_names():
+        return name
+    files = [e.result.options.get("protocol_file") for e in entries if e.result.options.get("protocol_file")]
+    if not files:
+        return f"<the YAML file of protocol {base}>{at}{factor}"
+    return f"{max(set(files), key=files.count)}{at}{factor}"
+
+
 def _stored_reference_set(entries: Sequence[Entry]) -> list[str]:
     """A protocol that is not built in: the reference set its newest scored run recorded."""
     scored = [e.result for e in entries if e.result.references and e.result.references.best_new_methods]
@@ -485,20 +525,29 @@ def boards_frame(boards: Sequence[Board]) -> pd.DataFrame:
 TableFormat = Literal["markdown", "text", "latex", "json"]
 REACHED_NOTE = ("T_old, T_new: time to result (99 % of A_joint old; 99 % of A_best new), mean over the sessions "
                 "that reached it (r/t: sessions reached of all the row's sessions); never ranked")
+PAIRED_NOTE = ("Δ vs vanilla: mean paired difference on shared seeds [95 % paired-t CI], p of the paired t test "
+               "Holm-adjusted over the board's rows; n.s.: adjusted p ≥ 0.05 (or one seed: no test); needs k seeds: "
+               "the count at which the test has 80 % power at the difference and spread seen (level 0.05/m, m the "
+               "rows compared).")
 PARTIAL_NOTE = ("* fewer seeds than the best-covered row: shown with its n, never marked best, compared with "
                 "vanilla on the seeds both have")
 
 
 def table_columns(extra: Iterable[str] = ()) -> tuple[MetricInfo, ...]:
-    """The table's columns plus the optional ones asked for by key (``all``: every optional column)."""
+    """The table's columns plus the optional ones asked for by key (``all``: every optional column), less
+    those named with a leading ``-`` (``-wall``, ``-tflops``: any column, standard or optional)."""
     keys = list(extra)
-    if "all" in keys:
-        return ALL_COLUMNS
-    unknown = [k for k in keys if k not in {c.key for c in OPTIONAL_COLUMNS}]
+    drop = {k[1:] for k in keys if k.startswith("-")}
+    add = [k for k in keys if not k.startswith("-")]
+    known = {c.key for c in ALL_COLUMNS}
+    unknown = [k for k in add if k != "all" and k not in {c.key for c in OPTIONAL_COLUMNS}] + \
+        [f"-{k}" for k in drop if k not in known]
     if unknown:
-        raise BenchError(f"Unknown optional column {unknown[0]!r}; the optional columns are "
-                         f"{', '.join(c.key for c in OPTIONAL_COLUMNS)} (or all).")
-    return COLUMNS + tuple(c for c in OPTIONAL_COLUMNS if c.key in keys)
+        raise BenchError(f"Unknown column {unknown[0]!r} in --columns: add an optional column by its key "
+                         f"({', '.join(c.key for c in OPTIONAL_COLUMNS)}, or all), remove any column with a "
+                         f"leading - ({', '.join('-' + c.key for c in COLUMNS)}, ...).")
+    chosen = ALL_COLUMNS if "all" in add else COLUMNS + tuple(c for c in OPTIONAL_COLUMNS if c.key in add)
+    return tuple(c for c in chosen if c.key not in drop)
 
 
 def cell_text(stat: Stat, column: MetricInfo, runs: int = 0, ci: bool = True, reached: Reached | None = None) -> str:
@@ -520,16 +569,29 @@ def seeds_text(row: MethodRow, most: int) -> str:
     return f"{len(row.runs)} of {most}*" if row.partial else str(len(row.runs))
 
 
+def needed_text(paired: Paired) -> str:
+    """How many seeds the comparison would need for 80 % power at the spread seen ("" when it has them)."""
+    if paired.needed is None:
+        return ""
+    return f"needs > {MAX_SEEDS} seeds" if paired.needed > MAX_SEEDS else f"needs {paired.needed} seeds"
+
+
 def paired_text(paired: Paired | None, column: MetricInfo, row_seeds: int) -> str:
-    """``+0.012 [-0.003, 0.027] n.s.``: the mean difference with vanilla on the shared seeds, its interval,
-    ``n.s.`` when the interval contains 0 (or there is none), ``on k seeds`` when fewer than the row's."""
+    """``+0.012 [-0.003, +0.027] p=0.21 n.s., needs 7 seeds``: the mean difference with the baseline on the
+    shared seeds, its paired-t interval, the Holm-adjusted p, ``n.s.`` when that is 0.05 or more (or there
+    is no test), the seeds for 80 % power where the row lacks them, ``on k seeds`` when fewer than the row's."""
     if paired is None:
         return "–"
     text = f"{paired.mean:+.{column.digits}f}"
     if paired.interval is not None:
         text += f" [{paired.interval.low:+.{column.digits}f}, {paired.interval.high:+.{column.digits}f}]"
+    p = paired.p_holm if paired.p_holm is not None else paired.p
+    if p is not None:
+        text += f" p={p:.2g}" if p >= 0.001 else " p<0.001"
     if paired.inconclusive:
         text += " n.s."
+    if needed := needed_text(paired):
+        text += f", {needed}"
     if len(paired.seeds) < row_seeds:
         text += f" (on {len(paired.seeds)} seeds)"
     return text
@@ -580,17 +642,20 @@ def format_table(boards: Sequence[Board], fmt: TableFormat = "markdown",
         if any(r.partial for r in board.rows):
             out.append("")
             out.append(PARTIAL_NOTE)
+        if any(r.notes for r in board.rows):
+            out.append("")
+            out.append("Notes:")
+            out.extend(f"- {r.method}: {n}" for r in board.rows for n in r.notes)
         if board.unranked:
             out.append("")
             out.append("Not ranked:")
             out.extend(f"- {e.method} seed {e.result.seed} ({e.run_id}): {e.reason}" for e in board.unranked)
         out.append("")
     if fmt == "markdown" and any(b.rows for b in boards):
-        out.append("mean ± std [95 % bootstrap CI] over seeds, rows in order of CK_Δ, tuned rows grouped by their "
+        out.append("mean ± std [95 % Student-t CI] over seeds, rows in order of CK_Δ, tuned rows grouped by their "
                    "ruleset after the others; settings: defaults (published), tuned (trials, objective on the "
                    "validation split) or set by hand; **best**, _second best_ (values that read the same are tied); "
-                   "↓ lower is better, ↑ higher is better; wall time is shown, never ranked. Δ vs vanilla: mean "
-                   "paired difference on shared seeds [95 % bootstrap CI]; n.s.: the interval contains 0.")
+                   "↓ lower is better, ↑ higher is better; wall time is shown, never ranked. " + PAIRED_NOTE)
         if any(c.key in TIME_TO_RESULT_KEYS for c in columns):
             out.append("")
             out.append(REACHED_NOTE + ".")
@@ -622,38 +687,52 @@ def latex_symbol(c: MetricInfo) -> str:
     return text + unit + arrow
 
 
+def _latex_cell(stat: Stat, c: MetricInfo, mark: str | None, reached: Reached | None) -> str:
+    """"mean $\\pm$ std [t interval]", best bold, second underlined, and the sessions reached where counted."""
+    count = f" ({reached.reached}/{reached.sessions})" if reached is not None else ""
+    if stat.mean is None:
+        return "--" + count
+    text = format_value(stat.mean, c).replace(",", "{,}")
+    std = format_std(stat.std, c)
+    text = f"{text} $\\pm$ {std}" if std else text
+    text = f"\\textbf{{{text}}}" if mark == "best" else f"\\underline{{{text}}}" if mark == "second" else text
+    if stat.ci is not None and stat.ci.low < stat.ci.high:
+        low, high = (format_value(v, c).replace(",", "{,}") for v in (stat.ci.low, stat.ci.high))
+        text += f" [{low}, {high}]"
+    return text + count
+
+
 def format_latex(boards: Sequence[Board], columns: Sequence[MetricInfo] = COLUMNS) -> str:
-    """One booktabs ``tabular`` per protocol: mean ± std over seeds, best \\textbf, second \\underline."""
+    """One booktabs ``tabular`` per protocol: mean ± std [95 % t interval] over seeds, best \\textbf, second
+    \\underline, and the paired difference with the baseline on the ranking column."""
+    order = COLUMN_BY_KEY[DEFAULT_ORDER]
     out: list[str] = []
     for board in boards:
-        spec = "l r " + " ".join("r" for _ in columns)
-        out += [f"% {board.name} (protocol hash {board.current_hash}); mean $\\pm$ std over seeds",
+        spec = "l r " + " ".join("r" for _ in columns) + " r"
+        paired_head = f"$\\Delta${latex_symbol(order).split(' ')[0]} vs {latex_escape(BASELINE)}"
+        out += [f"% {board.name} (protocol hash {board.current_hash}, {board.precision}); mean $\\pm$ std "
+                f"[95 \\% Student-t CI] over seeds",
                 r"\begin{tabular}{" + spec + "}", r"\toprule",
-                " & ".join(["Method", "$n$"] + [latex_symbol(c) for c in columns]) + r" \\", r"\midrule"]
+                " & ".join(["Method", "$n$"] + [latex_symbol(c) for c in columns] + [paired_head]) + r" \\",
+                r"\midrule"]
         for row in board.rows:
             cells = [latex_escape(row.method), f"{len(row.runs)}" + ("$^*$" if row.partial else "")]
-            for c in columns:
-                stat, reached = row.stats[c.key], row.reached.get(c.key)
-                count = f" ({reached.reached}/{reached.sessions})" if reached is not None else ""
-                if stat.mean is None:
-                    cells.append("--" + count)
-                    continue
-                text = format_value(stat.mean, c).replace(",", "{,}")
-                std = format_std(stat.std, c)
-                text = f"{text} $\\pm$ {std}" if std else text
-                mark = row.marks.get(c.key)
-                cells.append((f"\\textbf{{{text}}}" if mark == "best" else f"\\underline{{{text}}}"
-                              if mark == "second" else text) + count)
+            cells += [_latex_cell(row.stats[c.key], c, row.marks.get(c.key), row.reached.get(c.key)) for c in columns]
+            cells.append("(baseline)" if row.method == BASELINE
+                         else latex_escape(paired_text(row.paired.get(order.key), order, len(row.runs))))
             out.append(" & ".join(cells) + r" \\")
         if board.reference_row:
             ref = board.reference_row
             out.append(r"\midrule")
             out.append(" & ".join(["Joint (upper bound)", str(len(ref.runs))]
                                   + [cell_text(ref.stats[c.key], c, ci=False).replace("±", "$\\pm$")
-                                     .replace("–", "--") for c in columns]) + r" \\")
+                                     .replace("–", "--") for c in columns] + [""]) + r" \\")
         out += [r"\bottomrule", r"\end{tabular}"]
+        if board.rows:
+            out.append("% " + PAIRED_NOTE)
         if any(r.partial for r in board.rows):
             out.append("% $^*$ " + PARTIAL_NOTE.lstrip("* "))
+        out.extend(f"% {latex_escape(r.method)}: {latex_escape(n)}" for r in board.rows for n in r.notes)
         if any(c.key in TIME_TO_RESULT_KEYS for c in columns):
             out.append("% " + REACHED_NOTE)
         out.append("")
@@ -669,7 +748,8 @@ def _paired_json(p: Paired | None) -> dict[str, object] | None:
     if p is None:
         return None
     return {"mean": p.mean, "ci95": None if p.interval is None else [p.interval.low, p.interval.high],
-            "seeds": list(p.seeds), "inconclusive": p.inconclusive}
+            "seeds": list(p.seeds), "p": p.p, "p_holm": p.p_holm, "holm_family": p.family,
+            "seeds_for_80pct_power": p.needed, "inconclusive": p.inconclusive}
 
 
 def board_json(boards: Sequence[Board], columns: Sequence[MetricInfo] = COLUMNS) -> str:
@@ -684,13 +764,14 @@ def board_json(boards: Sequence[Board], columns: Sequence[MetricInfo] = COLUMNS)
 
     def row_json(row: MethodRow, reference: bool = False) -> dict[str, object]:
         return {"method": row.method, "seeds": row.seeds, "n": len(row.runs), "partial": row.partial,
-                "reference": reference, "color": row.color,
+                "reference": reference, "color": row.color, "settings": row.effort, "notes": row.notes,
+                **{k: sorted({run_identity(e.result)[k] for e in row.runs}) for k in ("threads", "cpu_kernels")},
                 "metrics": {c.key: {**_stat_json(row.stats[c.key]), "mark": row.marks.get(c.key, ""),
                                     **reached(row, c.key)} for c in columns},
                 "vs_baseline": {c.key: _paired_json(row.paired.get(c.key)) for c in columns if c.key in row.paired}}
 
     data = {"baseline": BASELINE, "level": 0.95, "columns": [c.key for c in columns], "protocols": [
-        {"name": b.name, "protocol_hash": b.current_hash, "most_seeds": b.most_seeds,
+        {"name": b.name, "protocol_hash": b.current_hash, "precision": b.precision, "most_seeds": b.most_seeds,
          "rows": [row_json(r) for r in b.rows] + ([row_json(b.reference_row, True)] if b.reference_row else []),
          "unranked": [{"method": e.method, "seed": e.result.seed, "run_id": e.run_id, "reason": e.reason}
                       for e in b.unranked]} for b in boards]}

@@ -100,9 +100,10 @@ def _results_folder(results_dir: Path | None, tracking_uri: str | None) -> Path 
               show_default=True, help="csv: one row per run the table averages (the tidy frame), for pandas & co.; "
                                       "latex: booktabs, best bold, second underlined; json: every number of the table")
 @click.option("--columns", "extra", default="", metavar="KEYS",
-              help="optional columns to add, comma-separated (acc, avg_acc, forgetting, bwt, fwt) or 'all'")
+              help="comma-separated: optional columns to add (acc, avg_acc, forgetting, bwt, fwt, or 'all'), and any "
+                   "column to remove with a leading - (e.g. -wall,-tflops)")
 def table(results_dir: Path | None, tracking_uri: str | None, protocols: tuple[str, ...], fmt: str, extra: str) -> None:
-    """Print the leaderboard's aggregated numbers (mean ± std [95 % bootstrap CI] over seeds, the paired
+    """Print the leaderboard's aggregated numbers (mean ± std [95 % Student-t CI] over seeds, the paired
     difference with vanilla) as a Markdown, text, LaTeX or JSON table, or the per-run numbers behind them as CSV."""
     from .aggregate import boards_frame, format_table, summarize, table_columns
     from .sources import load
@@ -173,6 +174,11 @@ def budget_curve(results_dir: Path | None, tracking_uri: str | None, family: str
     if family is not None and family not in bases:
         raise did_you_mean(family, bases, "budget family", plural="budget families with results")
     chosen = [f for f in families if f.base == (family or bases[0])]
+    if not any(f.points for f in chosen):  # before anything is written: an empty figure says nothing
+        why = "; ".join(f"{name}: {reason}" for f in chosen for name, reason in f.apart) or "no budgets"
+        raise BenchError(f"Budget family {chosen[0].base} has no ranked budget to draw ({why}). Rank at least "
+                         f"one budget (its runs and its joint reference per seed, e.g. `bench leaderboard table` "
+                         f"names what each run lacks), then draw the curve.")
     for i, fam in enumerate(chosen):
         click.echo(("\n" if i else "") + format_family_table(fam, fmt), nl=False)  # type: ignore[arg-type]
         if out is None:

@@ -35,4 +35,24 @@ OMEGA_NOTE = _m(
     "u<sub>i−1</sub>) / U<sub>j</sub>; with evenly spaced points this is the paper's plain mean 1/L."
 )
 
+BEFORE_NOTE = _m(
+    "R<sub>i,k</sub> (ACC, Ā, F, BWT, FWT) is read at two kinds of points: R<sub>i,k</sub> for i ≥ 2 at the "
+    "last eval point of session i, and “before session j” (R<sub>1,1</sub>, R<sub>j−1,j</sub>) at the session's "
+    "<em>before</em> point: the model at the end of session j−1 (the deployed model for j = 2), evaluated before "
+    "the head grows and before the method's begin_session. The curve's update-0 point comes after begin_session "
+    "(a data-driven head init has already acted there); S<sub>Δ</sub>, P<sub>Δ</sub>, CK<sub>Δ</sub> and the "
+    "plots read it. Results stored before the before point was recorded show “–” for F, BWT and FWT."
+)
+
+INTERVAL_NOTE = _m(
+    "Intervals and tests over seeds. A mean's interval is Student-t: mean ± t<sub>n−1, 0.975</sub> · s/√n. "
+    "A row's difference with the baseline is taken seed by seed on the seeds both have (same seed: same class "
+    "order and data), with a paired-t interval and the two-sided p of the paired t test; the p-values of one "
+    "column's comparisons on a board (every row against the baseline) are Holm-adjusted, and <em>n.s.</em> means "
+    "the adjusted p is 0.05 or more (or one shared seed: no test). “needs k seeds”: the seed count at which "
+    "that test would have 80 % power for a true difference of the size seen at the spread seen (level 0.05/m, "
+    "m the rows compared); with 3 seeds a rough planning figure. Assumptions: per-seed values independent and "
+    "roughly normal. A percentile bootstrap is never used below 10 seeds: on 3 it covers about 76 %, not 95 %."
+)
+
 TERMS: tuple[Term, ...] = tuple(term(m) for m in CATALOG)

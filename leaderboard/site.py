@@ -29,7 +29,7 @@ from ..harness.results.tidy import VALUE_KEYS, accuracy_scale, run_values
 from .aggregate import (ALL_COLUMNS, BASELINE, COLUMN_BY_KEY, DEFAULT_ORDER, Board, Entry, MethodRow, Reached, Stat,
                         assign_slugs, column_marks, paired_text, rank_value, seeds_text, summarize)
 from .budget_curve import CURVE_COLUMNS, BudgetFamily, budget_families, family_rows, figure_bytes
-from .glossary import OMEGA_NOTE, TERMS
+from .glossary import BEFORE_NOTE, INTERVAL_NOTE, OMEGA_NOTE, TERMS
 from .plots import board_plots, compute_plots, run_plot
 from .reported import ReportedTable, load_reported
 from .sources import Loaded
@@ -112,7 +112,7 @@ def _row_view(row: MethodRow, run_href: dict[int, str], reference: bool = False,
     return {
         "method": row.method, "family": row.family, "color": row.color, "dasharray": SVG_DASHES.get(row.dash, ""),
         "reference": reference, "effort": row.effort, "partial": row.partial, "most": most,
-        "n": len(row.runs), "distribution": row.distribution,
+        "n": len(row.runs), "distribution": row.distribution, "notes": row.notes,
         "runs": [{"seed": e.result.seed, "href": run_href[id(e)]} for e in row.runs],
         "cells": [_cell(row.stats[c.key], c.key, "" if reference else row.marks.get(c.key, ""), len(row.runs),
                         row.params_reading if c.key == "params" else None, row.reached.get(c.key))
@@ -452,7 +452,9 @@ def _render(loaded: Loaded, boards: list[Board], reported: dict, out: Path, mlfl
         order=COLUMN_BY_KEY[DEFAULT_ORDER], baseline=BASELINE,
         n_runs=len(loaded.entries))
     (out / "index.html").write_text(index)
-    (out / "glossary.html").write_text(env.get_template("glossary.html").render(**common, root="", terms=TERMS, omega_note=OMEGA_NOTE))
+    glossary = env.get_template("glossary.html").render(**common, root="", terms=TERMS, omega_note=OMEGA_NOTE,
+                                                         before_note=BEFORE_NOTE, interval_note=INTERVAL_NOTE)
+    (out / "glossary.html").write_text(glossary)
     pages += 2
 
     run_tpl = env.get_template("run.html")

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from bench_stability_gap.harness.results.curves import ReferenceSession, SessionCurve
+from bench_stability_gap.harness.results.curves import BeforePoint, ReferenceSession, SessionCurve
 from bench_stability_gap.harness.results.schema import Budget, MethodStamp, ProtocolStamp, RunResult
 
 
 def curve(session: int, total: int, updates: list[int], old: list[float], new: list[float], all_: list[float],
-          tasks: list[list[float]] | None = None) -> SessionCurve:
-    """A session curve; ``tasks`` defaults to task 1 = ``old`` and the others = ``new``."""
+          tasks: list[list[float]] | None = None, before: list[float] | None = None) -> SessionCurve:
+    """A session curve; ``tasks`` defaults to task 1 = ``old`` and the others = ``new``; ``before`` (per
+    task) the accuracies of the model the session starts from (its old/all: task 1's, new: the last's)."""
     tasks = tasks or [old] + [new] * (session - 1)
-    return SessionCurve(session=session, total_updates=total, updates=updates, old=old, new=new, all=all_, tasks=tasks)
+    point = None if before is None else BeforePoint(old=before[0], new=before[-1], all=before[0], tasks=before)
+    return SessionCurve(session=session, total_updates=total, updates=updates, old=old, new=new, all=all_,
+                        tasks=tasks, before=point)
 
 
 def hand_result(run_id: str, method: str = "vanilla", seed: int = 0, curves: list[SessionCurve] | None = None,
@@ -33,9 +36,9 @@ def hand_result(run_id: str, method: str = "vanilla", seed: int = 0, curves: lis
 def two_session_run(run_id: str = "r1", method: str = "vanilla", seed: int = 0, lift: float = 0.0) -> RunResult:
     """Sessions 2 (U=4, points 0, 2, 4) and 3 (U=6, points 0, 3), accuracies as fractions."""
     return hand_result(run_id, method, seed, curves=[
-        curve(2, 4, [0, 2, 4], [0.9, 0.5 + lift, 0.8], [0.0, 0.6, 0.7], [0.45, 0.55, 0.75]),
+        curve(2, 4, [0, 2, 4], [0.9, 0.5 + lift, 0.8], [0.0, 0.6, 0.7], [0.45, 0.55, 0.75], before=[0.9, 0.0]),
         curve(3, 6, [0, 3], [0.7, 0.6 + lift], [0.1, 0.9], [0.5, 0.7],
-              tasks=[[0.8, 0.65], [0.6, 0.55], [0.1, 0.9]]),
+              tasks=[[0.8, 0.65], [0.6, 0.55], [0.1, 0.9]], before=[0.8, 0.7, 0.0]),
     ])
 
 

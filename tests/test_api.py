@@ -33,7 +33,7 @@ def test_load_results_one_row_per_run_and_a_corrupt_file_named(tmp_path: Path) -
     rows = frame.set_index("run_id")
     assert rows.loc["v0", "reason"] == "" and rows.loc["lonely", "reason"].startswith("no joint reference for seed 5")
     # the metrics are the leaderboard's (recomputed against the references): BWT by hand for this curve:
-    # R11 = 0.9 (session 2, update 0), R22 = 0.7 (session 2, last point), R31 = 0.65, R32 = 0.55 (session 3, last)
+    # R11 = 0.9 (session 2's before point), R22 = 0.7 (session 2, last point), R31 = 0.65, R32 = 0.55 (session 3, last)
     # BWT = ((0.65 - 0.9) + (0.55 - 0.7)) / 2 = -0.2 -> -20 points
     assert rows.loc["v0", "bwt"] == pytest.approx(-20.0)
     assert rows.loc["v0", "path"].endswith(".json")

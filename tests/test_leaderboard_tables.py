@@ -11,6 +11,7 @@ from results_factory import joint_run, two_session_run
 
 from bench_stability_gap.harness.cli import main
 from bench_stability_gap.harness.results.schema import RunResult, save_result
+from bench_stability_gap.harness.results.uncertainty import t_interval
 from bench_stability_gap.leaderboard.aggregate import (ALL_COLUMNS, COLUMNS, PALETTE, format_table, method_style,
                                                        summarize, table_columns)
 from bench_stability_gap.leaderboard.sources import load_folder
@@ -54,13 +55,14 @@ def test_a_method_with_fewer_seeds_is_shown_with_its_n(tmp_path: Path) -> None:
     assert "fewer seeds than the best-covered row" in text
 
 
-def test_mean_std_and_bootstrap_interval_side_by_side(tmp_path: Path) -> None:
+def test_mean_std_and_t_interval_side_by_side(tmp_path: Path) -> None:
     board = board_of(write(tmp_path, {"vanilla": [0, 1, 2]}))
     (row,) = board.rows
     stat = row.stats["params"]  # 1.5 M trainable parameters in every run: no spread at all
     assert stat.mean == pytest.approx(1.5) and stat.ci is not None and stat.ci.low == stat.ci.high == pytest.approx(1.5)
     s = row.stats["S_delta"]
     assert s.ci is not None and s.ci.low <= s.mean <= s.ci.high and s.ci.low < s.ci.high
+    assert s.ci == t_interval(list(row.values["S_delta"].values()))  # the Student-t rule, n - 1 df
     assert f"[{s.ci.low:.3f}, {s.ci.high:.3f}]" in format_table([board])
 
 
@@ -85,10 +87,16 @@ def test_latex_and_json_exports(tmp_path: Path) -> None:
     assert "\\begin{tabular}" in latex and "\\toprule" in latex and "\\midrule" in latex and "\\bottomrule" in latex
     assert "$S_{\\Delta}$ $\\downarrow$" in latex and "BWT (\\%) $\\uparrow$" in latex
     assert "\\textbf{" in latex and "vanilla+sgm" in latex
+    # the intervals: each mean's t interval beside it, and the paired column with its test
+    sgm = board.rows[[r.method for r in board.rows].index("vanilla+sgm")]
+    ci = sgm.stats["S_delta"].ci
+    assert f"[{ci.low:.3f}, {ci.high:.3f}]" in latex and "$\\Delta$$CK_{\\Delta}$ vs vanilla" in latex
+    assert "n.s." in next(x for x in latex.splitlines() if x.startswith("vanilla+sgm"))
     data = json.loads(format_table([board], "json", ALL_COLUMNS))
     (proto,) = data["protocols"]
     rows = {r["method"]: r for r in proto["rows"]}
     assert rows["vanilla+sgm"]["vs_baseline"]["S_delta"]["seeds"] == [0, 1]
+    assert {"p", "p_holm", "holm_family", "seeds_for_80pct_power"} <= set(rows["vanilla+sgm"]["vs_baseline"]["S_delta"])
     assert set(rows["vanilla"]["metrics"]) == {c.key for c in ALL_COLUMNS}
     assert rows["joint"]["reference"] is True
 
@@ -129,3 +137,16 @@ def test_boards_with_ranked_methods_come_first_default_protocol_first_precisions
         ("tiny_cil", "fp32", True), ("tiny_cil@0.5x", "fp32", True), ("abc", "fp32", True),
         ("tiny_cil_quick", "fp32", True), ("tiny_cil", "bf16", True), ("tiny_cil_quick", "bf16", True),
         ("abc", "fp32", False)]
+
+
+def test_columns_can_be_removed(tmp_path: Path) -> None:
+    keys = [c.key for c in table_columns(["bwt", "-wall", "-tflops"])]
+    assert "bwt" in keys and "wall" not in keys and "tflops" not in keys and "CK_delta" in keys
+    assert "acc" not in [c.key for c in table_columns(["all", "-acc"])]
+    root = write(tmp_path, {"vanilla": [0, 1]})
+    out = CliRunner().invoke(main, ["leaderboard", "table", "--results", str(root), "--columns=-wall,-params"])
+    assert out.exit_code == 0, out.output
+    header = next(x for x in out.output.splitlines() if x.startswith("| method"))
+    assert "wall time" not in header and "#P" not in header and "CK_Δ" in header
+    bad = CliRunner().invoke(main, ["leaderboard", "table", "--results", str(root), "--columns=-bogus"])
+    assert bad.exit_code == 2 and "-bogus" in bad.output

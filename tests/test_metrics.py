@@ -5,7 +5,7 @@ from __future__ import annotations
 import pydantic
 import pytest
 
-from bench_stability_gap.harness.results.curves import ReferenceSession, SessionCurve
+from bench_stability_gap.harness.results.curves import BeforePoint, ReferenceSession, SessionCurve
 from bench_stability_gap.harness.results.metrics import (
     Metrics,
     alpha,
@@ -378,6 +378,10 @@ FULL = [
           tasks=[[0.75, 0.7, 0.8], [0.4, 0.55, 0.65], [0.0, 0.6, 0.55]],
           train_flops=[90.0, 130.0, 170.0]),
 ]
+# the model each session starts from: the deployed one (0.9 on task 1), then session 2's end (0.8, 0.7);
+# never any accuracy on the classes it has no units for yet
+FULL = [FULL[0].model_copy(update={"before": BeforePoint(old=0.9, new=0.0, all=0.9, tasks=[0.9, 0.0])}),
+        FULL[1].model_copy(update={"before": BeforePoint(old=0.75, new=0.0, all=0.6, tasks=[0.8, 0.7, 0.0])})]
 FULL_JOINT = [ref(2, old=0.8, new=0.9, all=0.8), ref(3, old=0.75, new=0.8, all=0.7)]
 FULL_BEST = {2: 0.7, 3: 0.6}
 
@@ -401,8 +405,8 @@ FULL_BEST = {2: 0.7, 3: 0.6}
 #   old s2 = recovery_99 s2 = 10 updates, 90 FLOPs; old s3: 0.74 < 0.7425 at update 0, never back -> not reached
 #   new s2 = 10 updates, 90 FLOPs; new s3 = 5 updates, 40 FLOPs (as best new above: FULL_BEST is each run's own best)
 #   means over the sessions reached: old 10 updates, 90e-12 TFLOPs (1 of 2); new 7.5 updates, 65e-12 TFLOPs (2 of 2)
-# R (end-of-session accuracy per task): R11 0.9 (s2 update 0), R21 0.8 R22 0.7, R31 0.8 R32 0.65 R33 0.55;
-#   R12 = R23 = 0 (untrained new classes at update 0)
+# R (end-of-session accuracy per task): R11 0.9 (s2's before point: the deployed model), R21 0.8 R22 0.7,
+#   R31 0.8 R32 0.65 R33 0.55; R12 = R23 = 0 (before points: no units yet for the new classes)
 # ACC = (0.8 + 0.65 + 0.55) / 3 = 2/3;  Ā = ((0.8 + 0.7) / 2 + 2/3) / 2 = 17/24
 # F = ((0.9 - 0.8) + (0.7 - 0.65)) / 2 = 0.075;  BWT = ((0.8 - 0.9) + (0.65 - 0.7)) / 2 = -0.075;  FWT = 0
 FULL_SCALARS = {

@@ -36,7 +36,7 @@ class MetricInfo:
     equation: str  # constant HTML for the glossary
     symbol_html: str = ""  # the symbol with sub/superscripts, when it differs from ``symbol``
     ranked: bool = True  # False: shown, never sorted by or marked best (wall time: hardware, not method)
-    compute: Callable[[Sequence[SessionCurve]], float] | None = None  # from one run's curves alone
+    compute: Callable[[Sequence[SessionCurve]], float | None] | None = None  # one run's curves alone (None: not recorded)
     optional: bool = False  # a leaderboard column shown on request (``--columns``, the site's toggle)
     # time to result: (``TimeToResult`` field, divisor to the unit); the metric is the mean of that per-session
     # list over the sessions that reached the level, shown with how many did (``Metrics.value``, ``reached``)
@@ -208,8 +208,9 @@ CATALOG: tuple[MetricInfo, ...] = (
     MetricInfo("fwt", "FWT", "forward transfer (Lopez-Paz & Ranzato)", "max", 2, "%",
                "accuracy on each task's classes before they are learned, in points (baseline 0)",
                "Lopez-Paz & Ranzato's forward transfer with the baseline b<sub>k</sub> = 0 (bench trains no "
-               "randomly initialised model): the zero-shot accuracy on the classes still to come, 0 for a "
-               "class-incremental head whose new units are untrained.",
+               "randomly initialised model): accuracy on the classes still to come of the model each session "
+               "starts from (its before point, ahead of begin_session), 0 for a class-incremental head, "
+               "which has no units for them yet.",
                "FWT = <sup>1</sup>⁄<sub>N−1</sub> Σ<sub>k=2..N</sub> (R<sub>k−1,k</sub> − b<sub>k</sub>), "
                "b<sub>k</sub> = 0 &nbsp;(points)", compute=cl_metrics.forward_transfer, optional=True),
 )

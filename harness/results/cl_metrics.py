@@ -3,9 +3,15 @@
 They all read the accuracy matrix R of the run: R[i][k] is the accuracy on the classes of task k after
 learning task i (tasks are sessions; task 1 is pre-training). The curves give it directly:
 
-- R[1][k] (after pre-training) is the update-0 point of session 2, before it trained at all;
+- R[1][1] (after pre-training) is session 2's "before" point: the deployed model, measured before the
+  method's ``begin_session`` and before the head grows;
 - R[i][k] for i >= 2 is the last eval point of session i;
-- R[i-1][i] (task i before it is learned, for FWT) is the update-0 point of session i.
+- R[i-1][i] (task i before it is learned, for FWT) is session i's "before" point, on task i.
+
+The update-0 point of a session is measured after ``begin_session`` (a data-driven head init, for one,
+has already changed the model there): S_Δ and the plots read it, these metrics never do. A result stored
+before the "before" point was recorded has no R[1][1] nor R[i-1][i]: forgetting, BWT and FWT are None for
+it (shown as "–"), ACC and Ā, which read end-of-session points only, are computed as ever.
 
 Sources: Lopez-Paz & Ranzato, "Gradient Episodic Memory for Continual Learning", NeurIPS 2017 (ACC,
 BWT, FWT, eq. 2-4) and Chaudhry et al., "Riemannian Walk for Incremental Learning", ECCV 2018 (average
@@ -30,19 +36,27 @@ def _sessions(curves: Sequence[SessionCurve]) -> list[SessionCurve]:
 
 
 def accuracy_matrix(curves: Sequence[SessionCurve]) -> dict[tuple[int, int], float]:
-    """R as ``{(i, k): accuracy}`` for every task i = 1..N and every task k <= i, plus (i-1, i).
+    """R as ``{(i, k): accuracy}`` for every task i = 2..N and every task k <= i, plus (1, 1) and (i-1, i)
+    where the curves hold their "before" points.
 
     Tasks are numbered from 1 (pre-training) to N (the last session).
     """
     ordered = _sessions(curves)
-    first = ordered[0]
-    r: dict[tuple[int, int], float] = {(1, 1): first.tasks[0][0]}
+    r: dict[tuple[int, int], float] = {}
+    if ordered[0].before is not None:
+        r[(1, 1)] = ordered[0].before.tasks[0]
     for c in ordered:
         i = c.session
-        r[(i - 1, i)] = c.tasks[i - 1][0]  # task i before any update of its session
+        if c.before is not None:
+            r[(i - 1, i)] = c.before.tasks[i - 1]  # task i on the model the session starts from
         for k in range(1, i + 1):
             r[(i, k)] = c.tasks[k - 1][-1]
     return r
+
+
+def _has_before(r: dict[tuple[int, int], float], n: int) -> bool:
+    """Every "before" entry of R is there (results stored before it was recorded have none)."""
+    return (1, 1) in r and all((k - 1, k) in r for k in range(2, n + 1))
 
 
 def _n_tasks(curves: Sequence[SessionCurve]) -> int:
@@ -63,28 +77,35 @@ def average_task_accuracy(curves: Sequence[SessionCurve]) -> float:
     return sum(sum(r[(i, k)] for k in range(1, i + 1)) / i for i in range(2, n + 1)) / (n - 1)
 
 
-def average_forgetting(curves: Sequence[SessionCurve]) -> float:
+def average_forgetting(curves: Sequence[SessionCurve]) -> float | None:
     """F = 1/(N−1) Σ_{k=1..N−1} (max_{l=k..N−1} R[l][k] − R[N][k]): how far each earlier task fell from
     its best end-of-session accuracy (Chaudhry et al. 2018, eq. 5-6)."""
     r, n = accuracy_matrix(curves), _n_tasks(curves)
+    if not _has_before(r, n):
+        return None
     return sum(max(r[(l, k)] for l in range(k, n)) - r[(n, k)] for k in range(1, n)) / (n - 1)
 
 
-def backward_transfer(curves: Sequence[SessionCurve]) -> float:
+def backward_transfer(curves: Sequence[SessionCurve]) -> float | None:
     """BWT = 1/(N−1) Σ_{k=1..N−1} (R[N][k] − R[k][k]): the change on each earlier task from right after
     it was learned to the end (negative: forgetting; Lopez-Paz & Ranzato 2017, eq. 3)."""
     r, n = accuracy_matrix(curves), _n_tasks(curves)
+    if not _has_before(r, n):
+        return None
     return sum(r[(n, k)] - r[(k, k)] for k in range(1, n)) / (n - 1)
 
 
-def forward_transfer(curves: Sequence[SessionCurve], baseline: Mapping[int, float] | None = None) -> float:
+def forward_transfer(curves: Sequence[SessionCurve], baseline: Mapping[int, float] | None = None) -> float | None:
     """FWT = 1/(N−1) Σ_{k=2..N} (R[k−1][k] − b_k): accuracy on task k before it is learned, above the
     baseline b_k (Lopez-Paz & Ranzato 2017, eq. 4).
 
     The paper's b_k is a randomly initialised model's accuracy on task k, which bench does not train;
-    without ``baseline`` b_k = 0, so FWT is the mean zero-shot accuracy on the classes still to come
-    (0 for a class-incremental head whose new units have not been trained).
+    without ``baseline`` b_k = 0, so FWT is the mean accuracy on the classes still to come of the model
+    that has not met them (0 for a class-incremental head, which has no units for them yet: the head grows
+    after this point).
     """
     r, n = accuracy_matrix(curves), _n_tasks(curves)
+    if not _has_before(r, n):
+        return None
     base = baseline or {}
     return sum(r[(k - 1, k)] - base.get(k, 0.0) for k in range(2, n + 1)) / (n - 1)

@@ -5,6 +5,20 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
+class BeforePoint(BaseModel):
+    """Accuracies of the model a session starts from, on the session's test classes (tasks 1..j): the
+    model at the end of session j-1 (the deployed model for j = 2), measured before the harness grows the
+    head and before the method's ``begin_session``. What ACC, forgetting, BWT and FWT read as "before
+    session j"; the curve's update-0 point (after ``begin_session``) is what S_Δ and the plots read."""
+
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="constants")
+
+    old: float
+    new: float
+    all: float
+    tasks: list[float]
+
+
 class SessionCurve(BaseModel):
     """Accuracies of one learning session j (2..N) at each eval point, update 0 included.
 
@@ -27,6 +41,9 @@ class SessionCurve(BaseModel):
     loss: list[float] = Field(default_factory=list,
                               description="training loss of each update, in order (the paper's Fig. 2a); "
                                           "empty when not recorded")
+    before: BeforePoint | None = Field(
+        default=None, description="the model the session starts from, before begin_session and head growth; "
+                                  "absent from results stored before it was recorded")
 
     @model_validator(mode="after")
     def _aligned(self) -> SessionCurve:
@@ -43,6 +60,8 @@ class SessionCurve(BaseModel):
             raise ValueError("tasks must hold one curve per task 1..j, one value per eval point")
         if self.loss and len(self.loss) != self.total_updates:
             raise ValueError(f"loss must hold one value per update ({self.total_updates}) or none")
+        if self.before is not None and len(self.before.tasks) != self.session:
+            raise ValueError("before must hold one accuracy per task 1..j")
         return self
 
 

@@ -361,7 +361,8 @@ class Metrics(BaseModel):
     updates_to_best_new: list[int | None]
     flops_to_best_new: list[float | None] | None
     # the catalog's curve metrics (``metric_catalog.CURVE_METRICS``) by key; empty in results stored before
-    # they existed (the leaderboard recomputes metrics, so those runs get them there)
+    # they existed (the leaderboard recomputes metrics, so those runs get them there); forgetting, BWT and
+    # FWT are absent for curves without their "before" points (results stored before those were recorded)
     standard: dict[str, float] = Field(default_factory=dict)
     # None in results stored before time to result existed (the leaderboard recomputes metrics)
     time_to_result: TimeToResult | None = None
@@ -498,6 +499,7 @@ def compute_metrics(
         ),
         updates_to_best_new=[updates_to_best_new(c, b) for c, b in zip(ordered, best)],
         flops_to_best_new=[flops_to_best_new(c, b) for c, b in zip(ordered, best)] if has_flops else None,
-        standard={m.key: float(m.compute(ordered)) for m in CURVE_METRICS if m.compute is not None},
+        standard={m.key: float(v) for m in CURVE_METRICS if m.compute is not None
+                  and (v := m.compute(ordered)) is not None},
         time_to_result=time_to_result(ordered, joint, best_new),
     )

@@ -24,7 +24,8 @@ from ..errors import BenchError
 from .metrics import EvalWeighting, Metrics, best_new_accuracy
 from .threads import cpu_problem
 
-SCHEMA_VERSION = 2  # 2: overrides and the references a run was scored with are stored
+SCHEMA_VERSION = 3  # 2: overrides and the references a run was scored with are stored; 3: curves hold their
+# "before" point (SessionCurve.before); older results load as ever, with forgetting, BWT and FWT not recorded
 
 
 class Strict(BaseModel):
@@ -365,6 +366,29 @@ def result_precision(r: RunResult) -> str:
     if recorded:
         return str(recorded)
     return "bf16" if str(r.options.get("device", "cpu")).startswith("cuda") else "fp32"
+
+
+def run_identity(r: RunResult) -> dict[str, str | int]:
+    """What, beyond protocol, method and seed, changes a run's numbers and so names its board and row: the
+    precision, how its settings were chosen (``effort``: defaults, a tuning ruleset, set by hand) and, on
+    the CPU, the intra-op thread count and kernel set (0 and "" where they do not apply: a CUDA run;
+    0 and "unrecorded" for a CPU run made before bench recorded them). Every machine-readable output and
+    the run's own summary carry these, so no grouping of stored runs mixes what the leaderboard keeps apart."""
+    cpu = str(r.options.get("device", "cpu")).startswith("cpu")
+    return {"precision": result_precision(r), "settings": r.effort,
+            "threads": int(r.options.get("torch_threads") or 0) if cpu else 0,
+            "cpu_kernels": str(r.options.get("cpu_kernels") or "unrecorded") if cpu else ""}
+
+
+def identity_text(r: RunResult) -> str:
+    """``fp32, defaults, 1 thread, kernels gemm1x1+...``: ``run_identity`` as the run's summary line shows it."""
+    i = run_identity(r)
+    parts = [str(i["precision"]), str(i["settings"])]
+    if i["threads"]:
+        parts.append(f"{i['threads']} thread{'s' if i['threads'] != 1 else ''}")
+    if i["cpu_kernels"]:
+        parts.append(f"kernels {i['cpu_kernels']}")
+    return ", ".join(parts)
 
 
 def result_problem(r: RunResult) -> str | None:

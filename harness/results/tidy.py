@@ -20,9 +20,11 @@ import pandas as pd
 
 from .catalog import ACCURACY_KEYS, TABLE_KEYS, TIME_TO_RESULT_KEYS
 from .metrics import Metrics
-from .schema import RunResult
+from .schema import RunResult, run_identity
 
-RUN_KEYS: tuple[str, ...] = ("run_id", "protocol", "protocol_hash", "method", "method_spec", "seed")
+# what, beside protocol and method, keeps runs apart (``schema.run_identity``): group by these too
+IDENTITY_KEYS: tuple[str, ...] = ("precision", "settings", "threads", "cpu_kernels")
+RUN_KEYS: tuple[str, ...] = ("run_id", "protocol", "protocol_hash", "method", "method_spec", "seed", *IDENTITY_KEYS)
 CURVE_KEYS: tuple[str, ...] = ("old", "new", "all")
 VALUE_KEYS: tuple[str, ...] = TABLE_KEYS + tuple(k for k in ACCURACY_KEYS if k not in TABLE_KEYS)
 # Beside each time-to-result value: how many of the run's sessions reached the level (``sessions``: how many
@@ -41,7 +43,7 @@ def _constants(result: RunResult, labels: Mapping[str, str] | None) -> dict[str,
     """The per-run columns every row of that run repeats (tidy: no lookups needed to group or filter)."""
     return {"run_id": result.run_id, "protocol": result.protocol.name, "protocol_hash": result.protocol.hash,
             "method": (labels or {}).get(result.run_id, result.method.spec), "method_spec": result.method.spec,
-            "seed": result.seed}
+            "seed": result.seed, **run_identity(result)}
 
 
 def curves_frame(results: Iterable[RunResult], labels: Mapping[str, str] | None = None) -> pd.DataFrame:

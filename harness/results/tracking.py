@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BenchError, without_foreign_page
-from .schema import RunResult, TunedStamp, iter_results, result_precision, row_label, value_problem
+from .schema import RunResult, TunedStamp, iter_results, result_precision, row_label, run_identity, value_problem
 from .steps import STEP_AXIS_TAG, point_metrics, reference_steps
 
 HTTP_TIMEOUT_S = "5"   # per request; MLflow's default is 120 s
@@ -108,10 +108,18 @@ def _experiment(client, name: str, artifact_location: str | None) -> str:
     return exp.experiment_id if exp else client.create_experiment(name, artifact_location=artifact_location)
 
 
+# the data-path plan's budgets come from the machine's free RAM and disk at the time: they differ between
+# identical runs, so they are tags (searchable, never part of what the run was made with), not params
+MACHINE_STATE = ("ram_budget", "disk_budget")
+
+
 def _tags(result: RunResult, json_path: Path) -> dict[str, str]:
     tags = {"bench.run_id": result.run_id, "bench.protocol_hash": result.protocol.hash,
             "bench.method_distribution": f"{result.method.distribution}=={result.method.version}",
-            "bench.status": result.status, "bench.json": str(json_path)}
+            "bench.status": result.status, "bench.json": str(json_path),
+            **{f"bench.{k}": str(v) for k, v in run_identity(result).items()}}
+    plan = result.options.get("data_path") or {}
+    tags.update({f"bench.machine.{k}_gb": f"{plan[k] / 2**30:.1f}" for k in MACHINE_STATE if k in plan})
     if result.is_reference:
         tags[REFERENCE_TAG] = "joint"
     return tags
@@ -133,7 +141,7 @@ def _params(result: RunResult) -> dict[str, str]:
         "method_distribution": f"{result.method.distribution}=={result.method.version}",
         "modifier_distributions": result.method.modifier_distributions,
         "method_code_hash": result.method.code_hash, "seed": result.seed, "status": result.status,
-        "config": result.config, "set": result.overrides, "options": result.options,
+        "config": result.config, "set": result.overrides, "options": _options_without_machine_state(result.options),
         "budget": {"updates_per_session": b.updates_per_session, "batch_new": b.batch_new, "batch_old": b.batch_old,
                    "memory_policy": b.memory_policy, "memory_capacity": b.memory_capacity,
                    "batch_limit": b.batch_limit, "trunk_cached": b.trunk_cached},
@@ -153,6 +161,13 @@ def run_name(method: str, seed: int, overrides: Mapping[str, Any] | None = None,
 
 def _result_name(result: RunResult) -> str:
     return run_name(result.method.spec, result.seed, result.overrides, result.tuned, result_precision(result))
+
+
+def _options_without_machine_state(options: Mapping[str, Any]) -> dict[str, Any]:
+    plan = options.get("data_path")
+    if not isinstance(plan, Mapping):
+        return dict(options)
+    return {**options, "data_path": {k: v for k, v in plan.items() if k not in MACHINE_STATE}}
 
 
 def _final_metrics(result: RunResult, with_curves: bool, protocol: Any = None) -> list:
@@ -371,6 +386,7 @@ class LiveRun:
             if result is not None and path is not None:
                 for key, value in {**_tags(result, path), **_axis_tag(result, self.protocol)}.items():
                     client.set_tag(self.run_id, key, value)
+                client.update_run(self.run_id, name=_result_name(result))  # the precision is known now
                 params = {k: v for k, v in _params(result).items() if k not in self._started_params}
                 _log_batches(client, self.run_id, params,
                              _final_metrics(result, with_curves=self._points == 0, protocol=self.protocol))

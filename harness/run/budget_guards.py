@@ -87,6 +87,16 @@ def add_to_memory(method: Method, memory: Memory, ids: np.ndarray) -> None:
     check_memory(method, memory)
 
 
+def eviction_note(protocol: Protocol, method: Method) -> str | None:
+    """Why a method whose own rule is its memory's eviction (GDumb) is, on this protocol, its base rehearsal by
+    construction: an unlimited memory evicts nothing (and none stores nothing). None where the rule acts."""
+    if not method.memory_policy or protocol.memory.policy not in ("unlimited", "none"):
+        return None
+    return (f"{method.name}'s own rule is its memory's eviction ({method.memory_policy}), and {protocol.name}'s "
+            f"memory is {protocol.memory.policy!r}: nothing is ever evicted, so it trains exactly as vanilla "
+            f"rehearsal does and its numbers are vanilla's, not a test of {method.name}")
+
+
 def memory_spec(protocol: Protocol, method: Method) -> MemorySpec:
     """The protocol's storage cap, under the method's own eviction policy when it has one (GDumb).
     ``split`` stays: the paper bounds every method's buffer by its S1/stream shares, and its stream

@@ -26,7 +26,8 @@ from ..progress_bar import MeasuredBar, progress_bar
 from .checkpoint import Checkpointer, rng_state, set_rng_state
 from .budget_guards import (add_to_memory, check_memory, check_no_stray_steps, count_optimizer_steps,
                             memory_spec, observe_within_budget)
-from ..results.curves import SessionCurve
+from ..results.curves import BeforePoint, SessionCurve
+from .before import measure_before
 from .evaluation import EvalPlan, eval_plan, eval_point
 from .isolation import random_streams
 from .memory import Memory
@@ -87,6 +88,7 @@ class OpenSession:
     made: int = 0  # updates made (the last update an eval point was asked for)
     schedule: EvalSchedule | None = None
     shares: Shares | None = None  # the batch's shares by source (``training.old_mix: by_source``)
+    before: BeforePoint | None = None  # accuracies of the model the session starts from
 
 
 class ContinualRun:
@@ -213,6 +215,9 @@ class ContinualRun:
         s = self.open = OpenSession(pos, session, session_updates(p, session), self.train_macs(),
                                     self.meter.eval_macs())
         check_no_stray_steps(self.method, self.steps[0], self.progress.observed, "setup or end_session")
+        # the CL metrics' "before session j": the model as the previous session left it, before begin_session
+        s.before = measure_before(self.model, self.lent.predict, self.method, self.bench.test_inputs,
+                                  eval_plan(self.bench.stream, session), p.eval.batch_size, self.meter, self.accel)
         self.lent.begin_session(session)
         self._size_head(session.seen_classes)
         if p.training.budget is not None:
@@ -285,7 +290,8 @@ class ContinualRun:
         loss = s.curve["loss"][-1]
         what = f"loss {loss}" if not math.isfinite(loss) else "a non-finite weight"
         partial = {**s.curve, "loss": []}  # the session's points so far (its losses are not all there)
-        self.progress.curves.append(SessionCurve(session=s.session.index, total_updates=s.updates or u + 1, **partial))
+        self.progress.curves.append(SessionCurve(session=s.session.index, total_updates=s.updates or u + 1,
+                                                 before=s.before, **partial))
         raise Diverged(f"{self.method.name} diverged at update {u + 1} of session {s.session.index}: {what}",
                        self.progress.curves, self.closing(), self.progress.params)
 
@@ -325,7 +331,8 @@ class ContinualRun:
             add_to_memory(self.method, self.memory, s.session.train_ids)
         self.progress.train_per_session.append(FL.flops(self.train_macs() - s.train0))
         self.progress.eval_per_session.append(FL.flops(self.meter.eval_macs() - s.eval0))
-        self.progress.curves.append(SessionCurve(session=s.session.index, total_updates=s.made, **s.curve))
+        self.progress.curves.append(SessionCurve(session=s.session.index, total_updates=s.made, before=s.before,
+                                                 **s.curve))
         self.progress.steps = self.steps[0]
         if self.checkpoint is not None:
             self.checkpoint.save(self.state_dict(kind="boundary", next_session=s.pos + 1))

@@ -14,6 +14,7 @@ that needs them.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import uuid
 
 import torch
@@ -23,6 +24,7 @@ from typing import Any
 from ..model import flops as FL
 from ..results import metrics as M
 from .continual import Diverged, run_cl
+from .budget_guards import eviction_note
 from .checkpoint import Checkpointer, checkpointer, run_key
 from .claim import claim
 from .joint_request import check_joint_request
@@ -75,7 +77,9 @@ def _common(protocol: Protocol, bench: Workbench, seed: int, options: RunOptions
         options={"device": str(bench.device), "trunk_cache": options.trunk_cache, "weights": bench.weights,
                  "precision": bench.precision,
                  "torch_threads": torch.get_num_threads(), "cpu_kernels": cpu_kernels(bench.device, options.cpu_kernels),
-                 "data_path": bench.data_path.as_dict() if bench.data_path is not None else None},
+                 "data_path": bench.data_path.as_dict() if bench.data_path is not None else None,
+                 # a protocol file of one's own: where it is, so messages can name a command that runs it
+                 **({"protocol_file": protocol.source_file} if protocol.source_file else {})},
     )
 
 
@@ -164,6 +168,8 @@ def _continual_result(protocol: Protocol, bench: Workbench, spec: MethodSpec, me
         say(options, f"{stop} — stored with status 'diverged'.")
         curves, budget, params, status = stop.curves, stop.budget, stop.params, "diverged"
     common = {**_common(protocol, bench, seed, options, started, run_id), "status": status}
+    if note := eviction_note(protocol, method):  # the leaderboard puts it on the row
+        common["options"]["notes"] = [note]
     return RunResult(**common, method=_stamp(spec),
                      config=config, overrides=overrides, trainable_params=params, curves=curves,
                      budget=FL.efficiency_vs_joint(budget, joint.budget), wall_time_s=saver.wall_seconds(),
@@ -259,6 +265,8 @@ def execute(protocol: Protocol, method_text: str, seed: int, options: RunOptions
         bench = bench or prepare(protocol, seed, options)
         return joint_reference(protocol, seed, options, bench)
     spec, method = build_method(method_text, protocol, options.overrides)
+    if note := eviction_note(protocol, method):  # before any compute: the user may not want this run at all
+        print(f"Warning: {note}.", file=sys.stderr)
     bench = bench or prepare(protocol, seed, options)
     # live tracking follows the run asked for, not the reference it may train first
     joint, _ = joint_reference(protocol, seed, dataclasses.replace(options, on_eval=None), bench)

@@ -10,6 +10,7 @@ import hashlib
 import json
 import math
 import re
+from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
@@ -368,6 +369,13 @@ class Protocol(Spec):
                             "set by the harness (Protocol.tuning_view), not written in protocol files")
 
     _reference: Protocol | None = PrivateAttr(None)  # NAME@Kx: NAME, whose references it shares
+    _source: str | None = PrivateAttr(None)  # the YAML file it was loaded from (None: a built-in)
+
+    @property
+    def source_file(self) -> str | None:
+        """The absolute path of the protocol file it came from (its NAME@Kx too); None for a built-in.
+        Results record it, so a message about a family of one's own can name a command that works."""
+        return self._source
 
     @property
     def reference(self) -> Protocol:
@@ -526,9 +534,12 @@ def load_protocol(name_or_path: str) -> Protocol:
     """A built-in protocol by name, or a YAML file by path; ``NAME@Kx`` is NAME's FLOP budget scaled by K
     (its eval schedule too, so every budget is scored on as many points), named so, with its own hash."""
     match = BUDGET_SCALE.match(name_or_path)
+    target = name_or_path if match is None else match["base"]
+    base = load_spec(Protocol, target, "protocol")
+    if Path(target).expanduser().is_file():  # a file of one's own (load_spec reads a path before a name)
+        base._source = str(Path(target).expanduser().resolve())
     if match is None:
-        return load_spec(Protocol, name_or_path, "protocol")
-    base = load_spec(Protocol, match["base"], "protocol")
+        return base
     factor = float(match["factor"])
     if base.training.budget is None or not 0 < base.training.budget.tflops * factor <= MAX_TFLOPS:
         why = (f"{match['base']} has no FLOP budget (training.budget) to scale" if base.training.budget is None
@@ -541,5 +552,5 @@ def load_protocol(name_or_path: str) -> Protocol:
         "training": base.training.model_copy(update={"budget": budget}),
         "eval": base.eval.model_copy(update={"tflops": base.eval.tflops.scaled(factor)}),
     })
-    scaled._reference = base
+    scaled._reference, scaled._source = base, base._source
     return scaled
