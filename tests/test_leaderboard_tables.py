@@ -115,10 +115,10 @@ def test_cli_table_formats_columns_and_bad_input(tmp_path: Path) -> None:
 
 
 def test_a_corrupt_result_file_is_skipped_with_a_warning_naming_it(tmp_path: Path) -> None:
-    root = write(tmp_path, {"vanilla": [0, 1]})
+    root = write(tmp_path / "results", {"vanilla": [0, 1]})
     corrupt = root / "runs" / "hand" / "vanilla" / "seed5-broken.json"
     corrupt.write_text('{"run_id": "x", ')
-    out = CliRunner().invoke(main, ["leaderboard", "build", "--results", str(root), "--out", str(tmp_path / "site")])
+    out = CliRunner().invoke(main, ["leaderboard", "build", "--results-dir", str(root), "--out", str(tmp_path / "site")])
     assert out.exit_code == 0, out.output
     assert "seed5-broken.json" in out.output and (tmp_path / "site" / "index.html").exists()
 

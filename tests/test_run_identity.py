@@ -12,7 +12,7 @@ from results_factory import joint_run, two_session_run
 
 from bench_stability_gap.harness.cli import main, summary_lines
 from bench_stability_gap.harness.results.schema import RunResult, identity_text, run_identity, save_result
-from bench_stability_gap.harness.results.tracking import _params, _tags, run_name
+from bench_stability_gap.harness.results.tracking import _params, _tags, result_run_name
 from bench_stability_gap.harness.tools.api import load_results
 
 CPU = {"device": "cpu", "torch_threads": 1, "cpu_kernels": "gemm1x1+dw-small+adamw-fused",
@@ -71,9 +71,9 @@ def test_summary_line_and_mlflow_name_tags_params(tmp_path: Path) -> None:
                                  "cpu_kernels": CPU["cpu_kernels"]}
     assert identity_text(run) == f"bf16, defaults, 1 thread, kernels {CPU['cpu_kernels']}"
     assert f"| seed 0 | {identity_text(run)} |" in summary_lines(run, tmp_path / "r.json")[0]
-    assert run_name(run) == "vanilla seed0 bf16"
+    assert result_run_name(run) == "vanilla seed0 bf16"
     tuned_hand = run.model_copy(update={"overrides": {"lr": 0.1}})
-    assert run_name(tuned_hand) == "vanilla [lr=0.1] seed0 bf16" and "set by hand" in identity_text(tuned_hand)
+    assert result_run_name(tuned_hand) == "vanilla [lr=0.1] seed0 bf16" and "set by hand" in identity_text(tuned_hand)
     tags = _tags(run, tmp_path / "r.json")
     assert tags["bench.precision"] == "bf16" and tags["bench.settings"] == "defaults" and tags["bench.threads"] == "1"
     assert tags["bench.machine.ram_budget_gb"] == "11.0" and tags["bench.machine.disk_budget_gb"] == "70.0"

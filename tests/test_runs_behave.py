@@ -83,7 +83,7 @@ def test_a_flop_budget_bar_counts_tflops_toward_its_total() -> None:
 
 def test_the_summary_names_precision_tuning_overrides_and_a_flop_budgets_spend() -> None:
     run = two_session_run("r1", "vanilla").model_copy(update={"options": {"precision": "bf16"}, "overrides": {"lr": 0.002}})
-    assert "hand | vanilla [lr=0.002] | seed 0 | bf16 | " in summary_lines(run, "r1.json")[0]
+    assert "hand | vanilla [lr=0.002] | seed 0 | bf16, set by hand" in summary_lines(run, "r1.json")[0]
     tuned = TunedStamp(trials=8, objective="CK_delta", value=0.1, validation_per_class=5, study="s", tuning_hash="t")
     run = run.model_copy(update={"tuned": tuned, "overrides": {"lr": 0.002}})
     assert f"vanilla [{tuned.ruleset}] | seed 0" in summary_lines(run, "r1.json")[0] and "tuned" in tuned.ruleset

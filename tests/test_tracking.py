@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from bench_stability_gap.harness.cli import main
 from bench_stability_gap.harness.errors import BenchError
 from bench_stability_gap.harness.results.schema import RunResult, load_result, result_precision, save_result
-from bench_stability_gap.harness.results.tracking import (LiveRun, default_tracking_uri, log_run_or_explain, run_name,
+from bench_stability_gap.harness.results.tracking import (LiveRun, default_tracking_uri, log_run_or_explain, result_run_name,
                                                            sync)
 
 FIXTURES = Path(__file__).parent / "browser" / "fixtures"
@@ -170,7 +170,7 @@ def test_live_run_shows_running_then_its_end_state(shared_results, status, expec
     assert sorted((m.step, m.value) for m in client.get_metric_history(rid, "session_start_acc_all")) == sorted(starts)
     assert run.data.metrics["S_delta"] == pytest.approx(result.metrics.S_delta)
     # the run's identity: its name once finished, and tags
-    assert run.info.run_name == run_name(result) and run.data.tags["bench.precision"] == result_precision(result)
+    assert run.info.run_name == result_run_name(result) and run.data.tags["bench.precision"] == result_precision(result)
     assert any(a.path.endswith(".json") for a in client.list_artifacts(rid))
     report = sync(results)  # a finished live run counts as mirrored: nothing is logged twice
     assert report.added == [] and report.replaced == []

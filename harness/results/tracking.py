@@ -159,7 +159,8 @@ def run_name(method: str, seed: int, overrides: Mapping[str, Any] | None = None,
     return f"{name} {precision}" if precision else name
 
 
-def _result_name(result: RunResult) -> str:
+def result_run_name(result: RunResult) -> str:
+    """The finished run's MLflow name (``run_name`` of its row, seed and precision)."""
     return run_name(result.method.spec, result.seed, result.overrides, result.tuned, result_precision(result))
 
 
@@ -279,7 +280,7 @@ def log_run(result: RunResult, json_path: Path, results_dir: Path, tracking_uri:
     store = Store(results_dir, tracking_uri)
     with store.session() as client:
         exp_id = _experiment(client, f"bench/{result.protocol.name}", store.artifact_location)
-        run = client.create_run(exp_id, run_name=_result_name(result),
+        run = client.create_run(exp_id, run_name=result_run_name(result),
                                 tags={**_tags(result, json_path), **_axis_tag(result, protocol), **(tags or {})})
         rid = run.info.run_id
         _log_batches(client, rid, _params(result), _final_metrics(result, with_curves=True, protocol=protocol))
@@ -386,7 +387,7 @@ class LiveRun:
             if result is not None and path is not None:
                 for key, value in {**_tags(result, path), **_axis_tag(result, self.protocol)}.items():
                     client.set_tag(self.run_id, key, value)
-                client.update_run(self.run_id, name=_result_name(result))  # the precision is known now
+                client.update_run(self.run_id, name=result_run_name(result))  # the precision is known now
                 params = {k: v for k, v in _params(result).items() if k not in self._started_params}
                 _log_batches(client, self.run_id, params,
                              _final_metrics(result, with_curves=self._points == 0, protocol=self.protocol))
