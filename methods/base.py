@@ -335,6 +335,7 @@ class StandardMethod(Method):
         return self.model(x)
 
     def shared_in_eval_copy(self) -> list[Any]:
+        """What the modifiers ask the harness's eval copy to share rather than copy (a subclass adds its own)."""
         return [shared for m in self.modifiers for shared in m.shared_in_eval_copy()]
 
     def state_dict(self) -> dict[str, Any]:
