@@ -33,6 +33,7 @@ from .glossary import BEFORE_NOTE, INTERVAL_NOTE, OMEGA_NOTE, TERMS
 from .plots import board_plots, compute_plots, run_plot
 from .reported import ReportedTable, load_reported
 from .sources import Loaded
+from ..methods.metadata import method_family, method_papers
 OWNED = ("index.html", "glossary.html", "runs", "plots", "static")
 
 
@@ -113,6 +114,8 @@ def _row_view(row: MethodRow, run_href: dict[int, str], reference: bool = False,
         "method": row.method, "family": row.family, "color": row.color, "dasharray": SVG_DASHES.get(row.dash, ""),
         "reference": reference, "effort": row.effort, "partial": row.partial, "most": most,
         "n": len(row.runs), "distribution": row.distribution, "notes": row.notes,
+        "group": method_family(row.method.split(" ")[0]),
+        "papers": [{"name": n, "cite": c, "url": u} for n, c, u in method_papers(row.method.split(" ")[0])],
         "runs": [{"seed": e.result.seed, "href": run_href[id(e)]} for e in row.runs],
         "cells": [_cell(row.stats[c.key], c.key, "" if reference else row.marks.get(c.key, ""), len(row.runs),
                         row.params_reading if c.key == "params" else None, row.reached.get(c.key))

@@ -144,11 +144,22 @@ class Modifier:
     def targets(self, method: StandardMethod, batch: TrainBatch, logits: Tensor) -> Tensor | None:
         return None
     def after_backward(self, method: StandardMethod) -> None: ...
+    def after_update(self, method: StandardMethod) -> None:
+        """After the optimizer (and schedule) step of each update."""
     def param_groups(self, method: StandardMethod, groups: list[dict]) -> list[dict]:
         return groups
     def scheduler(self, method: StandardMethod, optimizer: torch.optim.Optimizer, total_steps: int):
         return None
     def end_session(self, method: StandardMethod, session: Session) -> None: ...
+    def predict(self, method: StandardMethod, x: Tensor) -> Tensor | None:
+        """Scores that replace the head's logits at evaluation (a nearest-mean head); None: the head's."""
+        return None
+    def shared_in_eval_copy(self) -> list[Any]:
+        """What the harness's throwaway eval copy shares rather than copies (``Method.shared_in_eval_copy``)."""
+        return []
+    def check_base(self, method_cls: type[Method], protocol: Protocol) -> None:
+        """Raise BenchError when this modifier cannot work on ``method_cls`` under ``protocol`` (checked
+        when the method is built, before anything trains)."""
     def state_dict(self) -> dict[str, Any]:
         return {}
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
@@ -189,8 +200,8 @@ def layerwise_groups(model: SplitModel, lr: float, weight_decay: float, layer_de
 class StandardMethod(Method):
     """Cross-entropy on the batch, AdamW with layer-wise lr decay, with modifier hook points.
 
-    Hooks, in order: setup -> begin_session -> (per update) before_update, targets, after_backward ->
-    end_session;
+    Hooks, in order: setup -> begin_session -> (per update) before_update, targets, after_backward,
+    after_update -> end_session; predict replaces the head's logits at evaluation;
     param_groups and scheduler shape the optimizer built at each session start.
     """
 
@@ -302,6 +313,8 @@ class StandardMethod(Method):
         self.optimizer.step()
         if self.scheduler is not None:
             self.scheduler.step()
+        for m in self.modifiers:
+            m.after_update(self)
         return StepStats(loss=float(loss.detach()))
 
     def end_session(self, session: Session) -> None:
@@ -313,8 +326,17 @@ class StandardMethod(Method):
         self.optimizer, self.scheduler = None, None
 
     def predict(self, x: Tensor) -> Tensor:
-        """Logits of ``self.model`` (called in eval mode under no_grad, on a throwaway copy)."""
+        """Logits of ``self.model``, or the scores a modifier's ``predict`` gives instead (called in eval
+        mode under no_grad, on a throwaway copy)."""
+        for m in self.modifiers:
+            scores = m.predict(self, x)
+            if scores is not None:
+                return scores
         return self.model(x)
+
+    def shared_in_eval_copy(self) -> list[Any]:
+        """What the modifiers ask the harness's eval copy to share rather than copy (a subclass adds its own)."""
+        return [shared for m in self.modifiers for shared in m.shared_in_eval_copy()]
 
     def state_dict(self) -> dict[str, Any]:
         """Optimizer, schedule and modifier state: with the model and memory, enough to resume mid-session."""

@@ -105,6 +105,29 @@ class LwFConfig(MethodConfig):
                                            "distill_weight": Dim(0.1, 10.0, log=True)}
 
 
+class ERACEConfig(MethodConfig):
+    mask: Literal["batch", "session"] = Field(
+        "batch", description="classes an incoming sample competes with: those present among the batch's incoming "
+                             "samples (Caccia et al.), or every class of the session")
+
+
+class EWCConfig(MethodConfig):
+    weight: float = Field(100.0, ge=0, le=1e6, description="lambda: strength of the quadratic penalty")
+    gamma: float = Field(1.0, ge=0, le=1, description="online EWC's decay of the accumulated Fisher at each new "
+                                                      "estimate (1: the Fishers of every session add up)")
+    fisher_samples: int = Field(200, gt=0, le=MAX_SAMPLES, description="samples of a session (S1: of the "
+                                                                      "pre-training data) whose squared gradients estimate its Fisher")
+
+    search_space: ClassVar[SearchSpace] = {**MethodConfig.search_space, "weight": Dim(1.0, 1e4, log=True)}
+
+
+class NMCConfig(Settings):
+    per_class: int | None = Field(
+        100, gt=0, le=MAX_SAMPLES, description="samples per class the class means are computed from (the first in "
+                                               "id order of those the method holds); null: all of them")
+    batch_size: int = Field(256, gt=0, le=MAX_BATCH, description="samples per forward when the means are computed")
+
+
 class REMINDConfig(MethodConfig):
     lr_end: float = Field(1e-5, gt=0, le=MAX_LR, description="per-class lr reached once a class has been seen lr_decay_samples times")
     lr_schedule: Literal["per_class", "none"] = Field("per_class", description="REMIND's per-class lr decay, or none")
@@ -262,6 +285,9 @@ CONFIGS: dict[str, type[BaseModel]] = {
     f"{_PKG}.gdumb:GDumb": MethodConfig,
     f"{_PKG}.lwf:LwF": LwFConfig,
     f"{_PKG}.remind:REMIND": REMINDConfig,
+    f"{_PKG}.er_ace:ERACE": ERACEConfig,
+    f"{_PKG}.ewc:EWC": EWCConfig,
+    f"{_PKG}.nmc:NearestMeanHead": NMCConfig,
     f"{_PKG}.sgm.soft:SoftTargets": SoftTargetsConfig,
     f"{_PKG}.sgm.init:DataDrivenInit": InitConfig,
     f"{_PKG}.sgm.oocf:OldClassFreezing": OOCFConfig,

@@ -234,7 +234,8 @@ class DERpp(StandardMethod):
     def shared_in_eval_copy(self) -> list[Any]:
         """predict reads neither the stored logits nor the deployed copy: the eval copy shares them
         instead of copying (and fingerprinting) 0.4 GB of logits at every eval point at paper scale."""
-        return [self.logits, self.deployed] if self.deployed is not None else [self.logits]
+        own = [self.logits, self.deployed] if self.deployed is not None else [self.logits]
+        return own + super().shared_in_eval_copy()
 
     def sample_bytes(self, gid: int) -> int | None:
         ctx = getattr(self, "ctx", None)

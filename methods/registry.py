@@ -290,6 +290,9 @@ def build_method(text: str, protocol: Protocol | str, overrides: dict[str, Any] 
                          f"take {', '.join(refused)}: drop {', '.join(refused)} from {text!r}.")
     config, mod_configs = resolve_settings(spec, protocol, overrides or {})
     modifiers = [entry.load()(mod_config) for entry, mod_config in zip(spec.modifiers, mod_configs)]
+    if not isinstance(protocol, str):
+        for m in modifiers:
+            getattr(m, "check_base", lambda *_: None)(cls, protocol)
     return spec, cls(config, modifiers)
 
 

@@ -1,35 +1,24 @@
-"""The second example plugin (tests/plugin_er_ace): ER-ACE, whose loss depends on which samples are
-new (``TrainBatch.is_new``) and on the head's layout, and which ships its own per-protocol defaults."""
+"""ER-ACE (methods/er_ace.py), whose loss depends on which samples are new (``TrainBatch.is_new``) and on
+the head's layout: eq. 4-5 of Caccia et al. (ICLR 2022) pinned on hand-computed toy batches."""
 
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from bench_stability_gap.harness.spec.protocol import load_protocol
 from bench_stability_gap.methods.registry import build_method
 from bench_stability_gap.methods.base import TrainBatch
-from tests.test_plugins import install_folder, invoke, site  # noqa: F401 - site is a fixture
-
-PLUGIN = Path(__file__).parent / "plugin_er_ace"
-
-
-@pytest.fixture()
-def er_ace(site, monkeypatch):
-    yield install_folder(site, PLUGIN, monkeypatch)
-    sys.modules.pop("bench_er_ace", None)
+from tests.test_plugins import invoke
 
 
 def batch(y: list[int], new: list[bool]) -> TrainBatch:
     return TrainBatch(torch.zeros(len(y), 1), torch.tensor(y), np.arange(len(y)), torch.tensor(new))
 
 
-def test_new_samples_compete_only_with_their_own_classes_old_ones_with_all(er_ace):
+def test_new_samples_compete_only_with_their_own_classes_old_ones_with_all():
     _, method = build_method("er_ace", "tiny_cil")
     # two new samples (classes 2 and 3 in the batch) and one replayed sample of class 0, 4 classes seen
     logits3 = torch.tensor([[5.0, 5.0, 1.0, 0.0], [0.0, 0.0, 0.0, 2.0], [0.0, 0.0, 0.0, 0.0]])
@@ -44,7 +33,7 @@ def test_new_samples_compete_only_with_their_own_classes_old_ones_with_all(er_ac
     assert float(method.loss(batch([2, 3, 0], [False] * 3), logits3, b3.y)) == pytest.approx(float(plain))
 
 
-def test_soft_targets_on_masked_classes_are_dropped_and_renormalised(er_ace):
+def test_soft_targets_on_masked_classes_are_dropped_and_renormalised():
     _, method = build_method("er_ace", "tiny_cil")
     logits = torch.tensor([[5.0, 5.0, 1.0, 0.0], [0.0, 0.0, 0.0, 2.0]], requires_grad=True)
     b = batch([2, 3], [True, True])
@@ -56,17 +45,24 @@ def test_soft_targets_on_masked_classes_are_dropped_and_renormalised(er_ace):
     assert torch.isfinite(logits.grad).all() and float(logits.grad[:, :2].abs().sum()) == 0.0
 
 
-def test_the_plugin_ships_its_own_defaults_chosen_by_protocol_properties(er_ace):
+def test_the_loss_is_one_named_term_and_defaults_are_the_standard_steps():
     _, method = build_method("er_ace", "tiny_cil")
-    assert method.config.lr == 2e-3  # its when rule: EfficientNet-Lite0
-    renamed = load_protocol("tiny_online_500").model_copy(update={"name": "my_copy"})
-    assert build_method("er_ace", renamed)[1].config.lr == 2e-3
-    assert build_method("er_ace", "cil_places_lt")[1].config.lr == 1e-3  # its default
+    b = batch([2, 0], [True, False])
+    assert list(method.loss_terms(b, torch.zeros(2, 4), b.y)) == ["asymmetric_cross_entropy"]
+    assert method.config.lr == 1e-3 and method.config.mask == "batch"
     assert build_method("er_ace", "tiny_cil", {"lr": 5e-4})[1].config.lr == 5e-4  # --set wins
 
 
+def test_session_mask_lets_new_samples_compete_with_every_class_of_the_session():
+    _, method = build_method("er_ace", "tiny_cil", {"mask": "session"})
+    method.session_classes = torch.tensor([1, 2, 3])
+    logits = torch.tensor([[9.0, 0.0, 1.0, 0.0]])  # class 0 (old) masked out, 1 and 3 (session) kept
+    got = method.loss(batch([2], [True]), logits, torch.tensor([2]))
+    assert float(got) == pytest.approx(-math.log(math.e / (1 + math.e + 1)), rel=1e-6)
+
+
 @pytest.mark.slow  # two whole check-method runs (about a minute each on a shared 2-core machine)
-def test_er_ace_passes_check_method_alone_and_with_sgm(er_ace, bench_cache):
+def test_er_ace_passes_check_method_alone_and_with_sgm(bench_cache):
     for text in ("er_ace", "er_ace+sgm"):
         out = invoke("check-method", text)
         assert out.exit_code == 0, out.output

@@ -299,7 +299,9 @@ def test_build_writes_a_self_contained_site(results_dir: Path, tmp_path: Path) -
     # no CDN, no absolute links: it works from file:// and any static host
     for page in html_files(site):
         text = page.read_text()
-        assert not re.search(r'(src|href)="(https?:)?//', text.replace('href="http://127.0.0.1:5000', "")), page
+        # nothing is loaded from elsewhere; the one kind of outbound link is a row's paper (a.paper), never a resource
+        local = re.sub(r'<a class="paper" href="https://[^"]*"', "", text.replace('href="http://127.0.0.1:5000', ""))
+        assert not re.search(r'(src|href)="(https?:)?//', local), page
     assert (site / "static" / "style.css").is_file() and (site / "static" / "leaderboard.js").is_file()
     glossary = (site / "glossary.html").read_text()
     for word in ("stability gap", "plasticity gap", "continual knowledge gap", "A<sub>joint</sub>", "A<sub>best</sub>",
@@ -510,6 +512,7 @@ def test_the_site_in_headless_chromium(tmp_path: Path) -> None:
     runs = by_method(results)
     seeds = sorted({s for m, s in runs if m == "vanilla"})
     extra = [clone(runs[("vanilla", s)], method="vanilla+sgm", shift=0.02) for s in seeds]
+    extra += [clone(runs[("vanilla", s)], method="vanilla+nmc", shift=0.01) for s in seeds]  # the head family
     evil = [clone(runs[("vanilla", s)], method=EVIL, shift=-0.01) for s in seeds]
     root2 = write_results(tmp_path / "r2", results + extra)
     for i, r in enumerate(evil):
@@ -587,6 +590,25 @@ def test_the_site_in_headless_chromium(tmp_path: Path) -> None:
             families = visible.evaluate_all("rs => rs.map(r => r.dataset.family)")
             assert families and set(families) == {"base"}
             page.locator('button[data-filter="all"]').click()
+
+            # the method-family filter (methods/metadata.py), combined with the SGM one, and the paper links
+            page.locator('button[data-group-filter="head"]').click()
+            assert visible.evaluate_all("rs => rs.map(r => r.dataset.method)") == ["vanilla+nmc"]
+            assert visible.locator("a.paper", has_text="nmc paper").get_attribute("href") == \
+                "https://arxiv.org/abs/2411.04723"
+            page.locator('button[data-group-filter="rehearsal"]').click()
+            groups = visible.evaluate_all("rs => rs.map(r => r.dataset.group)")
+            assert groups and set(groups) == {"rehearsal"}
+            page.locator('button[data-filter="sgm"]').click()
+            assert visible.evaluate_all("rs => rs.map(r => r.dataset.method)") == ["vanilla+sgm"]
+            page.locator('button[data-filter="all"]').click()
+            page.locator('button[data-group-filter="all"]').click()
+            # grouping: rows of a family together, in the families' order
+            page.locator("button.group-rows").click()
+            ranked = page.locator("table.measured-table").first.locator("tbody.ranked tr[data-group]")
+            shown = ranked.evaluate_all("rs => rs.map(r => r.dataset.group)")
+            rank = ["baseline", "rehearsal", "regularisation", "head", "other"]
+            assert len(set(shown)) >= 3 and [rank.index(g) for g in shown] == sorted(rank.index(g) for g in shown)
 
             assert errors == [], errors
             assert dialogs == [], dialogs

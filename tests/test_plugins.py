@@ -170,3 +170,14 @@ def test_check_method_passes_both_example_methods(example_installed, bench_cache
         assert out.exit_code == 0, out.output
         checks = 6 if name == "example_replay" else 5  # a method with its own step has no loss terms to check
         assert out.output.count("PASS") == checks and f"{name}: passes the contract." in out.output
+
+
+def test_the_plugin_ships_its_own_defaults_chosen_by_protocol_properties(example_installed):
+    from bench_stability_gap.harness.spec.protocol import load_protocol
+    from bench_stability_gap.methods.registry import build_method
+
+    assert build_method("example_replay", "tiny_cil")[1].config.lr == 2e-3  # its when rule: EfficientNet-Lite0
+    renamed = load_protocol("tiny_online_500").model_copy(update={"name": "my_copy"})
+    assert build_method("example_replay", renamed)[1].config.lr == 2e-3
+    assert build_method("example_replay", "cil_places_lt")[1].config.lr == 1e-3  # its default
+    assert build_method("example_replay", "tiny_cil", {"lr": 5e-4})[1].config.lr == 5e-4  # --set wins

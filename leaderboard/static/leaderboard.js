@@ -56,12 +56,16 @@
     rows.forEach(function (r) { body.insertBefore(r, tail); });
   }
 
+  var shownFamily = "all", shownGroup = "all";  // with/without SGM, and the method family (rehearsal, ...)
+
   function applyFilter(family) {
+    shownFamily = family;
     document.querySelectorAll("table.sortable").forEach(function (table) {
       var shown = 0, total = 0;
       table.querySelectorAll("tbody.ranked tr[data-family]").forEach(function (r) {
         total += 1;
-        r.hidden = !(family === "all" || r.getAttribute("data-family") === family);
+        r.hidden = !((family === "all" || r.getAttribute("data-family") === family) &&
+                     (shownGroup === "all" || r.getAttribute("data-group") === shownGroup));
         if (!r.hidden) shown += 1;
       });
       var note = table.querySelector("tr.filtered-out");
@@ -82,6 +86,36 @@
   });
   document.querySelectorAll(".toolbar .filter").forEach(function (b) {
     b.addEventListener("click", function () { applyFilter(b.getAttribute("data-filter")); });
+  });
+  document.querySelectorAll(".toolbar .group-filter").forEach(function (b) {
+    b.addEventListener("click", function () {
+      shownGroup = b.getAttribute("data-group-filter");
+      document.querySelectorAll(".toolbar .group-filter").forEach(function (o) {
+        var on = o === b;
+        o.classList.toggle("active", on);
+        o.setAttribute("aria-pressed", on ? "true" : "false");
+      });
+      applyFilter(shownFamily);
+    });
+  });
+  // rows of one family together (in the families' order, rank order kept within each), or back to rank order
+  var GROUPS = ["baseline", "rehearsal", "regularisation", "head", "other"];
+  document.querySelectorAll(".toolbar .group-rows").forEach(function (b) {
+    b.addEventListener("click", function () {
+      var on = b.getAttribute("aria-pressed") !== "true";
+      b.setAttribute("aria-pressed", on ? "true" : "false");
+      document.querySelectorAll("table.sortable tbody.ranked").forEach(function (body) {
+        var rows = Array.prototype.slice.call(body.querySelectorAll("tr[data-group]"));
+        rows.forEach(function (r, i) { if (!r.hasAttribute("data-rank")) r.setAttribute("data-rank", String(i)); });
+        rows.sort(function (a, c) {
+          var rank = Number(a.getAttribute("data-rank")) - Number(c.getAttribute("data-rank"));
+          if (!on) return rank;
+          return (GROUPS.indexOf(a.getAttribute("data-group")) - GROUPS.indexOf(c.getAttribute("data-group"))) || rank;
+        });
+        var tail = body.querySelector("tr.filtered-out");
+        rows.forEach(function (r) { body.insertBefore(r, tail); });
+      });
+    });
   });
   // the curves against updates or against training TFLOPs, per protocol: without JavaScript both are shown
   document.querySelectorAll(".axis-toggle").forEach(function (bar) {
