@@ -22,6 +22,12 @@ H = [[1.0, 1.0], [2.0, 0.0]]                              # two penultimate embe
 Y = [0, 1]
 
 
+
+def _store(x: torch.Tensor) -> SimpleNamespace:
+    """An input store over the rows of ``x``, as ``evaluate`` reads one (no read-ahead to plan)."""
+    return SimpleNamespace(get=lambda ids: x[torch.as_tensor(ids)], read_ahead=lambda batches: None,
+                           end_read_ahead=lambda: None)
+
 def _toy(full: bool) -> GrowingHead:
     head = GrowingHead(2, 2)
     head.size_for(seen=2, total=4, full=full, generator=torch.Generator().manual_seed(0))
@@ -52,7 +58,7 @@ def test_an_unseen_unit_wins_the_argmax_in_the_harnesss_evaluation():
     x = torch.tensor(H)
     plan = EvalPlan(ids=np.arange(2), labels=torch.tensor(Y), old=np.array([True, True]), new=np.array([False, False]),
                     task=np.zeros(2, dtype=np.int64), tasks=1)
-    acc = evaluate(head, SimpleNamespace(get=lambda ids: x[torch.as_tensor(ids)]), plan, batch_size=2, chunk=2)
+    acc = evaluate(head, _store(x), plan, batch_size=2, chunk=2)
     # logits of sample 0: 1, 1, 1.3, -1.9 -> unit 2, a class not seen yet, wins; sample 1: 2, 0, 1.3, -1.9 -> 0
     assert acc.predicted.tolist() == [2, 0]
     assert acc.old == 0.0
@@ -60,7 +66,7 @@ def test_an_unseen_unit_wins_the_argmax_in_the_harnesss_evaluation():
     with torch.no_grad():
         grown.fc.weight.copy_(torch.tensor(W[:2]))
         grown.fc.bias.copy_(torch.tensor(B[:2]))
-    acc = evaluate(grown, SimpleNamespace(get=lambda ids: x[torch.as_tensor(ids)]), plan, batch_size=2, chunk=2)
+    acc = evaluate(grown, _store(x), plan, batch_size=2, chunk=2)
     assert acc.predicted.tolist() == [0, 0] and acc.old == 0.5
 
 
