@@ -24,7 +24,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Literal
+from typing import Any, Literal
 
 import pandas as pd
 
@@ -376,6 +376,30 @@ def summarize_protocol(name: str, entries: list[Entry], precision: str = "fp32")
         e.reason = reason
     joints = dict(sel.joints)
 
+    valid, best_new, best_from = _score_runs(name, entries, sel, joints)
+    rows = _ranked_rows(valid)
+    used = [joints[s] for s in sorted(joints)]
+    reference_row = MethodRow.of(used) if used else None
+    if reference_row:
+        reference_row.color = JOINT_COLOR
+
+    unranked = sorted((e for e in entries if e.reason), key=lambda e: (e.method, e.result.seed, e.run_id))
+    first = spec or max(entries, key=lambda e: e.result.started_at).result.protocol
+    return Board(
+        name=name, current_hash=current, hash_origin=origin,
+        description=getattr(spec, "description", None), paper_ref=getattr(spec, "paper_ref", None),
+        version=getattr(first, "version", None),
+        rows=rows, reference_row=reference_row, joints=joints, best_new=best_new, best_new_from=best_from,
+        best_new_methods=sel.best_new_methods,
+        unranked=unranked, entries=entries, precision=precision,
+    )
+
+
+def _score_runs(name: str, entries: list[Entry], sel: Any, joints: dict[int, Entry]
+                ) -> tuple[list[Entry], dict[int, dict[int, float]], dict[tuple[int, int], Entry]]:
+    """Each counted run's metrics against its seed's joint reference and A_best (and the paper's A_best
+    beside it): the runs that could be scored, the protocol's A_best per seed and session, and the run each
+    A_best came from. A run that cannot be scored keeps its reason."""
     # The paper's form of A_best, shown beside P_Δ: the best over the counted runs of the same seed.
     paper_best = {seed: best_new_accuracy([e.result.curves for (_, s), e in sel.runs.items() if s == seed])
                   for seed in {s for _, s in sel.runs}}
@@ -404,7 +428,13 @@ def summarize_protocol(name: str, entries: list[Entry], precision: str = "fp32")
                 best_new.setdefault(seed, {})[session] = value
                 if sources[session] in by_id:
                     best_from[(seed, session)] = by_id[sources[session]]
+    return valid, best_new, best_from
 
+
+def _ranked_rows(valid: list[Entry]) -> list[MethodRow]:
+    """The board's rows in rank order: one per method (split by code), each flagged when it has fewer
+    seeds than the best-covered method, paired against the baseline (one Holm family per column),
+    styled, and marked best / second best among the rows with every seed."""
     by_method: dict[str, list[Entry]] = defaultdict(list)
     for e in split_by_code(valid):
         by_method[e.method].append(e)
@@ -435,22 +465,7 @@ def summarize_protocol(name: str, entries: list[Entry], precision: str = "fp32")
     for column in ALL_COLUMNS:
         for row, mark in zip(full, column_marks([rank_value(r.stats[column.key], column) for r in full], column)):
             row.marks[column.key] = mark
-
-    used = [joints[s] for s in sorted(joints)]
-    reference_row = MethodRow.of(used) if used else None
-    if reference_row:
-        reference_row.color = JOINT_COLOR
-
-    unranked = sorted((e for e in entries if e.reason), key=lambda e: (e.method, e.result.seed, e.run_id))
-    first = spec or max(entries, key=lambda e: e.result.started_at).result.protocol
-    return Board(
-        name=name, current_hash=current, hash_origin=origin,
-        description=getattr(spec, "description", None), paper_ref=getattr(spec, "paper_ref", None),
-        version=getattr(first, "version", None),
-        rows=rows, reference_row=reference_row, joints=joints, best_new=best_new, best_new_from=best_from,
-        best_new_methods=sel.best_new_methods,
-        unranked=unranked, entries=entries, precision=precision,
-    )
+    return rows
 
 
 def split_by_code(entries: list[Entry]) -> list[Entry]:

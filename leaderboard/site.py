@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib import metadata, resources
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
@@ -415,29 +416,7 @@ def _render(loaded: Loaded, boards: list[Board], reported: dict, out: Path, mlfl
     entry_board: dict[int, Board] = {id(e): b for b in boards for e in b.entries}
     run_href = {id(e): f"runs/{e.slug}.html" for e in loaded.entries}
 
-    views = []
-    for board in boards:
-        slug = board_slug[id(board)]
-        plots, compute = [], []
-        for group, made in ((plots, board_plots(board)), (compute, compute_plots(board))):
-            for stem, (plot_title, svg) in made.items():
-                path = f"plots/{slug}-{stem}.svg"
-                (out / path).write_text(svg)
-                group.append({"src": path, "title": plot_title, "stem": stem})
-        views.append({
-            "board": board, "slug": slug, "plots": plots, "compute_plots": compute,
-            "rows": [_row_view(r, run_href, most=board.most_seeds) for r in board.rows],
-            "reference": _row_view(board.reference_row, run_href, reference=True) if board.reference_row else None,
-            "reported": [_reported_view(t) for t in reported.get(board.name, [])],
-            "joints": [{"seed": s, "entry": e, "href": run_href[id(e)]} for s, e in sorted(board.joints.items())],
-            "best_new_methods": board.best_new_methods,
-            "best_new": [{"seed": seed, "session": s, "value": v, "entry": board.best_new_from.get((seed, s)),
-                          "href": run_href[id(board.best_new_from[(seed, s)])] if (seed, s) in board.best_new_from
-                          else None}
-                         for seed, sessions in sorted(board.best_new.items()) for s, v in sorted(sessions.items())],
-            "unranked": [{"entry": e, "href": run_href[id(e)]} for e in board.unranked],
-            "n_seeds": max((len(r.runs) for r in board.rows), default=0),
-        })
+    views = [_board_view(board, board_slug[id(board)], out, run_href, reported) for board in boards]
     families = []
     for family in budget_families(boards):
         path = f"plots/budget-{family.slug}.svg"
@@ -463,29 +442,57 @@ def _render(loaded: Loaded, boards: list[Board], reported: dict, out: Path, mlfl
     run_tpl = env.get_template("run.html")
     for entry in loaded.entries:
         board = entry_board[id(entry)]
-        r = entry.result
-        (out / "runs" / f"{entry.slug}.json").write_text(_json_text(entry))
-        svg = run_plot(entry)
-        if svg:
-            (out / "runs" / f"{entry.slug}.svg").write_text(svg)
-        href, hint = _mlflow_href(entry, mlflow_ui)
-        # P_Δ (paper) depends on the other runs of the seed: the value the index averages, never recomputed here
-        values = {**run_values(r, entry.metrics), "P_delta_paper": entry.p_delta_paper}
-        stored = r.metrics
-        compare = _compare_rows(entry)
-        sessions = [c.session for c in sorted(r.curves, key=lambda c: c.session)]
-        m = entry.metrics or stored
-        recovery = ([{"p": p, "values": m.recovery_updates.get(p, [])} for p in sorted(RECOVERY_FRACTIONS, key=float)]
-                    if m else [])
-        html = run_tpl.render(
-            **common, root="../", entry=entry, r=r, board=board, board_slug=board_slug[id(board)],
-            values=[{"column": METRICS[k], "text": format_value(values[k], METRICS[k])} for k in VALUE_KEYS],
-            compare=compare, options=[_option_view(k, v) for k, v in r.options.items()], sessions=sessions, recovery=recovery, metrics=m, time_to_result=_time_to_result_rows(m),
-            plot=f"{entry.slug}.svg" if svg else None, json_href=f"{entry.slug}.json",
-            mlflow_href=href, mlflow_hint=hint,
-            joint_href=("../" + run_href[id(entry.joint)]) if entry.joint else None,
-            stale=r.protocol.hash != board.current_hash,
-        )
-        (out / "runs" / f"{entry.slug}.html").write_text(html)
+        _write_run_page(run_tpl, common, entry, board, board_slug[id(board)], run_href, out, mlflow_ui)
         pages += 1
     return pages
+
+
+def _board_view(board: Board, slug: str, out: Path, run_href: dict[int, str], reported: dict) -> dict[str, Any]:
+    """One board's part of the index: its plots (written under ``out``), rows, references and runs apart."""
+    plots, compute = [], []
+    for group, made in ((plots, board_plots(board)), (compute, compute_plots(board))):
+        for stem, (plot_title, svg) in made.items():
+            path = f"plots/{slug}-{stem}.svg"
+            (out / path).write_text(svg)
+            group.append({"src": path, "title": plot_title, "stem": stem})
+    return {
+        "board": board, "slug": slug, "plots": plots, "compute_plots": compute,
+        "rows": [_row_view(r, run_href, most=board.most_seeds) for r in board.rows],
+        "reference": _row_view(board.reference_row, run_href, reference=True) if board.reference_row else None,
+        "reported": [_reported_view(t) for t in reported.get(board.name, [])],
+        "joints": [{"seed": s, "entry": e, "href": run_href[id(e)]} for s, e in sorted(board.joints.items())],
+        "best_new_methods": board.best_new_methods,
+        "best_new": [{"seed": seed, "session": s, "value": v, "entry": board.best_new_from.get((seed, s)),
+                      "href": run_href[id(board.best_new_from[(seed, s)])] if (seed, s) in board.best_new_from
+                      else None}
+                     for seed, sessions in sorted(board.best_new.items()) for s, v in sorted(sessions.items())],
+        "unranked": [{"entry": e, "href": run_href[id(e)]} for e in board.unranked],
+        "n_seeds": max((len(r.runs) for r in board.rows), default=0),
+    }
+
+
+def _write_run_page(run_tpl: Any, common: dict[str, Any], entry: Entry, board: Board, board_slug: str,
+                    run_href: dict[int, str], out: Path, mlflow_ui: str | None) -> None:
+    """One run's page, its JSON copy and its figure under ``out/runs``."""
+    r = entry.result
+    (out / "runs" / f"{entry.slug}.json").write_text(_json_text(entry))
+    svg = run_plot(entry)
+    if svg:
+        (out / "runs" / f"{entry.slug}.svg").write_text(svg)
+    href, hint = _mlflow_href(entry, mlflow_ui)
+    # P_Δ (paper) depends on the other runs of the seed: the value the index averages, never recomputed here
+    values = {**run_values(r, entry.metrics), "P_delta_paper": entry.p_delta_paper}
+    m = entry.metrics or r.metrics
+    recovery = ([{"p": p, "values": m.recovery_updates.get(p, [])} for p in sorted(RECOVERY_FRACTIONS, key=float)]
+                if m else [])
+    html = run_tpl.render(
+        **common, root="../", entry=entry, r=r, board=board, board_slug=board_slug,
+        values=[{"column": METRICS[k], "text": format_value(values[k], METRICS[k])} for k in VALUE_KEYS],
+        compare=_compare_rows(entry), options=[_option_view(k, v) for k, v in r.options.items()],
+        sessions=[c.session for c in sorted(r.curves, key=lambda c: c.session)], recovery=recovery, metrics=m,
+        time_to_result=_time_to_result_rows(m), plot=f"{entry.slug}.svg" if svg else None,
+        json_href=f"{entry.slug}.json", mlflow_href=href, mlflow_hint=hint,
+        joint_href=("../" + run_href[id(entry.joint)]) if entry.joint else None,
+        stale=r.protocol.hash != board.current_hash,
+    )
+    (out / "runs" / f"{entry.slug}.html").write_text(html)

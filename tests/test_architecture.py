@@ -91,3 +91,9 @@ def test_leaderboard_build_from_stored_results_without_torch(tmp_path) -> None:
     methods = {json.loads(p.read_text())["method"]["spec"] for p in FIXTURES.glob("*.json")}
     assert any(m in index for m in methods - {"joint"})
     assert list(site.rglob("*.png")) or list(site.rglob("*.svg"))  # the plots were drawn too
+
+
+def test_no_function_of_the_package_is_over_80_lines() -> None:
+    out = subprocess.run([sys.executable, str(ROOT / "ci" / "function_lengths.py")], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, "functions over 80 lines (split them):\n" + out.stdout
