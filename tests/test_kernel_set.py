@@ -80,7 +80,7 @@ def test_a_torch_free_host_compares_the_parts_it_knows(monkeypatch):
 
     unknown = threads.kernel_label("fast", versions={})  # what a host without torch and timm computes
     assert unknown.endswith("-torch?-timm?")
-    monkeypatch.setattr(threads, "kernel_label", lambda kernels="fast", digest=None, versions=None: unknown)
+    monkeypatch.setattr(threads, "_label_now", lambda kernels="fast": unknown)
     assert cpu_problem({"device": "cpu", "torch_threads": CPU_THREADS, "cpu_kernels": CPU_KERNELS}) is None
     assert cpu_problem({"device": "cpu", "torch_threads": CPU_THREADS,
                         "cpu_kernels": CPU_KERNELS.replace(code_digest(), "0" * 12)}) is not None

@@ -103,6 +103,12 @@ def _code_digest() -> str:
     return code_digest()
 
 
+@lru_cache(maxsize=len(KERNEL_SETS))
+def _label_now(kernels: str) -> str:
+    """This installation's label of a set: read once, not for every stored run a selection looks at."""
+    return kernel_label(kernels)
+
+
 CPU_KERNELS = kernel_label("fast")  # the default set's label in this installation
 
 
@@ -128,7 +134,7 @@ def cpu_problem(options: dict[str, Any], versions: dict[str, str] | None = None,
     stored = options.get("cpu_kernels")
     if stored in LEGACY_KERNELS:  # read as the code it named, at the versions the run recorded
         stored = kernel_label("fast", LEGACY_KERNELS[stored], versions or {})
-    now = kernel_label(kernels)
+    now = _label_now(kernels)
     if stored is None or not _same(str(stored), now):
         made = f"with CPU kernels {stored!r}" if stored else "with oneDNN's convolution for the body's 1x1 layers"
         return (f"made on the CPU {made} (this selection computes with {now!r}; other kernels, or other torch "

@@ -216,8 +216,9 @@ class ContinualRun:
                                     self.meter.eval_macs())
         check_no_stray_steps(self.method, self.steps[0], self.progress.observed, "setup or end_session")
         # the CL metrics' "before session j": the model as the previous session left it, before begin_session
-        s.before = measure_before(self.model, self.lent.predict, self.method, self.bench.test_inputs,
-                                  eval_plan(self.bench.stream, session), p.eval.batch_size, self.meter, self.accel)
+        s.plan = eval_plan(self.bench.stream, session)  # the session's test classes: fixed for the session
+        s.before = measure_before(self.model, self.lent.predict, self.method, self.bench.test_inputs, s.plan,
+                                  p.eval.batch_size, self.meter, self.accel)
         self.lent.begin_session(session)
         self._size_head(session.seen_classes)
         if p.training.budget is not None:
@@ -228,7 +229,6 @@ class ContinualRun:
         self.method.begin_session(session)
         self.progress.params = max(self.progress.params,
                                    sum(p_.numel() for p_ in self.model.parameters() if p_.requires_grad))
-        s.plan = eval_plan(self.bench.stream, session)
         s.curve = _new_curve(s.plan.tasks)
         s.arrivals = Cycler(session.train_ids, self.rng, shuffle=not p.training.online)  # after begin_session
         s.shares = by_source_shares(p, pos, self.b_new, self.b_old)  # None: the old half pooled over the memory
