@@ -32,7 +32,8 @@ from ..harness.errors import BenchError
 from ..harness.results.catalog import (METRICS, OPTIONAL_KEYS, TABLE_KEYS, TIME_TO_RESULT_KEYS, Direction,
                                       MetricInfo, displayed, format_std, format_value)
 from ..harness.results.metrics import Metrics, best_new_accuracy, compute_metrics, plasticity_gap
-from ..harness.results.schema import RunResult, result_precision, run_identity, select_runs
+from ..harness.results.comparability import select_runs
+from ..harness.results.schema import RunResult, result_precision, run_identity
 from ..harness.results.tidy import runs_frame, seed_stats
 from ..harness.results.uncertainty import MAX_SEEDS, Interval, Paired, against_baseline, t_interval
 
@@ -357,7 +358,7 @@ def _current_hash(name: str, entries: Sequence[Entry]) -> tuple[str, str, object
 
 
 def summarize_protocol(name: str, entries: list[Entry], precision: str = "fp32") -> Board:
-    """Rank one protocol's runs: which runs count is ``harness.results.select_runs`` (the rule the runner
+    """Rank one protocol's runs: which runs count is ``harness.results.comparability.select_runs`` (the rule the runner
     and the sweep use too); here only the leaderboard's own rule is added: a method is ranked when it has
     as many seeds as the best-covered method."""
     from ..methods.configs import joint_settings

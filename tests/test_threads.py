@@ -13,8 +13,7 @@ import pytest
 import torch
 import yaml
 
-from bench_stability_gap.harness.results.schema import select_runs
-from bench_stability_gap.harness.results.threads import CPU_KERNELS, CPU_THREADS, cpu_problem
+from bench_stability_gap.harness.results.comparability import CPU_KERNELS, CPU_THREADS, cpu_problem, select_runs
 
 from conftest import reduced_tiny
 from results_factory import joint_run, two_session_run

@@ -15,7 +15,7 @@ from tqdm.auto import tqdm
 
 from ..model.device import check_precision, resolve_device
 from ..results.schema import GPU_STAGE
-from ..results.threads import kernel_label
+from ..results.comparability import kernel_label
 from ..spec.protocol import Protocol
 from .checkpoint import run_key
 
@@ -32,7 +32,7 @@ class RunOptions:
     # fp32 | tf32 | bf16 (``model.device.autocast``); None: the protocol's default (``run_precision``)
     precision: str | None = None
     # the CPU kernel set: fast (harness.model.fastconv and fastoptim) or stock (PyTorch's); its label is part
-    # of a CPU run's identity (harness.results.threads)
+    # of a CPU run's identity (harness.results.comparability)
     cpu_kernels: str = "fast"
     gpu_decode: bool = True  # on CUDA: JPEG files decoded on the GPU (nvJPEG); no effect elsewhere
     checkpoint_every: int | None = None  # updates between checkpoints; None: every checkpoint_seconds

@@ -1,5 +1,5 @@
 """Where a run fixes the CPU's intra-op thread count and kernel set (why, and which:
-``harness.results.threads``) and how its process allocates memory on the CPU; and how a library call
+``harness.results.comparability``) and how its process allocates memory on the CPU; and how a library call
 gives the process its settings back."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import torch
 
 from ..data.inputs import LIBC
 from ..model.kernels import current, use_kernels
-from ..results.threads import CPU_THREADS, kernel_label
+from ..results.comparability import CPU_THREADS, kernel_label
 
 
 def pin_threads(device: torch.device) -> int:

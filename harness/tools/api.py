@@ -186,7 +186,7 @@ def run(protocol: str = "tiny_cil", method: str = "vanilla", seed: int = 0, *,
 
 
 def _kernel_set(name: str) -> str:
-    from ..results.threads import KERNEL_SETS
+    from ..results.comparability import KERNEL_SETS
 
     if name not in KERNEL_SETS:
         raise BenchError(f"cpu_kernels {name!r} is not a CPU kernel set: choose one of {', '.join(KERNEL_SETS)}.")
