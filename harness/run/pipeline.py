@@ -21,7 +21,6 @@ import torch
 from pathlib import Path
 from typing import Any
 
-from ..model import flops as FL
 from ..results import metrics as M
 from .continual import Diverged, run_cl
 from .budget_guards import eviction_note
@@ -34,6 +33,7 @@ from .joint import ensure_joint_part, joint_parts, stored_part, train_joint
 from ...methods.configs import joint_settings
 from ...methods.registry import MethodSpec, build_method, code_hash, method_settings
 from ..results.comparability import Selection, stored_selection
+from ..results.efficiency import efficiency_vs_joint
 from ..results.schema import (JOINT, MethodStamp, ProtocolStamp, References, RunResult, TunedStamp, git_commit,
                               library_versions, now_iso, save_result)
 from .threads import cpu_kernels
@@ -173,7 +173,7 @@ def _continual_result(protocol: Protocol, bench: Workbench, spec: MethodSpec, me
         common["options"]["notes"] = [note]
     return RunResult(**common, method=_stamp(spec),
                      config=config, overrides=overrides, trainable_params=params, curves=curves,
-                     budget=FL.efficiency_vs_joint(budget, joint.budget), wall_time_s=saver.wall_seconds(),
+                     budget=efficiency_vs_joint(budget, joint.budget), wall_time_s=saver.wall_seconds(),
                      stage_seconds=seconds, tuned=tuned)
 
 
