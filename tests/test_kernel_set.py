@@ -14,7 +14,7 @@ from bench_stability_gap.harness.model.fastconv import PointwiseConvAsGemm, gemm
 from bench_stability_gap.harness.results.schema import library_versions
 from bench_stability_gap.harness.results.comparability import (CPU_KERNELS, CPU_THREADS, KERNEL_MODULES, LEGACY_KERNELS,
                                                                 code_digest, cpu_problem, kernel_label, select_runs)
-from bench_stability_gap.harness.run.threads import cpu_settings_restored, prepare_cpu
+from bench_stability_gap.harness.model.cpu import cpu_settings_restored, prepare_cpu
 
 from results_factory import joint_run, two_session_run
 

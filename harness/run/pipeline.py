@@ -36,7 +36,7 @@ from ..results.comparability import Selection, stored_selection
 from ..results.efficiency import efficiency_vs_joint
 from ..results.schema import (JOINT, MethodStamp, ProtocolStamp, References, RunResult, TunedStamp, git_commit,
                               library_versions, now_iso, save_result)
-from .threads import cpu_kernels
+from ..model.cpu import cpu_kernels
 from .workbench import Workbench, prepare
 from .options import RunOptions, run_precision, say
 from ...methods.base import Method

@@ -36,7 +36,7 @@ from ..data.old_mix import plan_old_mix
 from ..data.stream import Cycler, Session, Stream, build_stream, check_batch_sizes
 from ..model.device import autocast, resolve_device, seed_everything, use_channels_last
 from .options import RunOptions, run_precision, say
-from .threads import cache_tag, prepare_cpu
+from ..model.cpu import cache_tag, prepare_cpu
 from ...methods.base import Context, MethodConfig, StandardMethod, TrainBatch
 
 

@@ -174,7 +174,7 @@ def run(protocol: str = "tiny_cil", method: str = "vanilla", seed: int = 0, *,
     check_backbone(spec)
     from ..model.device import resolve_device
     from ..run.options import RunOptions
-    from ..run.threads import cpu_settings_restored
+    from ..model.cpu import cpu_settings_restored
 
     options = RunOptions(results_dir=root, device=str(resolve_device(device)), trunk_cache=trunk_cache,
                          progress=progress, allow_download=allow_download, overrides=overrides,
@@ -269,7 +269,7 @@ def sweep(sweep: str, seeds: list[int] | None = None, *, results_dir: str | Path
     for protocol in {r.protocol.spec_hash: r.protocol for r in todo}.values():
         check_backbone(protocol)
     if todo:
-        from ..run.threads import cpu_settings_restored
+        from ..model.cpu import cpu_settings_restored
 
         with cpu_settings_restored():
             run_local_sweep(stage_graph(runs, root), options, tracking_uri, mlflow=mlflow)
