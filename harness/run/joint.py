@@ -33,7 +33,8 @@ from .isolation import isolated_model_predict
 from ..results.schema import Budget
 from ..spec.protocol import Protocol
 from .workbench import OfflineCheckpoint, Workbench, train_offline
-from .options import RunOptions, say, timed
+from .options import RunOptions
+from .report import say, timed
 from ..model.device import autocast, seed_everything
 from ...methods.configs import joint_config
 

@@ -38,7 +38,8 @@ from ..results.schema import (JOINT, MethodStamp, ProtocolStamp, References, Run
                               library_versions, now_iso, save_result)
 from ..model.cpu import cpu_kernels
 from .workbench import Workbench, prepare
-from .options import RunOptions, run_precision, say
+from .options import RunOptions, run_precision
+from .report import say
 from ...methods.base import Method
 
 Stored = tuple[Path, Any]

@@ -35,7 +35,8 @@ from ..spec.protocol import Protocol
 from ..data.old_mix import plan_old_mix
 from ..data.stream import Cycler, Session, Stream, build_stream, check_batch_sizes
 from ..model.device import autocast, resolve_device, seed_everything, use_channels_last
-from .options import RunOptions, run_precision, say
+from .options import RunOptions, run_precision
+from .report import say
 from ..model.cpu import cache_tag, prepare_cpu
 from ...methods.base import Context, MethodConfig, StandardMethod, TrainBatch
 
