@@ -32,7 +32,8 @@ from .evaluation import eval_plan, eval_point
 from .isolation import isolated_model_predict
 from ..results.schema import Budget
 from ..spec.protocol import Protocol
-from .workbench import OfflineCheckpoint, Workbench, train_offline
+from .pretrain import OfflineCheckpoint, train_offline
+from .workbench import Workbench
 from .options import RunOptions
 from .report import say, timed
 from ..model.device import autocast, seed_everything
