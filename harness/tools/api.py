@@ -300,17 +300,17 @@ def load_results(results_dir: str | Path) -> pd.DataFrame:
     each, with every metric recomputed against the current references as the leaderboard does (accuracies
     in %). A run that cannot be scored keeps its row with NaN metrics and the ``reason``; a corrupt file
     is skipped with a warning naming it. An empty folder gives an empty frame with the same columns."""
-    from ...leaderboard.aggregate import entry_frame, summarize
+    from ...leaderboard.aggregate import entry_frame, scored_entries, summarize
     from ...leaderboard.sources import load_folder
 
     root = Path(results_dir).expanduser()
     if not root.is_dir():
         raise BenchError(f"Results folder {root} does not exist (run `bench run ...` first, or give another folder).")
     loaded = load_folder(root, warn=lambda message: warnings.warn(message, stacklevel=3))
-    summarize(loaded.entries)
-    if not loaded.entries:
+    scored = scored_entries(summarize(loaded.entries))
+    if not scored:
         return pd.DataFrame(columns=results_columns())
-    frame = entry_frame(loaded.entries)
-    frame["path"] = [e.source for e in loaded.entries]
-    frame["reason"] = [e.reason or "" for e in loaded.entries]
+    frame = entry_frame(scored)
+    frame["path"] = [e.source for e in scored]
+    frame["reason"] = [e.reason or "" for e in scored]
     return frame[results_columns()]
