@@ -136,7 +136,7 @@ class PlannedRun:
 
     @property
     def row(self) -> str:
-        """The leaderboard row this run lands in (``results.row_label``)."""
+        """The leaderboard row this run lands in (``schema.row_label``)."""
         return row_label(self.method, self.overrides, self.tuned)
 
 
