@@ -55,6 +55,8 @@ from ..errors import BenchError
 from .metrics import Metrics, best_new_accuracy
 from .schema import JOINT, RunResult, iter_results, result_precision
 
+# ------------------------------------------------------------------ on the CPU: threads and kernels
+
 CPU_THREADS = 1
 KERNEL_SETS = ("fast", "stock")
 # the modules whose code is the fast kernel set: what they compute is what the label stands for
@@ -154,7 +156,7 @@ def cpu_problem(options: dict[str, Any], versions: dict[str, str] | None = None,
     return None
 
 
-# ------------------------------------------------------------------ which stored runs count
+# ------------------------------------------------------------------ the selection
 
 T = TypeVar("T")
 
