@@ -1,4 +1,4 @@
-"""Benchmark behind ``inputs.CPU_FORWARD_CHUNK`` (the fewest rows ``cpu_forward_chunk`` gives, which wide
+"""Benchmark behind ``model.cpu.CPU_FORWARD_CHUNK`` (the fewest rows ``cpu_forward_chunk`` gives, which wide
 models such as ConvNeXt at 224 px get): per-image time of ConvNeXtV2-femto's frozen trunk and
 of its body+head on the CPU, forwarded as one batch of 128 vs in chunks, interleaved in one process (the
 ratio is what to compare on a shared machine). Usage: python ci/cpu_chunk_speed.py [repeats]"""
@@ -10,7 +10,7 @@ import time
 import timm
 import torch
 
-from bench_stability_gap.harness.data.inputs import CPU_FORWARD_CHUNK
+from bench_stability_gap.harness.model.cpu import CPU_FORWARD_CHUNK
 
 m = timm.create_model("convnextv2_femto", pretrained=False).eval()
 parts = {

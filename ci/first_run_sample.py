@@ -54,7 +54,7 @@ def current_block(readme: str) -> str | None:
 def problems(readme: str, stored: Path = STORED) -> list[str]:
     """What makes the README's sample untrue to the code and the protocol; empty when it is true."""
     from bench_stability_gap.harness.results.schema import RunResult
-    from bench_stability_gap.harness.results.threads import cpu_problem
+    from bench_stability_gap.harness.results.comparability import cpu_problem
     from bench_stability_gap.harness.spec.protocol import load_protocol
 
     found = []

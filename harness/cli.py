@@ -582,7 +582,8 @@ def validate(file: Path) -> None:
     if (problem := not_a_file(file)) is not None:
         raise BenchError(f"{kind} file {file} {problem}.")
     if file.suffix == ".json":
-        from .results.schema import load_result, result_problem, value_problem
+        from .results.comparability import result_problem, value_problem
+        from .results.schema import load_result
 
         from ..leaderboard.recheck import recomputed_problem
 

@@ -22,7 +22,7 @@ import math
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Literal
 
@@ -32,7 +32,8 @@ from ..harness.errors import BenchError
 from ..harness.results.catalog import (METRICS, OPTIONAL_KEYS, TABLE_KEYS, TIME_TO_RESULT_KEYS, Direction,
                                       MetricInfo, displayed, format_std, format_value)
 from ..harness.results.metrics import Metrics, best_new_accuracy, compute_metrics, plasticity_gap
-from ..harness.results.schema import RunResult, result_precision, run_identity, select_runs
+from ..harness.results.comparability import select_runs
+from ..harness.results.schema import RunResult, result_precision, run_identity
 from ..harness.results.tidy import runs_frame, seed_stats
 from ..harness.results.uncertainty import MAX_SEEDS, Interval, Paired, against_baseline, t_interval
 
@@ -357,16 +358,18 @@ def _current_hash(name: str, entries: Sequence[Entry]) -> tuple[str, str, object
 
 
 def summarize_protocol(name: str, entries: list[Entry], precision: str = "fp32") -> Board:
-    """Rank one protocol's runs: which runs count is ``harness.results.select_runs`` (the rule the runner
-    and the sweep use too); here only the leaderboard's own rule is added: a method is ranked when it has
-    as many seeds as the best-covered method."""
+    """Rank one protocol's runs: which runs count is ``harness.results.comparability.select_runs`` (the rule
+    the runner and the sweep use too); here only the leaderboard's own rule is added: a method is ranked
+    when it has as many seeds as the best-covered method.
+
+    The entries given are left as they are: the board scores copies of them (``Board.entries``, in the
+    same order), so two boards that share a run (NAME@Kx borrows NAME's joint runs) never overwrite each
+    other's scores, and summarizing again starts from the stored runs, not from an earlier board's."""
     from ..methods.configs import joint_settings
 
+    entries = [unscored(e) for e in entries]
     own = [e for e in entries if e.result.protocol.name == name] or entries  # NAME@Kx: not NAME's borrowed joints
     current, origin, spec = _current_hash(name, own)
-    for e in entries:
-        e.reason, e.metrics, e.joint, e.p_delta_paper = None, None, None, None
-        e.__dict__.pop("method", None)  # the row name split_by_code may have given it last time
     reference_set = spec.best_new_reference if spec is not None else _stored_reference_set(entries)
     shared = (spec.reference.spec_hash if spec.reference is not spec else None) if spec is not None \
         else _stored_reference_hash(name, entries, current)
@@ -393,6 +396,18 @@ def summarize_protocol(name: str, entries: list[Entry], precision: str = "fp32")
         best_new_methods=sel.best_new_methods,
         unranked=unranked, entries=entries, precision=precision,
     )
+
+
+def unscored(entry: Entry) -> Entry:
+    """A copy of ``entry`` as loaded: the stored run, where it came from and its slug, without a board's
+    scores (metrics, references, reason) or the row name ``split_by_code`` may have given it."""
+    return replace(entry, metrics=None, joint=None, p_delta_paper=None, reason=None)
+
+
+def scored_entries(boards: Iterable[Board]) -> list[Entry]:
+    """Every run of ``boards`` once, as the board of its own protocol scored it (a NAME@Kx board scores
+    NAME's joint runs too, which it borrows): what a run's own page and ``load_results`` show."""
+    return [e for b in boards for e in b.entries if e.result.protocol.name == b.name]
 
 
 def _score_runs(name: str, entries: list[Entry], sel: Any, joints: dict[int, Entry]
@@ -518,7 +533,8 @@ def _stored_reference_set(entries: Sequence[Entry]) -> list[str]:
 
 def summarize(entries: Iterable[Entry]) -> list[Board]:
     """One board per protocol name and precision found in the results, sorted by name: runs made in
-    two precisions never share a row, a joint reference or an A_best."""
+    two precisions never share a row, a joint reference or an A_best. The entries given are left as they
+    are (each board scores copies: ``summarize_protocol``; each run as scored: ``scored_entries``)."""
     groups: dict[tuple[str, str], list[Entry]] = defaultdict(list)
     for e in entries:
         groups[(e.result.protocol.name, result_precision(e.result))].append(e)

@@ -21,15 +21,14 @@ def results_root(path: Path) -> Path | None:
 def recomputed_problem(path: Path, result: RunResult) -> str | None:
     """Which stored metric differs from its recomputation (None when all agree, or when the references to
     recompute them are not beside the file)."""
-    from .aggregate import summarize
+    from .aggregate import scored_entries, summarize
     from .sources import load_folder
 
     root = results_root(path)
     if root is None or result.metrics is None:
         return None
     loaded = load_folder(root)
-    summarize(loaded.entries)
-    entry = next((e for e in loaded.entries if e.result.run_id == result.run_id), None)
+    entry = next((e for e in scored_entries(summarize(loaded.entries)) if e.result.run_id == result.run_id), None)
     if entry is None or entry.metrics is None:
         return None
     for key in COMPARED:

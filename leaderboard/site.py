@@ -28,7 +28,8 @@ from ..harness.results.metrics import RECOVERY_FRACTIONS, Metrics
 from ..harness.results.tidy import VALUE_KEYS, accuracy_scale, run_values
 
 from .aggregate import (ALL_COLUMNS, BASELINE, COLUMN_BY_KEY, DEFAULT_ORDER, Board, Entry, MethodRow, Reached, Stat,
-                        assign_slugs, column_marks, paired_text, rank_value, seeds_text, summarize)
+                        assign_slugs, column_marks, paired_text, rank_value, scored_entries, seeds_text,
+                        summarize)
 from .budget_curve import CURVE_COLUMNS, BudgetFamily, budget_families, family_rows, figure_bytes
 from .glossary import BEFORE_NOTE, INTERVAL_NOTE, OMEGA_NOTE, TERMS
 from .plots import board_plots, compute_plots, run_plot
@@ -414,7 +415,7 @@ def _render(loaded: Loaded, boards: list[Board], reported: dict, out: Path, mlfl
     boards = sorted(boards, key=board_order)
     board_slug = {id(b): protocol_slug(b.name, i) for i, b in enumerate(boards)}
     entry_board: dict[int, Board] = {id(e): b for b in boards for e in b.entries}
-    run_href = {id(e): f"runs/{e.slug}.html" for e in loaded.entries}
+    run_href = {id(e): f"runs/{e.slug}.html" for b in boards for e in b.entries}
 
     views = [_board_view(board, board_slug[id(board)], out, run_href, reported) for board in boards]
     families = []
@@ -440,7 +441,7 @@ def _render(loaded: Loaded, boards: list[Board], reported: dict, out: Path, mlfl
     pages += 2
 
     run_tpl = env.get_template("run.html")
-    for entry in loaded.entries:
+    for entry in scored_entries(boards):
         board = entry_board[id(entry)]
         _write_run_page(run_tpl, common, entry, board, board_slug[id(board)], run_href, out, mlflow_ui)
         pages += 1

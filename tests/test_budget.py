@@ -19,6 +19,7 @@ from bench_stability_gap.harness.spec.protocol import load_protocol
 from bench_stability_gap.harness.run.continual import run_cl
 from bench_stability_gap.harness.run.workbench import prepare
 from bench_stability_gap.harness.run.options import RunOptions
+from bench_stability_gap.harness.results.efficiency import efficiency_vs_joint
 from bench_stability_gap.methods.base import StepStats
 from bench_stability_gap.methods.configs import VanillaConfig
 from bench_stability_gap.methods.baselines import Vanilla
@@ -182,7 +183,7 @@ def test_vanilla_flops_equal_the_hand_count_and_every_budget_figure_is_recorded(
     assert budget.declared == {} and budget.flops_convention == FL.CONVENTION
     # efficiency against joint: joint's totals over the run's
     joint = budget.model_copy(update={"optimizer_steps": 120, "train_flops": 10 * budget.train_flops})
-    ratios = FL.efficiency_vs_joint(budget, joint)
+    ratios = efficiency_vs_joint(budget, joint)
     assert ratios.updates_vs_joint == 10.0 and ratios.train_flops_vs_joint == pytest.approx(10.0)
 
 

@@ -160,7 +160,7 @@ def test_cpu_forwards_in_chunks_equal_the_whole_batch():
     size), and the same predictions."""
     import timm
 
-    from bench_stability_gap.harness.data.inputs import CPU_FORWARD_CHUNK, in_cpu_chunks
+    from bench_stability_gap.harness.model.cpu import CPU_FORWARD_CHUNK, in_cpu_chunks
 
     torch.manual_seed(0)
     net = timm.create_model("convnextv2_atto", pretrained=False, num_classes=10).eval()

@@ -8,8 +8,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from bench_stability_gap.harness.data import inputs as IN
-from bench_stability_gap.harness.data.inputs import InputStore, Preprocess, cpu_forward_chunk, widest_row_bytes
+from bench_stability_gap.harness.data.inputs import InputStore, Preprocess
+from bench_stability_gap.harness.model import cpu as CPU
+from bench_stability_gap.harness.model.cpu import cpu_forward_chunk, widest_row_bytes
 from bench_stability_gap.harness.data.sources import ArraySplit
 from bench_stability_gap.harness.data.stream import Catalog
 from bench_stability_gap.harness.model import flops as FL
@@ -49,9 +50,9 @@ def test_chunk_follows_the_widest_activation_per_row():
     x = torch.randn(8, 3, 32, 32)
     assert widest_row_bytes(wide, x) == 64 * 32 * 32 * 4  # weights (64 x 3 x 3 x 3) are not rows
     assert widest_row_bytes(narrow, x) == 4 * 32 * 32 * 4
-    assert cpu_forward_chunk(64 * 32 * 32 * 4) == IN.CPU_ACTIVATION_BUDGET // (256 << 10) == 64
-    assert cpu_forward_chunk(4 * 32 * 32 * 4) == IN.CPU_FORWARD_CHUNK_MAX  # 1024 rows fit: capped
-    assert cpu_forward_chunk(3 << 20) == IN.CPU_FORWARD_CHUNK  # wider than the budget allows: the floor
+    assert cpu_forward_chunk(64 * 32 * 32 * 4) == CPU.CPU_ACTIVATION_BUDGET // (256 << 10) == 64
+    assert cpu_forward_chunk(4 * 32 * 32 * 4) == CPU.CPU_FORWARD_CHUNK_MAX  # 1024 rows fit: capped
+    assert cpu_forward_chunk(3 << 20) == CPU.CPU_FORWARD_CHUNK  # wider than the budget allows: the floor
     assert cpu_forward_chunk(100_000) == 128  # 167 rows fit: the largest power of two below
 
 
@@ -66,7 +67,7 @@ def test_tiny_cil_body_gets_bigger_chunks_than_its_trunk_pass():
     model = split_network(net, backbone, 25).eval()
     feats = model.trunk(torch.randn(2, 3, 32, 32))
     assert cpu_forward_chunk(widest_row_bytes(lambda f: model.head(model.body(f)), feats)) == 256
-    assert IN.TRUNK_PASS_CHUNK == 16
+    assert CPU.TRUNK_PASS_CHUNK == 16
 
 
 def test_once_per_shape_tally_equals_the_hooked_tally_and_logits_the_old_path():

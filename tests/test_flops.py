@@ -1,4 +1,4 @@
-"""FLOP accounting (harness.flops): fvcore against PyTorch's own counter, the per-part split, the
+"""FLOP accounting (harness.model.flops): fvcore against PyTorch's own counter, the per-part split, the
 backward convention and the run-time meter, on tiny models (fast)."""
 
 from __future__ import annotations

@@ -11,10 +11,10 @@ import torch
 
 from bench_stability_gap.harness.model import kernels
 from bench_stability_gap.harness.model.fastconv import PointwiseConvAsGemm, gemm_pointwise_convs
-from bench_stability_gap.harness.results.schema import library_versions, select_runs
-from bench_stability_gap.harness.results.threads import (CPU_KERNELS, CPU_THREADS, KERNEL_MODULES, LEGACY_KERNELS,
-                                                          code_digest, cpu_problem, kernel_label)
-from bench_stability_gap.harness.run.threads import cpu_settings_restored, prepare_cpu
+from bench_stability_gap.harness.results.schema import library_versions
+from bench_stability_gap.harness.results.comparability import (CPU_KERNELS, CPU_THREADS, KERNEL_MODULES, LEGACY_KERNELS,
+                                                                code_digest, cpu_problem, kernel_label, select_runs)
+from bench_stability_gap.harness.model.cpu import cpu_settings_restored, prepare_cpu
 
 from results_factory import joint_run, two_session_run
 
@@ -76,11 +76,11 @@ def test_runs_of_another_torch_release_or_the_other_set_are_set_apart_and_the_le
 
 
 def test_a_torch_free_host_compares_the_parts_it_knows(monkeypatch):
-    from bench_stability_gap.harness.results import threads
+    from bench_stability_gap.harness.results import comparability
 
-    unknown = threads.kernel_label("fast", versions={})  # what a host without torch and timm computes
+    unknown = comparability.kernel_label("fast", versions={})  # what a host without torch and timm computes
     assert unknown.endswith("-torch?-timm?")
-    monkeypatch.setattr(threads, "_label_now", lambda kernels="fast": unknown)
+    monkeypatch.setattr(comparability, "_label_now", lambda kernels="fast": unknown)
     assert cpu_problem({"device": "cpu", "torch_threads": CPU_THREADS, "cpu_kernels": CPU_KERNELS}) is None
     assert cpu_problem({"device": "cpu", "torch_threads": CPU_THREADS,
                         "cpu_kernels": CPU_KERNELS.replace(code_digest(), "0" * 12)}) is not None

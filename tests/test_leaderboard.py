@@ -31,7 +31,7 @@ from bench_stability_gap.harness.cli import main
 from bench_stability_gap.harness.results.metrics import best_new_accuracy, compute_metrics, plasticity_gap
 from bench_stability_gap.harness.spec.protocol import load_protocol
 from bench_stability_gap.harness.results.schema import RunResult, load_result, save_result
-from bench_stability_gap.harness.results.threads import CPU_KERNELS
+from bench_stability_gap.harness.results.comparability import CPU_KERNELS
 
 from bench_stability_gap.leaderboard.aggregate import COLUMN_BY_KEY, COLUMNS, Stat, format_table, marks, rank_value, summarize
 from bench_stability_gap.leaderboard.reported import load_reported

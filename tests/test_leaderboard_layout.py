@@ -12,7 +12,7 @@ from chromium import CHROMIUM_FLAGS, playwright_and_chromium
 from results_factory import joint_run, two_session_run
 
 from bench_stability_gap.harness.results.schema import save_result
-from bench_stability_gap.harness.results.threads import CPU_KERNELS, CPU_THREADS
+from bench_stability_gap.harness.results.comparability import CPU_KERNELS, CPU_THREADS
 from bench_stability_gap.leaderboard.site import build_site
 from bench_stability_gap.leaderboard.sources import load_folder
 

@@ -12,11 +12,11 @@ from click.testing import CliRunner
 from bench_stability_gap.harness.cli import main
 from bench_stability_gap.harness.errors import BenchError
 from bench_stability_gap.harness.spec.protocol import load_protocol
-from bench_stability_gap.harness.results.schema import result_precision, select_runs
+from bench_stability_gap.harness.results.schema import result_precision
 from bench_stability_gap.harness.model.device import autocast
 from bench_stability_gap.harness.run.options import RunOptions, run_precision
 from bench_stability_gap.leaderboard.aggregate import Entry, summarize
-from bench_stability_gap.harness.results.threads import CPU_KERNELS
+from bench_stability_gap.harness.results.comparability import CPU_KERNELS, select_runs
 
 from results_factory import joint_run, two_session_run
 

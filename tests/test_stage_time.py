@@ -10,7 +10,7 @@ from results_factory import joint_run, two_session_run
 
 from bench_stability_gap.harness.cli import summary_lines
 from bench_stability_gap.harness.results.schema import save_result
-from bench_stability_gap.harness.run.options import timed
+from bench_stability_gap.harness.run.report import timed
 from bench_stability_gap.leaderboard.site import build_site
 from bench_stability_gap.leaderboard.sources import load_folder
 

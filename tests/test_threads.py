@@ -13,8 +13,7 @@ import pytest
 import torch
 import yaml
 
-from bench_stability_gap.harness.results.schema import select_runs
-from bench_stability_gap.harness.results.threads import CPU_KERNELS, CPU_THREADS, cpu_problem
+from bench_stability_gap.harness.results.comparability import CPU_KERNELS, CPU_THREADS, cpu_problem, select_runs
 
 from conftest import reduced_tiny
 from results_factory import joint_run, two_session_run
@@ -100,7 +99,7 @@ def test_cpu_runs_made_with_other_kernels_or_before_kernels_were_recorded_are_ne
 
 
 def test_a_cpu_run_keeps_freed_memory_for_reuse_and_a_cuda_run_leaves_the_allocator_alone():
-    from bench_stability_gap.harness.run.threads import keep_freed_memory
+    from bench_stability_gap.harness.model.cpu import keep_freed_memory
 
     assert keep_freed_memory(torch.device("cuda")) is False
     if sys.platform.startswith("linux"):  # glibc takes the settings; elsewhere nothing changes

@@ -17,13 +17,12 @@ process (reproducible augmentation).
 from __future__ import annotations
 
 import copy
-import ctypes
 import gc
 import hashlib
 import json
 import os
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from pathlib import Path
@@ -32,11 +31,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.overrides import TorchFunctionMode
 from torchvision.transforms import v2 as T
 from tqdm.auto import tqdm
 
 from .features import FeatureShards, open_verified
+from ..model.cpu import LIBC, TRUNK_PASS_CHUNK, in_cpu_chunks
 from .resident import RowsAhead, placement
 from ..progress_bar import progress_bar
 from ..spec.protocol import Backbone
@@ -47,72 +46,6 @@ DEVICE_TABLE_BYTES = 1 << 30  # on CUDA, a cached table up to this size lives on
 # Images per trunk-pass batch: at 224 px a ConvNeXt stage-0 block holds 2.4 MB of activations per
 # image (4x expansion of 96x56x56, float32), so 512 images peak at ~3.4 GB resident; 128 at < 1 GB.
 TRUNK_CHUNK = 128
-# Rows per forward on the CPU. Elementwise ops (norms, activations, residual adds, padding) are bound by
-# memory bandwidth, so a chunk's activations should stay in cache, while too few rows leave the GEMMs thin
-# and pay the per-call overhead once per handful of images. The chunk is chosen from the widest activation
-# one row makes (``widest_row_bytes``): the largest power of two whose chunk keeps it within
-# ``CPU_ACTIVATION_BUDGET`` (half of a 32 MiB server L3; the block's other tensors and weights fit beside
-# it), between ``CPU_FORWARD_CHUNK`` and ``CPU_FORWARD_CHUNK_MAX`` rows. ConvNeXt at 224 px (2.4 MB per image
-# at its widest) gets 16, as measured by ``ci/cpu_chunk_speed.py`` (1.75x faster than 128 for the trunk);
-# tiny_cil's body over cached 2x2 trunk features (43 KB per row) gets 256, 4-5x faster than 16.
-# No layer mixes samples in eval mode, so the outputs equal a whole-batch forward's up to float rounding
-# (oneDNN picks kernels by batch size): eval predictions agree unless two logits tie within ~1e-7.
-CPU_ACTIVATION_BUDGET = 16 << 20
-CPU_FORWARD_CHUNK = 16
-CPU_FORWARD_CHUNK_MAX = 256
-# The trunk pass that fills a feature table (or streams features) keeps 16 rows whatever the model: its
-# features feed training and are stored on disk, so its chunk is part of every cached run's numbers.
-TRUNK_PASS_CHUNK = CPU_FORWARD_CHUNK
-
-
-class _WidestRow(TorchFunctionMode):
-    """Records the largest per-row output (bytes) of any torch function called inside."""
-
-    def __init__(self, rows: int) -> None:
-        super().__init__()
-        self.rows, self.bytes = rows, 0
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        if isinstance(out, Tensor) and out.ndim >= 2 and out.shape[0] == self.rows:  # not weights
-            self.bytes = max(self.bytes, out.numel() * out.element_size() // self.rows)
-        return out
-
-
-def widest_row_bytes(forward: Callable[[Tensor], Tensor], x: Tensor) -> int:
-    """Bytes of the widest activation one row of ``x`` makes through ``forward`` (one forward of two rows,
-    gradient-free; run it where no FLOP meter counts, or pause the meter)."""
-    probe = x[:2]
-    mode = _WidestRow(len(probe))
-    with torch.no_grad(), mode:
-        forward(probe)
-    return mode.bytes
-
-
-def cpu_forward_chunk(row_bytes: int) -> int:
-    """Rows per CPU forward for a model whose widest activation is ``row_bytes`` per row (see above)."""
-    rows = CPU_ACTIVATION_BUDGET // max(1, row_bytes)
-    chunk = 1 << max(0, rows.bit_length() - 1)  # the largest power of two <= rows
-    return min(CPU_FORWARD_CHUNK_MAX, max(CPU_FORWARD_CHUNK, chunk))
-
-
-def in_cpu_chunks(forward: Callable[[Tensor], Tensor], x: Tensor, chunk: int | None = None) -> Tensor:
-    """``forward(x)``, ``chunk`` rows at a time on the CPU (by default chosen from the widest activation,
-    ``cpu_forward_chunk``; the same values up to float rounding, deterministically); other devices get
-    the whole batch. For gradient-free forwards whose rows are independent (eval, the frozen trunk)."""
-    if x.device.type != "cpu":
-        return forward(x)
-    if chunk is None:
-        chunk = cpu_forward_chunk(widest_row_bytes(forward, x))
-    if len(x) <= chunk:
-        return forward(x)
-    return torch.cat([forward(part) for part in x.split(chunk)])
-
-
-try:
-    LIBC = ctypes.CDLL(None)  # the process's C library (glibc on Linux): malloc_trim, mallopt
-except OSError:  # no C library to load symbols from: nothing to trim
-    LIBC = None
 
 
 def workers_from(loader: torch.utils.data.DataLoader) -> Iterator:

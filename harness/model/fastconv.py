@@ -12,7 +12,7 @@ spends most of its time outside the arithmetic: forward and backward of tiny_cil
 a GEMM's rate. The same sums as one ``F.linear`` over every pixel (rows = batch x height x width) ran
 the body's training twice and its evaluation over cached trunk features 1.7 times as fast. The sums are
 added in another order, so outputs move by ~5e-7 and training carries that into every later number: the
-kernel set is part of a CPU run's identity (``harness.results.threads.kernel_label``), and runs or caches
+kernel set is part of a CPU run's identity (``harness.results.comparability.kernel_label``), and runs or caches
 made with other kernels are never mixed with runs made now. Other devices keep the stock convolution.
 
 **Depthwise convs on the smallest maps (the last bits of gradients differ).** On the CPU, oneDNN's

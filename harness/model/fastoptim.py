@@ -4,7 +4,7 @@ A method's AdamW holds one parameter group per tensor of the body (layer-wise lr
 tiny_cil), and the stock CPU implementation steps them one tensor at a time: 17 % of a training step of
 tiny_cil's body went there. The fused CPU kernel computes the same update in one pass per group. It adds
 in another order (the last bits differ), so it belongs to the CPU kernel set a run records
-(``harness.results.threads.kernel_label``). Other devices keep the stock implementation.
+(``harness.results.comparability.kernel_label``). Other devices keep the stock implementation.
 """
 
 from __future__ import annotations

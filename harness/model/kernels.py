@@ -3,7 +3,7 @@ convolutions and ``fastoptim``'s fused AdamW) or ``stock`` (PyTorch's own kernel
 
 The choice is process-wide because the rewritten modules are built into the network and the optimizer
 is built by each method: a run sets it once, before its first float operation, and records the set's
-label (``harness.results.threads.kernel_label``). ``stock`` exists to check the fast set against
+label (``harness.results.comparability.kernel_label``). ``stock`` exists to check the fast set against
 PyTorch's kernels on the same seed, and for a machine where a rewrite misbehaves; it never mixes with
 the default set's runs.
 """
@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from ..results.threads import KERNEL_SETS
+from ..results.comparability import KERNEL_SETS
 from .fastconv import stock_kernels
 from .fastoptim import adamw
 

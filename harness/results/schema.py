@@ -4,25 +4,22 @@ from __future__ import annotations
 
 import errno
 import json
-import math
 import os
 import platform
 import subprocess
 import sys
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..atomic import write_or_rescue
 from .curves import ReferenceSession, SessionCurve
 from ..errors import BenchError
-from .metrics import EvalWeighting, Metrics, best_new_accuracy
-from .threads import cpu_problem
+from .metrics import EvalWeighting, Metrics
 
 SCHEMA_VERSION = 3  # 2: overrides and the references a run was scored with are stored; 3: curves hold their
 # "before" point (SessionCurve.before); older results load as ever, with forgetting, BWT and FWT not recorded
@@ -323,40 +320,9 @@ def iter_results(root: Path, protocol: str | None = None,
     return scan_results(root / "runs" / protocol if protocol else root / "runs", skip)
 
 
-# ------------------------------------------------------------------ which stored runs count
+# ------------------------------------------------------------------ what a run is (which runs count: comparability.py)
 
 JOINT = "joint"  # the method string of the harness's own upper-bound reference
-T = TypeVar("T")
-
-
-def value_problem(r: RunResult) -> str | None:
-    """Why a result's recorded numbers cannot be true (NaN, inf, an accuracy outside [0, 1]); None when
-    they can. Such a file is refused everywhere: ``bench validate`` fails on it, the leaderboard never
-    ranks it, ``bench sync`` never mirrors it."""
-    values = [v for c in r.curves for v in (*c.old, *c.new, *c.all, *(x for t in c.tasks for x in t))]
-    values += [v for s in r.reference for v in (s.old, s.new, s.all, *s.tasks)]
-    bad = next((v for v in values if not (math.isfinite(v) and 0.0 <= v <= 1.0)), None)
-    if bad is not None:
-        return f"an accuracy of {bad!r} is recorded (accuracies are fractions in [0, 1])"
-    return metrics_problem(r.metrics)
-
-
-def metrics_problem(m: Metrics | None) -> str | None:
-    """Why stored metrics cannot be what the curves give: a NaN or infinite number, or an accuracy-valued
-    metric outside [0, 1] (the leaderboard recomputes them, but ``bench sync`` mirrors them as stored)."""
-    if m is None:
-        return None
-    for key in ("S_delta", "P_delta", "CK_delta", "sigma", "mu", "alpha", "min_acc", "wc_acc"):
-        value = getattr(m, key)
-        if value is not None and not math.isfinite(value):
-            return f"metrics.{key} is {value!r} (a metric computed from finite accuracies is finite)"
-    for key in ("sigma", "mu", "alpha", "min_acc", "wc_acc"):
-        if not 0.0 <= getattr(m, key) <= 1.0:
-            return f"metrics.{key} is {getattr(m, key)!r} (an accuracy, a fraction in [0, 1])"
-    for key in ("S_delta", "P_delta", "CK_delta"):  # 1 minus a mean of non-negative ratios
-        if (getattr(m, key) or 0.0) > 1.0:
-            return f"metrics.{key} is {getattr(m, key)!r} (a gap is at most 1)"
-    return None
 
 
 def result_precision(r: RunResult) -> str:
@@ -389,119 +355,3 @@ def identity_text(r: RunResult) -> str:
     if i["cpu_kernels"]:
         parts.append(f"kernels {i['cpu_kernels']}")
     return ", ".join(parts)
-
-
-def result_problem(r: RunResult) -> str | None:
-    """Why a stored result can never be ranked or serve as a reference; None when it can. A run that
-    did not complete is a true record (kept, mirrored, listed apart); one with impossible values is not."""
-    if (bad := value_problem(r)) is not None:
-        return bad
-    if r.status != "complete":
-        return f"status {r.status!r}, not complete"
-    if not r.is_reference and not r.curves:
-        return "no accuracy curves recorded (incomplete run)"
-    return None
-
-
-def _same_settings(stored: dict[str, Any], expected: dict[str, Any]) -> bool:
-    """Every setting a joint run recorded equals the protocol's (a setting added to bench later, absent
-    from an older run's record, does not make it another reference), and the optimizer's are there."""
-    return {"lr", "weight_decay"} <= stored.keys() and all(expected[k] == v for k, v in stored.items() if k in expected)
-
-
-@dataclass
-class Selection(Generic[T]):
-    """The answer to "which stored runs count" for one protocol spec, used alike by the runner (its
-    references), the sweep (what is done) and the leaderboard (what is ranked).
-
-    - ``joints``: per seed, the newest valid joint reference made with the protocol's joint settings;
-    - ``runs``: per (row label, seed), the newest valid CL run;
-    - ``apart``: everything else, with the reason (stale hash, failed, out-of-range values, superseded,
-      a joint with other settings, made on the CPU with another thread count), never ranked and never a
-      reference;
-    - A_best(E_j) per seed comes from the protocol's reference methods (default settings, same seed)
-      and the scored run itself, so a submitted run never moves another method's P_Δ.
-    """
-
-    protocol_hash: str
-    best_new_methods: tuple[str, ...]
-    joints: dict[int, T] = field(default_factory=dict)
-    runs: dict[tuple[str, int], T] = field(default_factory=dict)
-    apart: list[tuple[T, str]] = field(default_factory=list)
-    result_of: Callable[[T], RunResult] = lambda item: item  # type: ignore[assignment,return-value]
-
-    def reference_runs(self, seed: int) -> list[T]:
-        """The runs of the protocol's A_best reference set for ``seed`` (those that exist)."""
-        return [self.runs[(m, seed)] for m in self.best_new_methods if (m, seed) in self.runs]
-
-    def best_new(self, run: RunResult) -> tuple[dict[int, float], dict[int, str]]:
-        """A_best(E_j) for scoring ``run``: the best new-class accuracy of the reference set (same
-        seed) or of the run itself, per session, and the id of the run that reached it."""
-        refs = [self.result_of(x) for x in self.reference_runs(run.seed)]
-        # a stored run of the same row and seed is the one ``run`` supersedes: never its reference
-        candidates = [r for r in refs if r.label != run.label] + [run]
-        best = best_new_accuracy([r.curves for r in candidates])
-        source = {s: next(r.run_id for r in candidates for c in r.curves if c.session == s and max(c.new) == v)
-                  for s, v in best.items()}
-        return best, source
-
-
-def select_runs(items: Iterable[T], protocol_hash: str, best_new_methods: Iterable[str],
-                joint_config: dict[str, Any] | None = None,
-                result_of: Callable[[T], RunResult | BenchError] = lambda item: item,  # type: ignore[assignment,return-value]
-                weights: str | None = None, precision: str | None = None,
-                reference_hash: str | None = None, kernels: str = "fast") -> Selection[T]:
-    """Sort stored runs of one protocol into what counts and what is set apart (see ``Selection``).
-    ``joint_config``: the settings the protocol's joint reference trains with, when known; ``weights``: the
-    content digest of the backbone weights in use, when known (a weights file replaced at the same path
-    leaves the spec hash as it was, so runs made with the old content are set apart by this); ``precision``:
-    the run's precision, when known (runs made in another precision are neither references nor rows);
-    ``reference_hash``: the hash joint references carry, when the protocol shares another's (NAME@Kx);
-    ``kernels``: the CPU kernel set (``fast`` or ``stock``) whose runs count."""
-    sel: Selection[T] = Selection(protocol_hash, tuple(best_new_methods), result_of=result_of)  # type: ignore[arg-type]
-    live: list[tuple[T, RunResult]] = []
-    for item in items:
-        r = result_of(item)
-        if isinstance(r, BenchError):
-            sel.apart.append((item, str(r)))
-        elif r.protocol.hash != (current := (reference_hash or protocol_hash) if r.is_reference else protocol_hash):
-            sel.apart.append((item, f"stale protocol hash {r.protocol.hash} (current: {current})"))
-        elif (problem := result_problem(r)) is not None:
-            sel.apart.append((item, problem))
-        elif (problem := cpu_problem(r.options, r.versions, kernels)) is not None:
-            sel.apart.append((item, problem))
-        elif weights is not None and r.options.get("weights") not in (None, "", weights):
-            sel.apart.append((item, f"made with other backbone weights ({r.options['weights']}, now {weights})"))
-        elif precision is not None and result_precision(r) != precision:
-            sel.apart.append((item, f"made in precision {result_precision(r)} (this selection: {precision})"))
-        elif r.is_reference and (r.method.spec != JOINT or r.overrides
-                                 or (joint_config is not None and not _same_settings(r.config, joint_config))):
-            sel.apart.append((item, f"a joint run with other settings than the protocol's joint section "
-                                    f"({r.label}, {r.config}); never used as A_joint"))
-        else:
-            live.append((item, r))
-    for item, r in sorted(live, key=lambda ir: ir[1].started_at, reverse=True):
-        if r.is_reference:
-            if r.seed in sel.joints:
-                used = result_of(sel.joints[r.seed]).run_id  # type: ignore[union-attr]
-                sel.apart.append((item, f"older joint reference for seed {r.seed} (run {used} is used)"))
-            else:
-                sel.joints[r.seed] = item
-            continue
-        key = (r.label, r.seed)
-        if key in sel.runs:
-            newer = result_of(sel.runs[key]).run_id  # type: ignore[union-attr]
-            sel.apart.append((item, f"superseded: a newer run of {r.label} with seed {r.seed} ({newer}) is used"))
-        else:
-            sel.runs[key] = item
-    return sel
-
-
-def stored_selection(root: Path, protocol_name: str, protocol_hash: str, best_new_methods: Iterable[str],
-                     joint_config: dict[str, Any] | None = None,
-                     weights: str | None = None,
-                     precision: str | None = None,
-                     kernels: str = "fast") -> Selection[tuple[Path, RunResult | BenchError]]:
-    """``select_runs`` over the result files of one protocol in a results folder."""
-    return select_runs(iter_results(root, protocol_name), protocol_hash, best_new_methods, joint_config,
-                       result_of=lambda pr: pr[1], weights=weights, precision=precision, kernels=kernels)

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BenchError, without_foreign_page
-from .schema import RunResult, TunedStamp, iter_results, result_precision, row_label, run_identity, value_problem
+from .comparability import value_problem
+from .schema import RunResult, TunedStamp, iter_results, result_precision, row_label, run_identity
 from .steps import STEP_AXIS_TAG, point_metrics, reference_steps
 
 HTTP_TIMEOUT_S = "5"   # per request; MLflow's default is 120 s

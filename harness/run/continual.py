@@ -37,7 +37,8 @@ from ..results.schema import Budget
 from ..data.old_mix import Shares, by_source_shares
 from ..data.stream import Cycler, Session
 from .workbench import Workbench
-from .options import RunOptions, say, timed
+from .options import RunOptions
+from .report import say, timed
 from .loop import Progress, Stretch, closing_budget, seen_state, setseen_state, train_stretch
 from ..model.device import autocast, seed_everything
 from ...methods.base import Method

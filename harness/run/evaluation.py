@@ -12,10 +12,11 @@ import torch
 from torch import Tensor
 from ..progress_bar import progress_bar
 
-from ..data.inputs import InputStore, cpu_forward_chunk, in_cpu_chunks, widest_row_bytes
+from ..data.inputs import InputStore
+from ..model.cpu import cpu_forward_chunk, in_cpu_chunks, widest_row_bytes
 from ..data.stream import Session, Stream
 from ..model.flops import FlopMeter
-from .options import timed
+from .report import timed
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 Per session j, the deployed model retrained on S1..Sj (or once on everything, ``joint.mode: final``)
 with the protocol's joint budget and optimizer settings, and nothing else: a user cannot perturb it
 (``-m joint`` with modifiers or ``--set`` is refused), so a stored joint run is keyed by the protocol
-hash, the seed and these settings. ``harness.results.select_runs`` finds it; the pipeline trains it
+hash, the seed and these settings. ``harness.results.comparability.select_runs`` finds it; the pipeline trains it
 when there is none.
 
 The per-session models are independent (model j draws from its own seeds and trains on S1..Sj), so
@@ -32,8 +32,10 @@ from .evaluation import eval_plan, eval_point
 from .isolation import isolated_model_predict
 from ..results.schema import Budget
 from ..spec.protocol import Protocol
-from .workbench import OfflineCheckpoint, Workbench, train_offline
-from .options import RunOptions, say, timed
+from .pretrain import OfflineCheckpoint, train_offline
+from .workbench import Workbench
+from .options import RunOptions
+from .report import say, timed
 from ..model.device import autocast, seed_everything
 from ...methods.configs import joint_config
 

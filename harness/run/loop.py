@@ -24,7 +24,8 @@ from ..model import flops as FL
 from ..results.curves import SessionCurve
 from ..results.schema import Budget
 from .checkpoint import Checkpointer, maybe_die
-from .options import RunOptions, report_progress
+from .options import RunOptions
+from .report import report_progress
 
 
 @dataclass

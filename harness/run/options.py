@@ -1,21 +1,15 @@
 """How a run is executed, as opposed to what it computes: devices, caches, logging, checkpoint cadence,
-callbacks for executors; and the small helpers every stage of a run uses to time and report itself."""
+callbacks for executors (how a stage times and reports itself: ``run.report``)."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
-from tqdm.auto import tqdm
-
 from ..model.device import check_precision, resolve_device
-from ..results.schema import GPU_STAGE
-from ..results.threads import kernel_label
+from ..results.comparability import kernel_label
 from ..spec.protocol import Protocol
 from .checkpoint import run_key
 
@@ -32,7 +26,7 @@ class RunOptions:
     # fp32 | tf32 | bf16 (``model.device.autocast``); None: the protocol's default (``run_precision``)
     precision: str | None = None
     # the CPU kernel set: fast (harness.model.fastconv and fastoptim) or stock (PyTorch's); its label is part
-    # of a CPU run's identity (harness.results.threads)
+    # of a CPU run's identity (harness.results.comparability)
     cpu_kernels: str = "fast"
     gpu_decode: bool = True  # on CUDA: JPEG files decoded on the GPU (nvJPEG); no effect elsewhere
     checkpoint_every: int | None = None  # updates between checkpoints; None: every checkpoint_seconds
@@ -68,37 +62,3 @@ def run_precision(protocol: Protocol, options: RunOptions) -> str:
     if options.precision is not None:
         return options.precision
     return "bf16" if protocol.embedded and device.type == "cuda" else "fp32"
-
-
-@contextmanager
-def timed(seconds: dict[str, float], stage: str, device: torch.device | None = None) -> Iterator[None]:
-    """Add the wall time of the block to ``seconds[stage]`` (kept in checkpoints, so resumes add up).
-
-    On a CUDA ``device`` it also adds the GPU time the block spans, measured by CUDA events, to
-    ``seconds[GPU_STAGE + stage]``: wall time on a GPU counts the host's launch overhead and the GPU's
-    queue, so the two differ and both are worth reporting. Every timed block ends in a host read of its
-    result (a loss, an accuracy), so waiting for the end event costs no extra synchronisation."""
-    gpu = getattr(device, "type", None) == "cuda"
-    if gpu:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-    t0 = time.perf_counter()
-    try:
-        yield
-    finally:
-        seconds[stage] = seconds.get(stage, 0.0) + time.perf_counter() - t0
-        if gpu:
-            end.record()
-            end.synchronize()
-            key = GPU_STAGE + stage
-            seconds[key] = seconds.get(key, 0.0) + start.elapsed_time(end) / 1000.0
-
-
-def report_progress(options: RunOptions, phase: str, update: int, total: int) -> None:
-    if options.on_progress is not None:
-        options.on_progress(phase, update, total)
-
-
-def say(options: RunOptions, msg: str) -> None:
-    if options.log:
-        tqdm.write(msg)

@@ -3,7 +3,7 @@
 1. build the method from its string and settings (before any compute: a typo costs nothing);
 2. ``workbench.prepare``: stream, input stores, deployed model;
 3. references: the joint model (``reference``) and the runs of the protocol's A_best reference set,
-   each trained once per protocol spec and seed when missing, found through ``results.select_runs``;
+   each trained once per protocol spec and seed when missing, found through ``comparability.select_runs``;
 4. ``continual.run_cl``: sessions 2..N under the budget guards;
 5. the result: scored against those references, written atomically (JSON first).
 
@@ -21,7 +21,6 @@ import torch
 from pathlib import Path
 from typing import Any
 
-from ..model import flops as FL
 from ..results import metrics as M
 from .continual import Diverged, run_cl
 from .budget_guards import eviction_note
@@ -33,11 +32,14 @@ from ..spec.protocol import Protocol
 from .joint import ensure_joint_part, joint_parts, stored_part, train_joint
 from ...methods.configs import joint_settings
 from ...methods.registry import MethodSpec, build_method, code_hash, method_settings
-from ..results.schema import (JOINT, MethodStamp, ProtocolStamp, References, RunResult, Selection, TunedStamp, git_commit,
-                      library_versions, now_iso, save_result, stored_selection)
-from .threads import cpu_kernels
+from ..results.comparability import Selection, stored_selection
+from ..results.efficiency import efficiency_vs_joint
+from ..results.schema import (JOINT, MethodStamp, ProtocolStamp, References, RunResult, TunedStamp, git_commit,
+                              library_versions, now_iso, save_result)
+from ..model.cpu import cpu_kernels
 from .workbench import Workbench, prepare
-from .options import RunOptions, run_precision, say
+from .options import RunOptions, run_precision
+from .report import say
 from ...methods.base import Method
 
 Stored = tuple[Path, Any]
@@ -84,7 +86,7 @@ def _common(protocol: Protocol, bench: Workbench, seed: int, options: RunOptions
 
 
 def selection(protocol: Protocol, options: RunOptions, weights: str | None = None) -> Selection[Stored]:
-    """Which stored runs of this protocol spec count (the one rule: ``results.select_runs``); with the
+    """Which stored runs of this protocol spec count (the one rule: ``comparability.select_runs``); with the
     backbone weights' digest, runs made with other weights content do not; runs made in another
     precision than ``options``' (``run_precision``) never do."""
     return stored_selection(options.results_dir, protocol.name, protocol.spec_hash, protocol.best_new_reference,
@@ -172,7 +174,7 @@ def _continual_result(protocol: Protocol, bench: Workbench, spec: MethodSpec, me
         common["options"]["notes"] = [note]
     return RunResult(**common, method=_stamp(spec),
                      config=config, overrides=overrides, trainable_params=params, curves=curves,
-                     budget=FL.efficiency_vs_joint(budget, joint.budget), wall_time_s=saver.wall_seconds(),
+                     budget=efficiency_vs_joint(budget, joint.budget), wall_time_s=saver.wall_seconds(),
                      stage_seconds=seconds, tuned=tuned)
 
 

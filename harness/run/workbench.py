@@ -1,15 +1,13 @@
 """Stage 1 of a run: the workbench, everything a run builds once and its references share.
 
 The stream (class order, sessions), the input stores (images decoded once, frozen-trunk outputs cached),
-and the deployed model (trained on S1 once per protocol spec and cached, or the protocol's weights).
-Also what a method is lent for a run (its context) and plain offline training (pre-training and the
-joint reference).
+and the deployed model (trained on S1 once per protocol spec and cached: ``run.pretrain``; or the
+protocol's weights). Also what a method is lent for a run (its context).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -20,11 +18,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..atomic import atomic_write, atomic_write_text
 from ..model.backbone import SplitModel, create_network, split_network, weights_digest
 from ..data.datapath import DataPathPlan, plan_data_path
-from .checkpoint import Checkpointer, rng_state, set_rng_state
-from .loop import Stretch, train_stretch
 from ..errors import BenchError
 from ..data.inputs import InputStore, Preprocess, feature_cache_key, gpu_decodable
 from .isolation import (LentInputs, MemoryView, RandomStreams, check_retained_samples, isolated_predict, sample_shape,
@@ -33,11 +28,13 @@ from .memory import Memory
 from ..paths import cache_dir
 from ..spec.protocol import Protocol
 from ..data.old_mix import plan_old_mix
-from ..data.stream import Cycler, Session, Stream, build_stream, check_batch_sizes
-from ..model.device import autocast, resolve_device, seed_everything, use_channels_last
-from .options import RunOptions, run_precision, say
-from .threads import cache_tag, prepare_cpu
-from ...methods.base import Context, MethodConfig, StandardMethod, TrainBatch
+from ..data.stream import Session, Stream, build_stream, check_batch_sizes
+from ..model.device import autocast, resolve_device, use_channels_last
+from .options import RunOptions, run_precision
+from .pretrain import deploy
+from .report import say
+from ..model.cpu import cache_tag, prepare_cpu
+from ...methods.base import Context, TrainBatch
 
 
 @dataclass
@@ -152,117 +149,6 @@ def prepare(protocol: Protocol, seed: int, options: RunOptions) -> Workbench:
     model.trunk_cached = options.trunk_cache
     bench = Workbench(protocol, stream, device, train_inputs, test_inputs, model, plan, weights, precision)
     if protocol.pretrain.mode == "train":
-        _deploy(bench, options)
+        deploy(bench, options)
     use_channels_last(model, device, precision)  # after pre-training: the deployed model is as before
     return bench
-
-
-def _deploy(bench: Workbench, options: RunOptions) -> None:
-    """Fit the deployed model on S1 once per protocol spec, weights and CPU thread count; later runs load
-    it from the cache.
-
-    The cache file carries a sidecar with its sha256 and the spec hash it was made for: a file that fails
-    verification is named, moved aside and rebuilt, never loaded. Concurrent runs build it once (a file
-    lock, re-checked after taking it). The training checkpoints beside it, so a killed pre-training resumes.
-    """
-    from filelock import FileLock
-
-    from ..model.backbone import file_sha256
-    from ..data.features import move_aside
-
-    p = bench.protocol.reference  # NAME@Kx trains on S1 exactly as NAME does
-    tag = cache_tag(bench.device, options.cpu_kernels)  # a model trained with another thread count or kernels differs
-    apart = "" if bench.precision == "fp32" else f"-{bench.precision}"  # trained in another precision: its own file
-    path = (cache_dir() / "deployed"
-            / f"{p.name}-{p.spec_hash}-{bench.weights.rpartition(':')[2][:16]}{apart}{'-' * bool(tag)}{tag}.pt")
-    sidecar = path.with_name(path.name + ".json")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(path) + ".lock"):
-        if path.is_file():
-            try:
-                meta = json.loads(sidecar.read_text())
-                # a file from before precision was recorded was trained as bench then did: bf16 autocast on
-                # CUDA, fp32 elsewhere; one trained in another precision is never loaded as this one
-                made_in = meta.get("precision", "bf16" if bench.device.type == "cuda" else "fp32")
-                # bf16 models trained before autocast was entered per update are near chance: never reused
-                stale = made_in == "bf16" and meta.get("autocast") != "per-update"
-                ok = (meta.get("spec_hash") == p.spec_hash and made_in == bench.precision and not stale
-                      and meta.get("sha256") == file_sha256(path))
-            except (OSError, ValueError):
-                ok = False
-            if ok:
-                bench.deployed.load_state_dict(torch.load(path, map_location=bench.device, weights_only=True))
-                return
-            aside = move_aside(path)
-            say(options, f"Deployed-model cache {path} failed verification (its sha256, spec hash or precision does "
-                         f"not match {sidecar.name}, or it is a bf16 model trained before autocast was entered per "
-                         f"update); moved to {aside} and rebuilt.")
-        saver = Checkpointer(path.with_name(f"{path.stem}-{options.device_key}.ckpt"), options.checkpoint_every,
-                             options.checkpoint_seconds)
-        if options.restart:
-            saver.discard()
-        resume = saver.load()
-        say(options, f"Training the deployed model on S1 ({p.pretrain.updates} updates, cached for later runs)"
-                     + (f": resuming at update {resume['update']}" if resume else ""))
-        config = MethodConfig(lr=p.pretrain.lr, weight_decay=p.pretrain.weight_decay, layer_decay=1.0,
-                              trainable=p.pretrain.trainable)
-        generator = seed_everything(p.pretrain.seed)
-        train_offline(bench, bench.deployed, config, bench.stream.pretrain_ids, p.pretrain.updates,
-                      p.pretrain.batch_size, np.random.default_rng(p.pretrain.seed), generator, "pretrain S1", options,
-                      OfflineCheckpoint(saver, "pretrain", resume=resume))
-        atomic_write(path, lambda fh: torch.save(bench.deployed.state_dict(), fh))
-        atomic_write_text(sidecar, json.dumps({"sha256": file_sha256(path), "spec_hash": p.spec_hash,
-                                               "weights": bench.weights, "precision": bench.precision,
-                                               "autocast": "per-update"}))
-        saver.discard()
-
-
-@dataclass
-class OfflineCheckpoint:
-    """Checkpointing of one offline training (pre-training, one joint model): where to save, what of the
-    caller's progress to save beside the model, and the checkpoint of this very training to resume from."""
-
-    checkpointer: Checkpointer
-    phase: str  # "pretrain" | "joint" (for BENCH_KILL_AT)
-    outer: Callable[[], dict[str, Any]] = dict
-    resume: dict[str, Any] | None = None
-
-
-def train_offline(bench: Workbench, model: SplitModel, config: MethodConfig, ids: np.ndarray, updates: int,
-                  batch_size: int, rng: np.random.Generator, generator: torch.Generator, desc: str,
-                  options: RunOptions, checkpoint: OfflineCheckpoint | None = None) -> None:
-    """Plain offline training on ``ids`` with uniform batches (pre-training and the joint model)."""
-    learner = StandardMethod(config)
-    memory = Memory(bench.protocol.memory.model_copy(update={"policy": "none", "capacity": None}),
-                    bench.stream.train.labels, bench.stream.train.sample_bytes, rng)
-    learner.setup(model, bench.context(memory, rng, generator))
-    learner.optimizer, learner.scheduler = learner.build_optimizer(updates)
-    cycler = Cycler(ids, rng)
-    start, pending = 0, None
-    if checkpoint is not None and checkpoint.resume is not None:
-        state = checkpoint.resume
-        model.load_state_dict(state["model"])
-        learner.load_state_dict(state["learner"])
-        cycler.order, cycler.pos = state["cycler"]
-        set_rng_state(state["rng"], rng, generator)
-        start, pending = state["update"], state.get("pending")
-
-    def save(u: int, planned: list | None) -> None:
-        checkpoint.checkpointer.save({
-            **checkpoint.outer(), "kind": "mid", "update": u, "model": model.state_dict(),
-            "learner": learner.state_dict(), "cycler": (cycler.order, cycler.pos), "pending": planned,
-            "rng": rng_state(rng, generator)})
-
-    # One autocast region per update, never one around the stretch: autocast caches its bf16 copies of
-    # the weights until its region ends, so a region spanning many updates trains every forward on the
-    # weights of its first one (the joint model and the deployed model came out at chance under bf16).
-    accel = autocast(bench.device, bench.precision)
-
-    def step(u: int, ids_: np.ndarray) -> None:
-        with accel:
-            learner.observe(bench.batch(ids_, batch_size))
-
-    stretch = Stretch(desc, checkpoint.phase if checkpoint is not None else "offline", updates,
-                      draw=lambda: cycler.take(batch_size), step=step,
-                      start=start, pending=pending, save=save if checkpoint is not None else None)
-    train_stretch(stretch, None if checkpoint is None else checkpoint.checkpointer, bench.train_inputs, options)

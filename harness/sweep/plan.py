@@ -16,7 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ..spec.protocol import Protocol, load_protocol
 from ...methods.registry import build_method, method_settings
-from ..results.schema import JOINT, Selection, TunedStamp, format_setting, row_label
+from ..results.comparability import Selection
+from ..results.schema import JOINT, TunedStamp, format_setting, row_label
 from ..errors import BenchError, not_a_file
 from ..spec.specfile import is_path, load_spec
 
@@ -135,7 +136,7 @@ class PlannedRun:
 
     @property
     def row(self) -> str:
-        """The leaderboard row this run lands in (``results.row_label``)."""
+        """The leaderboard row this run lands in (``schema.row_label``)."""
         return row_label(self.method, self.overrides, self.tuned)
 
 
@@ -164,7 +165,7 @@ def load_sweep(name_or_path: str) -> Sweep:
 
 def finished(protocol: Protocol, method: str, overrides: dict[str, Any], seed: int, config: dict[str, Any],
              counted: Selection, tuned: TunedStamp | None = None) -> Path | None:
-    """The stored result that already covers a planned run: the run ``results.select_runs`` counts for its
+    """The stored result that already covers a planned run: the run ``comparability.select_runs`` counts for its
     row and seed, made with the settings the method resolves to now."""
     found = counted.runs.get((row_label(method, overrides, tuned), seed))
     return found[0] if found is not None and found[1].config == config else None

@@ -10,7 +10,7 @@ declared resources, and the stages it needs are its arguments, so Ray, not bench
   checkpoint and resources, and one task that combines them: the same reference as a local run's, in
   about the time of its largest model.
 - Each task starts with ``torch_threads(cpus_per_run)`` intra-op threads; a run on the CPU then
-  computes with the harness's fixed count (``harness.results.threads``), so a local sweep and a Ray sweep give
+  computes with the harness's fixed count (``harness.results.comparability``), so a local sweep and a Ray sweep give
   bit-identical JSONs whatever ``--cpus-per-run`` is.
 
 Ray is an optional extra (``pip install 'bench-stability-gap[ray]'``): only this module imports it.
@@ -38,7 +38,7 @@ except ImportError:  # pragma: no cover - the message is the point
 
 from ..errors import BenchError
 from ..paths import cache_dir
-from ..results.threads import CPU_THREADS
+from ..results.comparability import CPU_THREADS
 from ..results.schema import load_result
 from .shared_storage import probe_problems, remove_probes, shared_storage_error, write_probes
 from .progress import ProgressBoard, TaskState, overall_line, running_lines

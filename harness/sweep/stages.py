@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..spec.protocol import Protocol
-from ..results.schema import RunResult, Selection, TunedStamp, format_setting, row_label
+from ..results.comparability import Selection
+from ..results.schema import RunResult, TunedStamp, format_setting, row_label
 from .plan import PlannedRun
 from ..run.workbench import Workbench
 from ..run.options import RunOptions
@@ -84,7 +85,7 @@ def stage_graph(runs: list[PlannedRun], results_dir: Path, options: RunOptions |
     from ..run.options import RunOptions
 
     graph: dict[str, Stage] = {}
-    chosen = {}  # protocol key -> the stored runs that count (the one rule, results.select_runs)
+    chosen = {}  # protocol key -> the stored runs that count (the one rule, results.comparability.select_runs)
 
     def add(stage: Stage) -> str:
         graph.setdefault(stage.key, stage)

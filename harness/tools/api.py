@@ -174,7 +174,7 @@ def run(protocol: str = "tiny_cil", method: str = "vanilla", seed: int = 0, *,
     check_backbone(spec)
     from ..model.device import resolve_device
     from ..run.options import RunOptions
-    from ..run.threads import cpu_settings_restored
+    from ..model.cpu import cpu_settings_restored
 
     options = RunOptions(results_dir=root, device=str(resolve_device(device)), trunk_cache=trunk_cache,
                          progress=progress, allow_download=allow_download, overrides=overrides,
@@ -186,7 +186,7 @@ def run(protocol: str = "tiny_cil", method: str = "vanilla", seed: int = 0, *,
 
 
 def _kernel_set(name: str) -> str:
-    from ..results.threads import KERNEL_SETS
+    from ..results.comparability import KERNEL_SETS
 
     if name not in KERNEL_SETS:
         raise BenchError(f"cpu_kernels {name!r} is not a CPU kernel set: choose one of {', '.join(KERNEL_SETS)}.")
@@ -269,7 +269,7 @@ def sweep(sweep: str, seeds: list[int] | None = None, *, results_dir: str | Path
     for protocol in {r.protocol.spec_hash: r.protocol for r in todo}.values():
         check_backbone(protocol)
     if todo:
-        from ..run.threads import cpu_settings_restored
+        from ..model.cpu import cpu_settings_restored
 
         with cpu_settings_restored():
             run_local_sweep(stage_graph(runs, root), options, tracking_uri, mlflow=mlflow)
@@ -300,17 +300,17 @@ def load_results(results_dir: str | Path) -> pd.DataFrame:
     each, with every metric recomputed against the current references as the leaderboard does (accuracies
     in %). A run that cannot be scored keeps its row with NaN metrics and the ``reason``; a corrupt file
     is skipped with a warning naming it. An empty folder gives an empty frame with the same columns."""
-    from ...leaderboard.aggregate import entry_frame, summarize
+    from ...leaderboard.aggregate import entry_frame, scored_entries, summarize
     from ...leaderboard.sources import load_folder
 
     root = Path(results_dir).expanduser()
     if not root.is_dir():
         raise BenchError(f"Results folder {root} does not exist (run `bench run ...` first, or give another folder).")
     loaded = load_folder(root, warn=lambda message: warnings.warn(message, stacklevel=3))
-    summarize(loaded.entries)
-    if not loaded.entries:
+    scored = scored_entries(summarize(loaded.entries))
+    if not scored:
         return pd.DataFrame(columns=results_columns())
-    frame = entry_frame(loaded.entries)
-    frame["path"] = [e.source for e in loaded.entries]
-    frame["reason"] = [e.reason or "" for e in loaded.entries]
+    frame = entry_frame(scored)
+    frame["path"] = [e.source for e in scored]
+    frame["reason"] = [e.reason or "" for e in scored]
     return frame[results_columns()]

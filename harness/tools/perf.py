@@ -84,7 +84,7 @@ def eval_chunk(model, store) -> int:
     import numpy as np
     import torch
 
-    from ..data.inputs import cpu_forward_chunk, widest_row_bytes
+    from ..model.cpu import cpu_forward_chunk, widest_row_bytes
 
     m = copy.deepcopy(model).eval()
     m.trunk_cached = store.cached
@@ -157,7 +157,7 @@ def _rig(protocol: str, device: str, amp: bool, allow_download: bool) -> _Rig:
     from ..model import flops as FL
     from ..model.backbone import network_or_random_init, split_network
     from ..model.device import autocast, resolve_device
-    from ..run.threads import prepare_cpu
+    from ..model.cpu import prepare_cpu
     from ..spec.protocol import load_protocol
 
     spec = load_protocol(protocol)
@@ -308,7 +308,8 @@ def _time_evaluation(rig: _Rig, eval_samples: int, repeats: int,
     import numpy as np
     import torch
 
-    from ..data.inputs import CPU_FORWARD_CHUNK, InputStore, Preprocess
+    from ..data.inputs import InputStore, Preprocess
+    from ..model.cpu import CPU_FORWARD_CHUNK
     from ..model import flops as FL
     from ..run.evaluation import EvalPlan, evaluate
 

@@ -13,7 +13,7 @@ files are decoded on the GPU (nvJPEG, measured on a batch) after workers read th
 so a protocol of generated images (the synthetic twins) is projected with CPU-worker decode, and one
 projected ``--budget-of`` a real protocol with that protocol's JPEG files. The forwards are
 timed as the harness makes them: on the CPU the trunk pass in 16-row chunks and the eval forward in chunks
-sized from its widest activation (``inputs.cpu_forward_chunk``); bf16 autocast and channels_last on CUDA.
+sized from its widest activation (``model.cpu.cpu_forward_chunk``); bf16 autocast and channels_last on CUDA.
 
 A projection for another device (``--project-tflops``) scales the measured compute by the ratio of
 FLOP rates: that device's sustained rate is an assumption the user states, printed beside the result.
@@ -68,7 +68,8 @@ def measure(protocol, model, device, batch: int, images: int, repeats: int) -> C
     from ..model import flops as FL
     from ..data.sources import FileSplit
     from ..data.features import write_shards
-    from ..data.inputs import TRUNK_PASS_CHUNK, Preprocess, decode_on, in_cpu_chunks
+    from ..data.inputs import Preprocess, decode_on
+    from ..model.cpu import TRUNK_PASS_CHUNK, in_cpu_chunks
     from ..model.device import autocast
 
     b = protocol.backbone
