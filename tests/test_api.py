@@ -9,7 +9,7 @@ from results_factory import joint_run, two_session_run
 
 from bench_stability_gap.harness.errors import BenchError
 from bench_stability_gap.harness.results.schema import load_result, save_result
-from bench_stability_gap.harness.tools.api import LOAD_COLUMNS, load_results, results_columns, run
+from bench_stability_gap.harness.api import LOAD_COLUMNS, load_results, results_columns, run
 
 
 def test_load_results_of_an_empty_folder_is_an_empty_frame_with_the_columns(tmp_path: Path) -> None:
@@ -60,7 +60,7 @@ def test_sweep_runs_a_grid_and_skips_what_is_stored(tiny_protocol_file: Path, tm
                                                    results_with_joint: Path) -> None:
     import yaml
 
-    from bench_stability_gap.harness.tools.api import sweep
+    from bench_stability_gap.harness.api import sweep
 
     grid = tmp_path / "grid.yaml"
     grid.write_text(yaml.safe_dump({"name": "grid", "seeds": [0],
