@@ -243,10 +243,12 @@ def parse_result(data: bytes, path: Path) -> RunResult:
 
 def load_result(path: Path) -> RunResult:
     try:
-        data = path.read_bytes()
+        found = parsed(path, _read_result)
     except OSError as exc:
         raise BenchError(f"Result file {path} cannot be read: {exc.strerror or exc}.") from None
-    return parse_result(data, path)
+    if isinstance(found, BenchError):
+        raise found
+    return found
 
 
 Skip = Callable[[Path, str], None]
