@@ -397,16 +397,16 @@ class SweepOutcome:
 
 def run_sweep(spec: Any, seeds: list[int] | None, options: Any, tracking: Tracking = Tracking(), *,
               ray_plan: Any = None, dry_run: bool = False, echo: Echo = _quiet,
-              summary: Summary | None = None) -> SweepOutcome | None:
+              summary: Summary | None = None) -> SweepOutcome:
     """The one orchestration of a sweep (``bench sweep`` and ``sweep``): tune first where asked, plan
-    against the runs ``options`` make, then the stages still to go, locally or on Ray (``ray_plan``).
-    None when a dry run cannot plan yet (tuning missing)."""
+    against the runs ``options`` make, then the stages still to go, locally or on Ray (``ray_plan``). A
+    dry run only plans (no run at all when its tuned rows are not tuned yet)."""
     from .sweep.stages import stage_graph
 
     with reading_once():
         runs = plan_sweep(spec, seeds, options, ray_plan, dry_run=dry_run, echo=echo)
         if runs is None or dry_run:
-            return None if runs is None else SweepOutcome(runs)
+            return SweepOutcome(runs or [])
         graph = stage_graph(runs, options.results_dir, options)
         shared = sum(stage.kind != "run" for stage in graph)
         echo(f"{len(graph)} stage(s) to go, counted [i/{len(graph)}] below: {len(graph) - shared} method run(s) "
@@ -490,7 +490,6 @@ def sweep(sweep: str, seeds: list[int] | None = None, *, results_dir: str | Path
     check_outputs(options.results_dir, tracking_uri, mlflow)
     with cpu_settings_restored():
         outcome = run_sweep(spec, list(seeds) if seeds else None, options, Tracking(tracking_uri, mlflow))
-    assert outcome is not None  # only a dry run plans nothing
     frame = load_results(options.results_dir)
     wanted = {(r.protocol.name, r.row, r.seed) for r in outcome.runs}
     keep = [(p, m, s) in wanted for p, m, s in zip(frame["protocol"], frame["method"], frame["seed"])]

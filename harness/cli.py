@@ -293,7 +293,7 @@ def sweep(sweep: str | None, schema: bool, seeds: str | None, dry_run: bool, tab
     options = _options({}, results_dir, device, trunk_cache, progress, allow_download)
     outcome = run_sweep(spec, chosen, options, Tracking(tracking_uri, not no_mlflow), ray_plan=ray_plan,
                         dry_run=dry_run, echo=click.echo, summary=print_summary)
-    if outcome is None or dry_run:
+    if dry_run:
         return
     _report_ray_tasks(outcome)
     text = sweep_table(spec, outcome.runs, options.results_dir)
