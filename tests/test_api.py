@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -66,14 +67,14 @@ def write_grid(path: Path, protocol: Path, methods: list[str]) -> Path:
     return path
 
 
-def counting(monkeypatch: pytest.MonkeyPatch, target: str) -> Counter:
-    """Count the calls of the function at ``target`` (module.attribute), by their first argument."""
+def counting(monkeypatch: pytest.MonkeyPatch, target: str, key: Callable[..., Any]) -> Counter:
+    """Count the calls of the function at ``target`` (module.attribute), by ``key`` of their arguments."""
     module, _, name = target.rpartition(".")
     real = getattr(importlib.import_module(module), name)
     calls: Counter = Counter()
 
     def counted(*args: Any, **kwargs: Any) -> Any:
-        calls[args[-1] if name == "parse_result" else args[0].name] += 1
+        calls[key(*args)] += 1
         return real(*args, **kwargs)
 
     monkeypatch.setattr(target, counted)
@@ -88,9 +89,10 @@ def test_sweep_runs_a_grid_on_one_workbench_and_skips_what_is_stored(tiny_protoc
     grid = write_grid(tmp_path / "grid.yaml", tiny_protocol_file, ["finetune"])
     results = results_with_joint  # the joint reference is stored (and in the folder, not in the sweep's rows)
     # every workbench made, whoever makes it (the sweep's stages, or a run that is given none)
-    prepared = counting(monkeypatch, "bench_stability_gap.harness.run.workbench.prepare")
+    prepared = counting(monkeypatch, "bench_stability_gap.harness.run.workbench.prepare",
+                        lambda protocol, seed, options: protocol.name)
     monkeypatch.setattr("bench_stability_gap.harness.run.pipeline.prepare",
-                        __import__("bench_stability_gap.harness.run.workbench", fromlist=["prepare"]).prepare)
+                        importlib.import_module("bench_stability_gap.harness.run.workbench").prepare)
     frame = sweep(str(grid), results_dir=results, mlflow=False, device="cpu")
     assert list(zip(frame["method"], frame["seed"])) == [("finetune", 0)]  # the sweep's run (not the references)
     assert frame.loc[0, "reason"] == "" and frame.loc[0, "S_delta"] == frame.loc[0, "S_delta"]  # scored, not NaN
@@ -103,7 +105,7 @@ def test_sweep_runs_a_grid_on_one_workbench_and_skips_what_is_stored(tiny_protoc
 def test_a_run_parses_each_stored_result_once_and_an_identical_run_is_not_trained_again(
         tiny_protocol_file: Path, results_with_joint: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     results = results_with_joint
-    parses = counting(monkeypatch, "bench_stability_gap.harness.results.schema.parse_result")
+    parses = counting(monkeypatch, "bench_stability_gap.harness.results.schema.parse_result", lambda data, path: path)
     first = run(str(tiny_protocol_file), "vanilla", 0, results_dir=results, mlflow=False, device="cpu")
     stored = sorted((results / "runs").rglob("*.json"))
     assert len(stored) == 2  # the joint reference, and vanilla (the protocol's A_best set: the run is its own)
