@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 FOLDERS = ("harness", "methods", "leaderboard")
 # From the top of a run down to the leaves: each wing imports only wings below it.
-WINGS = ("harness.cli", "harness.tools", "harness.sweep", "leaderboard", "harness.run", "methods",
+WINGS = ("harness.cli", "harness.api", "harness.tools", "harness.sweep", "leaderboard", "harness.run", "methods",
          "harness.data", "harness.model", "harness.results", "harness.spec", "harness.leaves")
 LEAVES = {"harness.errors", "harness.paths", "harness.atomic", "harness"}
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import sys
@@ -192,36 +191,25 @@ def _remember(ctx: click.Context, param: click.Parameter, value: object) -> obje
     return value
 
 
-def _run_one(protocol, method: str, seed: int, options, tracking_uri: str | None, no_mlflow: bool,
-             save_predictions: bool = False, tuned=None) -> None:
-    """One run as ``harness.tools.api.execute`` does it (the JSON first, then MLflow), with its summary printed."""
-    from .tools.api import execute
-
-    execute(protocol, method, seed, options, tracking_uri, mlflow=not no_mlflow, save_predictions=save_predictions,
-            tuned=tuned, echo=click.echo, summary=print_summary)
-    click.echo(resource_note())
-
-
 def _options(overrides: dict, results_dir: Path | None, device: str, trunk_cache: bool, progress: bool,
              allow_download: bool):
-    from .paths import results_dir as resolve_results
-    from .run.options import RunOptions
-    from .model.device import check_precision, resolve_device
+    """``api.run_options`` from the command's options (the resume settings through the context), the
+    device it resolved to printed first."""
+    from .api import run_options
+    from .model.device import resolve_device
     from .tools.preflight import check_device
 
     check_device(device)
     chosen = resolve_device(device)
     meta = click.get_current_context().meta
-    check_precision(meta.get("bench.precision"), chosen)
     how = " (auto: " + ("a CUDA device is present)" if chosen.type == "cuda" else "torch sees no CUDA device)") \
         if device == "auto" else ""
     click.echo(f"device: {chosen}{how}", err=True)
-    return RunOptions(results_dir=resolve_results(results_dir), device=str(chosen), trunk_cache=trunk_cache,
-                      progress=progress, allow_download=allow_download, overrides=overrides,
-                      restart=bool(meta.get("bench.restart")), checkpoint_every=meta.get("bench.checkpoint_every"),
-                      wait=not meta.get("bench.no_wait"),
-                      gpu_decode=meta.get("bench.gpu_decode", True), precision=meta.get("bench.precision"),
-                      cpu_kernels=meta.get("bench.cpu_kernels") or "fast")
+    return run_options(results_dir, device, precision=meta.get("bench.precision"),
+                       cpu_kernels=meta.get("bench.cpu_kernels") or "fast", overrides=overrides,
+                       trunk_cache=trunk_cache, progress=progress, allow_download=allow_download,
+                       restart=bool(meta.get("bench.restart")), checkpoint_every=meta.get("bench.checkpoint_every"),
+                       wait=not meta.get("bench.no_wait"), gpu_decode=meta.get("bench.gpu_decode", True))
 
 
 @main.command()
@@ -241,43 +229,20 @@ def run(protocol: str, method: str, seed: int, overrides: tuple[str, ...], tuned
         tracking_uri: str | None, no_mlflow: bool) -> None:
     """Run METHOD on PROTOCOL (default: vanilla on the embedded tiny_cil) and print its gap metrics. With no
     --set, the method runs its published settings (methods/defaults.yaml); --tuned runs its tuned ones."""
-    from .paths import results_dir as resolve_results
-    from .tools.preflight import check_backbone, check_run
-    from .spec.protocol import load_protocol
+    from .api import Tracking, checked_run, run_checked
     from ..methods.registry import parse_overrides
 
-    spec = load_protocol(protocol)
-    settings = parse_overrides(list(overrides))
-    stamp = None
-    if tuned:
-        from .results.tuned import load_entry, stamp as tuned_stamp
-
-        if settings:
-            raise BenchError("--tuned runs the tuned entry's settings as they are; drop --set (or tune again).")
-        entry = load_entry(resolve_results(results_dir), spec, method, protocol)
-        settings, stamp = dict(entry.settings), tuned_stamp(entry)
-    check_run(spec, method, seed, settings, resolve_results(results_dir), tracking_uri, not no_mlflow)  # no torch yet
-    check_backbone(spec)
+    tracking = Tracking(tracking_uri, not no_mlflow)
+    spec, settings, stamp = checked_run(protocol, method, seed, parse_overrides(list(overrides)), results_dir,
+                                        tracking, tuned)
     options = _options(settings, results_dir, device, trunk_cache, progress, allow_download)
-    if not (rerun or save_predictions) and _report_stored(spec, method, seed, settings, options, stamp):
+    outcome = run_checked(spec, method, seed, options, tracking, tuned=stamp, rerun=rerun,
+                          save_predictions=save_predictions, echo=click.echo, summary=print_summary)
+    if outcome.reused:
+        click.echo("  an identical run is stored already (same protocol spec, method, settings, seed and precision): "
+                   "nothing was trained. Add --rerun to train it again.")
         return
-    _run_one(spec, method, seed, options, tracking_uri, no_mlflow, save_predictions, stamp)
-
-
-def _report_stored(spec, method: str, seed: int, settings: dict, options, stamp) -> bool:
-    """Print the stored result of an identical run and say so (as ``bench sweep`` skips one); False when
-    none is stored. Training it again would only write a second JSON with the same numbers."""
-    from .results.schema import load_result
-    from .sweep.plan import stored_run
-
-    found = stored_run(spec, method, settings, seed, options, stamp)
-    if found is None:
-        return False
-    result = load_result(found)
-    print_summary(result, found)
-    click.echo(f"  an identical run is stored already (same protocol spec, method, settings, seed and precision): "
-               f"nothing was trained. Add --rerun to train it again.")
-    return True
+    click.echo(resource_note())
 
 
 @main.command()
@@ -304,10 +269,10 @@ def sweep(sweep: str | None, schema: bool, seeds: str | None, dry_run: bool, tab
     runs already in the results folder, then print the mean ± std table of what it covers. Shared
     prerequisites (deployed model, joint and A_best references of each seed) are built once, first.
     Protocol paths in a sweep file are read relative to the file; --schema prints what the file may hold."""
+    from .api import Tracking, run_sweep, sweep_table
     from .paths import results_dir as resolve_results
-    from .tools.preflight import check_backbone, check_outputs, check_seed
-    from .sweep.plan import Sweep, load_sweep, plan, tuned_cells
-    from .sweep.stages import stage_graph
+    from .tools.preflight import check_outputs, check_seed
+    from .sweep.plan import Sweep, load_sweep
 
     if schema:
         click.echo(json.dumps(Sweep.model_json_schema(), indent=2))
@@ -326,47 +291,12 @@ def sweep(sweep: str | None, schema: bool, seeds: str | None, dry_run: bool, tab
     if not dry_run:
         check_outputs(resolve_results(results_dir), tracking_uri, not no_mlflow)
     options = _options({}, results_dir, device, trunk_cache, progress, allow_download)
-    if tuned_cells(spec):  # rows with tuned settings: each method tuned first under its protocol's ruleset
-        from .spec.protocol import load_protocol
-        from .results.tuned import has_entry
-        from .sweep.tuning import ensure_tuned, ruleset, search_space
-
-        cells = [(load_protocol(p), m) for p, m in tuned_cells(spec)]
-        for protocol, method in cells:  # every ruleset, validation split and search space checked first
-            ruleset(protocol, None, None), protocol.tuning_view(), search_space(method, protocol)
-        missing = [(p, m) for p, m in cells if not has_entry(options.results_dir, p, m)]
-        if dry_run and missing:
-            for protocol, method in missing:
-                click.echo(f"  to tune first: {method} on {protocol.name} ({ruleset(protocol, None, None).trials} trials)")
-            return
-        for protocol, method in missing:
-            click.echo(f"\nTuning {method} on {protocol.name} ({ruleset(protocol, None, None).trials} trials on its "
-                       f"validation split) before its tuned rows")
-            ensure_tuned(protocol, method, dataclasses.replace(options, progress=False), ray_plan, click.echo)
-    runs = plan(spec, options.results_dir, chosen, options)  # builds every method: names and settings checked
-    todo = [r for r in runs if r.done is None]
-    if not dry_run:
-        for protocol in {r.protocol.spec_hash: r.protocol for r in todo}.values():
-            check_backbone(protocol)
-    click.echo(f"Sweep {spec.name}: {len(runs)} run(s), {len(runs) - len(todo)} already done, {len(todo)} to run; "
-               f"results in {options.results_dir}")
-    for i, r in enumerate(runs, 1):
-        if r.done is not None or dry_run:
-            click.echo(f"  [{i}/{len(runs)}] {r.label}: " + (f"done ({r.done})" if r.done else "to run"))
+    outcome = run_sweep(spec, chosen, options, Tracking(tracking_uri, not no_mlflow), ray_plan=ray_plan,
+                        dry_run=dry_run, echo=click.echo, summary=print_summary)
     if dry_run:
         return
-    graph = stage_graph(runs, options.results_dir, options)
-    shared = sum(stage.kind != "run" for stage in graph)
-    click.echo(f"{len(graph)} stage(s) to go, counted [i/{len(graph)}] below: {len(graph) - shared} method run(s) "
-               f"and {shared} shared stage(s) (deployed models, joint references, the A_best reference runs, which "
-               f"include the sweep's runs of those methods).")
-    if ray_plan is None:
-        from .tools.api import run_local_sweep
-
-        run_local_sweep(graph, options, tracking_uri, mlflow=not no_mlflow, echo=click.echo, summary=print_summary)
-    else:
-        _sweep_on_ray(graph, options, ray_plan, tracking_uri, no_mlflow)
-    text = sweep_table(spec, runs, options.results_dir)
+    _report_ray_tasks(outcome)
+    text = sweep_table(spec, outcome.runs, options.results_dir)
     click.echo("\n" + text, nl=False)
     if table_path is not None:
         from .atomic import atomic_write_text
@@ -399,21 +329,12 @@ def tune(protocol: str, method: str, trials: int | None, objective: str | None, 
     """Tune METHOD on PROTOCOL's validation split (never its test split): an Optuna study of the protocol's
     ruleset (trials, objective) over the search space the method declares, then the best settings
     written as a tuned entry (bench run --tuned runs them on the test split)."""
-    from .paths import results_dir as resolve_results
-    from .tools.preflight import check_backbone, check_outputs, check_seed
-    from .spec.protocol import load_protocol
-    from ..methods.registry import check_method
+    from .api import run_tune, tune_request
+    from .tools.preflight import check_backbone
     from .spec.specfile import safe_yaml
     from .results.tuned import entry_path
-    from .sweep.tuning import TuneRequest, default_storage, ruleset, search_space, trial_runner
-    from .sweep.tuning import tune as run_study
-    from .sweep.study_checks import check_storage
     from .errors import not_a_file
 
-    spec = load_protocol(protocol)
-    rules = ruleset(spec, trials, objective)  # before anything else: zero trials, an unknown objective
-    spec.tuning_view()  # a protocol without a validation split cannot be tuned
-    check_method(method, spec, {})
     given = None
     if space_file is not None:
         if (problem := not_a_file(space_file)) is not None:
@@ -421,19 +342,15 @@ def tune(protocol: str, method: str, trials: int | None, objective: str | None, 
         given = safe_yaml(space_file.read_text(), "--space", str(space_file))
         if not isinstance(given, dict):
             raise BenchError(f"--space {space_file} must hold a mapping of setting -> range.")
-    space = search_space(method, spec, given)
-    check_seed(seed)
-    if storage is not None:
-        check_storage(storage, resolve_results(results_dir))
-    check_outputs(resolve_results(results_dir), None, False)
+    request = tune_request(protocol, method, trials=trials, objective=objective, seed=seed, storage=storage,
+                           space=given, results_dir=results_dir)
     ray_plan = _ray_plan(executor, address, cpus_per_run, gpus_per_run, None, device)
-    check_backbone(spec)
+    check_backbone(request.protocol)
     options = _options({}, results_dir, device, trunk_cache, progress, allow_download)
-    request = TuneRequest(spec, method, rules, seed, storage or default_storage(options.results_dir), space)
-    entry = run_study(request, options, trial_runner(method, seed, options, ray_plan, click.echo), click.echo)
+    entry = run_tune(request, options, ray_plan, click.echo)
     click.echo(f"\nBest of {entry.trials} trial(s) ({entry.objective} on validation {entry.value:.4f}, trial "
                f"{entry.best_trial}): " + " ".join(f"--set {k}={v}" for k, v in entry.settings.items()))
-    click.echo(f"Tuned entry: {entry_path(options.results_dir, spec.name, method)}")
+    click.echo(f"Tuned entry: {entry_path(options.results_dir, request.protocol.name, method)}")
 
 
 def _ray_plan(executor: str, address: str | None, cpus: float | None, gpus: float | None, retries: int | None,
@@ -459,20 +376,17 @@ def _ray_plan(executor: str, address: str | None, cpus: float | None, gpus: floa
     return RayPlan(address, cpus, gpus, retries)
 
 
-def _sweep_on_ray(graph, options, ray_plan, tracking_uri: str | None, no_mlflow: bool) -> None:
-    from .sweep.ray_executor import run_ray
-
-    states = run_ray(graph, options, ray_plan, tracking_uri, not no_mlflow, click.echo)
-    for state in states.values():
+def _report_ray_tasks(outcome) -> None:
+    """A Ray sweep's retried and unfinished tasks; exit 1 when some did not finish."""
+    for state in outcome.states.values():
         if state.attempts > 1:
             click.echo(f"Retried: {state.label} (a worker died; attempt {state.attempts} finished it, its first "
                        f"update: {state.went_on_from or 'none'})")
-    failed = [t for t in states.values() if t.status in ("failed", "skipped")]
-    for state in failed:
+    for state in outcome.failed:
         click.echo(f"{state.status.capitalize()}: {state.label}: {state.note}", err=True)
-    if failed:
-        click.echo(f"{len(failed)} of {len(states)} task(s) did not finish; re-run the same command to retry them "
-                   f"(finished runs are skipped).", err=True)
+    if outcome.failed:
+        click.echo(f"{len(outcome.failed)} of {len(outcome.states)} task(s) did not finish; re-run the same command to "
+                   f"retry them (finished runs are skipped).", err=True)
         click.get_current_context().exit(1)
 
 
@@ -530,27 +444,29 @@ def check_method_cmd(name: str, overrides: tuple[str, ...], seed: int, precision
 @click.option("--tracking-uri", envvar="MLFLOW_TRACKING_URI",
               help="MLflow tracking URI [default: sqlite in the results folder]")
 def sync(results_dir: Path | None, tracking_uri: str | None) -> None:
-    """Mirror stored results that are not yet in MLflow (after a tracking failure, or --no-mlflow).
-    Idempotent: a result already mirrored is left alone."""
+    """Mirror stored results that are not yet in MLflow (after a tracking failure, or --no-mlflow), and
+    add to mirrored ones the tags and artifacts every mirror carries that they lack. Idempotent: a result
+    mirrored whole is left alone."""
     from .paths import results_dir as resolve_results
     from .tools.preflight import check_tracking_uri
-    from .results.tracking import Store, sync as sync_results
+    from .results.tracking import Store
+    from .sweep.mirror import sync as sync_results
 
     root = resolve_results(results_dir)
     if not (root / "runs").is_dir():
         raise BenchError(f"Results folder {root} holds no runs/ folder: nothing to sync.")
     check_tracking_uri(tracking_uri)
-    from .tools.api import run_artifacts
-
-    report = sync_results(root, tracking_uri, artifacts=run_artifacts)
+    report = sync_results(root, tracking_uri)
     for path, rid in report.added:
         click.echo(f"  mirrored {path} -> MLflow run {rid}")
+    for path, rid, added in report.repaired:
+        click.echo(f"  repaired MLflow run {rid} of {path}: added {', '.join(added)}")
     if report.replaced:
         click.echo(f"  deleted {len(report.replaced)} unfinished mirror(s), logged again whole: {', '.join(report.replaced)}")
     for path, why in report.skipped:
         click.echo(f"  skipped {path}: {shorten(why)}", err=True)
     click.echo(f"Synced {root} to {Store(root, tracking_uri).uri}: {len(report.added)} added, "
-               f"{report.present} already there"
+               f"{report.present} already there" + (f" ({len(report.repaired)} repaired)" if report.repaired else "")
                + (f", {len(report.skipped)} skipped (named above)." if report.skipped else "."))
 
 
@@ -605,27 +521,6 @@ def validate(file: Path) -> None:
     if (most := check_flop_budget(p)) is not None:
         click.echo(f"training.budget.tflops {p.training.budget.tflops:g} buys at most {most:,} updates a session "
                    f"(output-only training, the cheapest method; a method whose updates cost more makes fewer).")
-
-
-def sweep_table(spec, runs, results_dir: Path) -> str:
-    """The leaderboard's mean ± std table restricted to this sweep's protocols, rows and seeds (with their
-    joint references). Rendering lives here, at the top layer: the engine never imports the leaderboard."""
-    from ..leaderboard.aggregate import format_table, summarize
-    from ..leaderboard.sources import load_folder
-
-    wanted = {(r.protocol.name, r.row, r.seed) for r in runs}
-    seeds, names = {r.seed for r in runs}, {r.protocol.name for r in runs}
-    # the references its rows were scored with come along: the A_best reference set, and the joint runs
-    # (a NAME@Kx budget's are NAME's, shared by the family)
-    references = {(r.protocol.name, m) for r in runs for m in r.protocol.best_new_reference}
-    joints = {(p.name, "joint") for r in runs for p in (r.protocol, r.protocol.reference)}
-    entries = [e for e in load_folder(results_dir).entries
-               if (e.result.protocol.name, e.result.label, e.result.seed) in wanted
-               or (e.result.seed in seeds and (e.result.protocol.name, "joint" if e.is_reference else e.result.label)
-                   in references | joints)]
-    header = f"## Sweep {spec.name}: seeds {', '.join(map(str, sorted(seeds)))}\n\n"
-    boards = [b for b in summarize(entries) if b.name in names]  # not NAME's own board
-    return header + (spec.description.strip() + "\n\n" if spec.description else "") + format_table(boards)
 
 
 def _register_subcommands() -> None:

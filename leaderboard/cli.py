@@ -112,17 +112,7 @@ def table(results_dir: Path | None, tracking_uri: str | None, protocols: tuple[s
     if results_dir is not None and tracking_uri is not None:
         raise BenchError("Give either --results-dir DIR or --tracking-uri URI, not both.")
     loaded = load(results_dir, tracking_uri, warn=_warn)
-    boards = summarize(loaded.entries)
-    if protocols:
-        known = {b.name for b in boards}
-        missing = [p for p in protocols if p not in known]
-        if missing:
-            from ..harness.errors import did_you_mean
-
-            if not known:
-                raise BenchError(f"No results at all in {loaded.origin}.")
-            raise did_you_mean(missing[0], known, "protocol", plural="protocols with results")
-        boards = [b for b in boards if b.name in protocols]
+    boards = chosen_boards(summarize(loaded.entries), protocols, loaded.origin)
     if not boards:
         click.echo(f"No results in {loaded.origin}.")
         return
@@ -130,6 +120,22 @@ def table(results_dir: Path | None, tracking_uri: str | None, protocols: tuple[s
         click.echo(boards_frame(boards).to_csv(index=False), nl=False)
         return
     click.echo(format_table(boards, fmt, columns), nl=False)  # type: ignore[arg-type]
+
+
+def chosen_boards(boards: list[Any], protocols: tuple[str, ...], origin: str) -> list[Any]:
+    """The boards of ``protocols`` (all when none is given); a protocol without results is a BenchError
+    naming the ones with results."""
+    if not protocols:
+        return boards
+    known = {b.name for b in boards}
+    missing = [p for p in protocols if p not in known]
+    if missing:
+        from ..harness.errors import did_you_mean
+
+        if not known:
+            raise BenchError(f"No results at all in {origin}.")
+        raise did_you_mean(missing[0], known, "protocol", plural="protocols with results")
+    return [b for b in boards if b.name in protocols]
 
 
 FIGURE_FORMATS = ("png", "svg", "pdf")

@@ -55,7 +55,7 @@ def joint_results(tmp_path_factory, bench_cache) -> Path:
     session: the joint models cost more than the run that needs them, and tests of what a run or a sweep
     stores copy this folder (``results_with_joint``) instead of each training them again. Tests of the
     joint's own training (that a first run trains and announces it) keep an empty folder."""
-    from bench_stability_gap.harness.tools.api import run
+    from bench_stability_gap.harness.api import run
 
     folder = tmp_path_factory.mktemp("joint-results")
     spec = folder / "tiny_cil_reduced.yaml"

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import importlib
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 from results_factory import joint_run, two_session_run
 
 from bench_stability_gap.harness.errors import BenchError
-from bench_stability_gap.harness.results.schema import load_result, save_result
-from bench_stability_gap.harness.tools.api import LOAD_COLUMNS, load_results, results_columns, run
+from bench_stability_gap.harness.results.schema import ProtocolStamp, RunResult, load_result, save_result
+from bench_stability_gap.harness.api import LOAD_COLUMNS, load_results, results_columns, run
 
 
 def test_load_results_of_an_empty_folder_is_an_empty_frame_with_the_columns(tmp_path: Path) -> None:
@@ -56,18 +61,95 @@ def test_run_returns_the_stored_result(tiny_protocol_file: Path, results_with_jo
     assert result.run_id in set(frame["run_id"])
 
 
-def test_sweep_runs_a_grid_and_skips_what_is_stored(tiny_protocol_file: Path, tmp_path: Path,
-                                                   results_with_joint: Path) -> None:
-    import yaml
+def write_grid(path: Path, protocol: Path, methods: list[str]) -> Path:
+    path.write_text(yaml.safe_dump({"name": path.stem, "seeds": [0],
+                                    "runs": [{"protocol": str(protocol), "methods": methods}]}))
+    return path
 
-    from bench_stability_gap.harness.tools.api import sweep
 
-    grid = tmp_path / "grid.yaml"
-    grid.write_text(yaml.safe_dump({"name": "grid", "seeds": [0],
-                                    "runs": [{"protocol": str(tiny_protocol_file), "methods": ["vanilla"]}]}))
+def counting(monkeypatch: pytest.MonkeyPatch, target: str, key: Callable[..., Any]) -> Counter:
+    """Count the calls of the function at ``target`` (module.attribute), by ``key`` of their arguments."""
+    module, _, name = target.rpartition(".")
+    real = getattr(importlib.import_module(module), name)
+    calls: Counter = Counter()
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls[key(*args)] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(target, counted)
+    return calls
+
+
+def test_sweep_runs_a_grid_on_one_workbench_and_skips_what_is_stored(tiny_protocol_file: Path, tmp_path: Path,
+                                                                     results_with_joint: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from bench_stability_gap.harness.api import sweep
+
+    grid = write_grid(tmp_path / "grid.yaml", tiny_protocol_file, ["finetune"])
     results = results_with_joint  # the joint reference is stored (and in the folder, not in the sweep's rows)
+    # every workbench made, whoever makes it (the sweep's stages, or a run that is given none)
+    prepared = counting(monkeypatch, "bench_stability_gap.harness.run.workbench.prepare",
+                        lambda protocol, seed, options: protocol.name)
+    monkeypatch.setattr("bench_stability_gap.harness.run.pipeline.prepare",
+                        importlib.import_module("bench_stability_gap.harness.run.workbench").prepare)
     frame = sweep(str(grid), results_dir=results, mlflow=False, device="cpu")
-    assert list(zip(frame["method"], frame["seed"])) == [("vanilla", 0)]  # the sweep's run (not the joint)
+    assert list(zip(frame["method"], frame["seed"])) == [("finetune", 0)]  # the sweep's run (not the references)
     assert frame.loc[0, "reason"] == "" and frame.loc[0, "S_delta"] == frame.loc[0, "S_delta"]  # scored, not NaN
+    # its stages (the deployed model, the A_best reference runs, the method run) shared one workbench
+    assert prepared == {"tiny_cil_reduced": 1}
     again = sweep(str(grid), results_dir=results, mlflow=False, device="cpu")  # all stored: nothing runs
-    assert list(again["run_id"]) == list(frame["run_id"])
+    assert list(again["run_id"]) == list(frame["run_id"]) and prepared == {"tiny_cil_reduced": 1}
+
+
+def test_a_run_parses_each_stored_result_once_and_an_identical_run_is_not_trained_again(
+        tiny_protocol_file: Path, results_with_joint: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    results = results_with_joint
+    parses = counting(monkeypatch, "bench_stability_gap.harness.results.schema.parse_result", lambda data, path: path)
+    first = run(str(tiny_protocol_file), "vanilla", 0, results_dir=results, mlflow=False, device="cpu")
+    stored = sorted((results / "runs").rglob("*.json"))
+    assert len(stored) == 2  # the joint reference, and vanilla (the protocol's A_best set: the run is its own)
+    # the joint reference was there before: read once, not once per question the run asks of the folder
+    assert max(parses.values()) == 1 and set(parses) <= set(stored), parses
+    parses.clear()
+    again = run(str(tiny_protocol_file), "vanilla", 0, results_dir=results, mlflow=False, device="cpu")
+    assert again.run_id == first.run_id and sorted((results / "runs").rglob("*.json")) == stored  # nothing trained
+    assert sorted(parses) == stored and set(parses.values()) == {1}
+    retrained = run(str(tiny_protocol_file), "vanilla", 0, results_dir=results, mlflow=False, device="cpu",
+                    rerun=True)
+    assert retrained.run_id != first.run_id and retrained.curves == first.curves
+
+
+def test_sweep_of_a_bf16_protocol_plans_against_bf16_runs(tiny_protocol_file: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """On CUDA an embedded protocol computes in bf16 by default: a stored bf16 run covers the sweep's row,
+    an fp32 one does not (the sweep would run it again, as it must)."""
+    import torch
+
+    from bench_stability_gap.harness import api
+    from bench_stability_gap.harness.spec.protocol import load_protocol
+    from bench_stability_gap.methods.registry import build_method, method_settings
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a CUDA machine, as far as planning sees
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    protocol = load_protocol(str(tiny_protocol_file))
+    assert protocol.embedded  # bf16 by default on CUDA
+    grid = write_grid(tmp_path / "grid.yaml", tiny_protocol_file, ["finetune"])
+    stamp = ProtocolStamp(name=protocol.name, version=protocol.version, hash=protocol.spec_hash)
+    config = method_settings(build_method("finetune", protocol, {})[1])
+    graphs: list[list[Any]] = []
+    monkeypatch.setattr(api, "run_local_sweep", lambda graph, *a, **k: graphs.append(graph))  # nothing trains
+
+    def stored_in(precision: str, device: str) -> tuple[Path, RunResult]:
+        results = tmp_path / precision
+        run = two_session_run(f"f{precision}", "finetune").model_copy(update={
+            "protocol": stamp, "config": config, "options": {"device": device, "precision": precision}})
+        save_result(results, run)
+        return results, run
+
+    results, bf16 = stored_in("bf16", "cuda:0")
+    frame = api.sweep(str(grid), results_dir=results, mlflow=False, device="cuda")
+    assert graphs == [[]] and list(frame["run_id"]) == [bf16.run_id]  # done: the bf16 run covers it
+    results, _ = stored_in("fp32", "cpu")
+    api.sweep(str(grid), results_dir=results, mlflow=False, device="cuda")
+    assert [(s.kind, s.method) for s in graphs[1] if s.kind == "run"] == [("run", "finetune")]  # to run in bf16

@@ -15,7 +15,8 @@ from chromium import CHROMIUM_FLAGS, playwright_and_chromium, wait_until_loaded
 from click.testing import CliRunner
 from results_factory import hand_result, joint_run, two_session_run
 
-from bench_stability_gap.harness.cli import main, sweep_table
+from bench_stability_gap.harness.api import sweep_table
+from bench_stability_gap.harness.cli import main
 from bench_stability_gap.harness.results.schema import ProtocolStamp, save_result
 from bench_stability_gap.harness.spec.protocol import load_protocol
 from bench_stability_gap.leaderboard.aggregate import format_table, summarize

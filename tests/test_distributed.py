@@ -172,6 +172,55 @@ def test_ray_tasks_log_to_a_tracking_server_and_the_leaderboard_builds_from_it(r
     assert (tmp_path / "site" / "index.html").is_file()
 
 
+def mlflow_records(results: Path) -> dict[str, tuple[str | None, list[str], list[str]]]:
+    """Per stored run's row label: its MLflow record's reference role, bench tag names and artifact names
+    (the JSON's name, which holds the run id, as ``<run>.json``)."""
+    from mlflow.tracking import MlflowClient
+
+    from bench_stability_gap.harness.results.tracking import REFERENCE_TAG, default_tracking_uri
+
+    label = {r.run_id: r.label for _, r in iter_results(results)}
+    client = MlflowClient(tracking_uri=default_tracking_uri(results))
+    (experiment,) = [e for e in client.search_experiments() if e.name.startswith("bench/")]
+    out = {}
+    for run in client.search_runs([experiment.experiment_id]):
+        tags = run.data.tags
+        files = sorted("<run>.json" if a.path.endswith(".json") else a.path for a in client.list_artifacts(run.info.run_id))
+        out[label[tags["bench.run_id"]]] = (tags.get(REFERENCE_TAG), sorted(k for k in tags if k.startswith("bench.")),
+                                            files)
+    assert len(out) == len(label)  # every stored run mirrored, none twice
+    return out
+
+
+@pytest.mark.slow
+def test_ray_and_local_sweeps_and_sync_give_the_same_mlflow_records(ray_cluster, tiny_protocol_file, bench_cache,
+                                                                    seeded_store, tmp_path):
+    """Whichever path mirrors a run (a Ray sweep's driver, a local sweep, `bench sync` of a folder), its
+    record carries the same tags (the reference role included) and the same artifacts (the plot included).
+    The smallest sweep that stores both kinds of reference: vanilla, the protocol's A_best set, one seed."""
+    grid = write_grid(tmp_path / "one.yaml", tiny_protocol_file, ["vanilla"], [0])
+    ray_results = seeded_store(tmp_path / "ray-results")
+    env = {**ray_cluster.env, "BENCH_CACHE_DIR": str(bench_cache)}
+    out = subprocess.run([str(BIN / "bench"), "sweep", str(grid), "--executor", "ray", "--address", ray_cluster.address,
+                          "--results-dir", str(ray_results), "--no-progress"],
+                         env=env, capture_output=True, text=True, timeout=SWEEP_TIMEOUT_S)
+    assert out.returncode == 0, out.stdout + out.stderr
+    local_results = seeded_store(tmp_path / "local-results")
+    local = CliRunner().invoke(main, ["sweep", str(grid), "--results-dir", str(local_results), "--no-progress"],
+                               catch_exceptions=False)
+    assert local.exit_code == 0, local.output
+    synced = tmp_path / "synced-results"
+    shutil.copytree(local_results / "runs", synced / "runs")
+    seeded_store(synced)
+    assert CliRunner().invoke(main, ["sync", "--results-dir", str(synced)], catch_exceptions=False).exit_code == 0
+
+    ray, here, sync = (mlflow_records(r) for r in (ray_results, local_results, synced))
+    assert set(ray) == {"joint", "vanilla"}
+    assert ray["joint"][0] == "joint" and ray["vanilla"][0] == "best_new"
+    assert {"curves.csv", "curves.svg", "<run>.json"} <= set(ray["vanilla"][2])
+    assert ray == here == sync
+
+
 def test_an_address_where_no_cluster_listens_fails_in_seconds_before_any_training(tmp_path):
     port = free_port()  # nothing listens there
     started = time.monotonic()

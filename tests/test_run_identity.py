@@ -13,7 +13,7 @@ from results_factory import joint_run, two_session_run
 from bench_stability_gap.harness.cli import main, summary_lines
 from bench_stability_gap.harness.results.schema import RunResult, identity_text, run_identity, save_result
 from bench_stability_gap.harness.results.tracking import _params, _tags, result_run_name
-from bench_stability_gap.harness.tools.api import load_results
+from bench_stability_gap.harness.api import load_results
 
 CPU = {"device": "cpu", "torch_threads": 1, "cpu_kernels": "gemm1x1+dw-small+adamw-fused",
        "data_path": {"ram_budget": 11 * 2**30, "disk_budget": 70 * 2**30, "cache_root": "/c"}}

@@ -119,6 +119,35 @@ def test_sync_mirrors_what_is_missing_and_is_idempotent(tmp_path, seeded_store) 
     assert both.exit_code == 2 and "name two folders" in both.output
 
 
+def test_sync_repairs_a_mirrored_record_that_lacks_the_reference_tag_and_the_plot(tmp_path, seeded_store) -> None:
+    """A record logged by a path that gave less (no plot, no reference role: what a Ray sweep logged) is
+    completed by ``bench sync``, not skipped as mirrored; a second sync has nothing left to add."""
+    from bench_stability_gap.harness.results.schema import References
+    from bench_stability_gap.harness.results.tracking import REFERENCE_TAG, log_run
+
+    results = seeded_store(tmp_path / "results")
+    # a run of its seed's A_best set (its row, vanilla with default settings, is one of the set's methods)
+    result = fixture_result(4).model_copy(update={"references": References(
+        joint_run=None, best_new={}, best_new_methods=["vanilla"])})
+    assert result.label == "vanilla"
+    path = save_result(results, result)
+    rid = log_run(result, path, results)  # the JSON and curves.csv only
+    client = client_for(results)
+    client.delete_tag(rid, REFERENCE_TAG)  # as logged before the role was read from the result
+    assert REFERENCE_TAG not in client.get_run(rid).data.tags
+    assert "curves.svg" not in {a.path for a in client.list_artifacts(rid)}
+
+    out = CliRunner().invoke(main, ["sync", "--results-dir", str(results)], catch_exceptions=False)
+    assert out.exit_code == 0 and "0 added, 1 already there (1 repaired)" in out.output, out.output
+    assert f"repaired MLflow run {rid} of {path}: added {REFERENCE_TAG}, curves.svg" in out.output
+    run = client.get_run(rid)
+    assert run.data.tags[REFERENCE_TAG] == "best_new"
+    assert {"curves.csv", "curves.svg", path.name} <= {a.path for a in client.list_artifacts(rid)}
+    again = CliRunner().invoke(main, ["sync", "--results-dir", str(results)], catch_exceptions=False)
+    assert again.exit_code == 0 and "0 added, 1 already there." in again.output, again.output
+    assert set(bench_runs(results)) == {result.run_id}  # repaired in place, never logged twice
+
+
 def test_sync_cli_refuses_a_folder_without_results(tmp_path) -> None:
     out = CliRunner().invoke(main, ["sync", "--results-dir", str(tmp_path)], catch_exceptions=False)
     assert out.exit_code == 2 and f"Results folder {tmp_path} holds no runs/ folder" in out.output

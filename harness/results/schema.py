@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..atomic import write_or_rescue
 from .curves import ReferenceSession, SessionCurve
+from .read_once import forget, parsed
 from ..errors import BenchError
 from .metrics import EvalWeighting, Metrics
 
@@ -220,7 +221,9 @@ def save_result(root: Path, result: RunResult) -> Path:
     """Write the JSON atomically: a reader never sees half a file, an interrupt leaves none, a full disk
     keeps it elsewhere and says where."""
     path = result_path(root, result)
-    return write_or_rescue(path, result.model_dump_json(indent=1), f"the result of run {result.run_id}")
+    written = write_or_rescue(path, result.model_dump_json(indent=1), f"the result of run {result.run_id}")
+    forget(written)
+    return written
 
 
 def parse_result(data: bytes, path: Path) -> RunResult:
@@ -237,10 +240,12 @@ def parse_result(data: bytes, path: Path) -> RunResult:
 
 def load_result(path: Path) -> RunResult:
     try:
-        data = path.read_bytes()
+        found = parsed(path, _read_result)
     except OSError as exc:
         raise BenchError(f"Result file {path} cannot be read: {exc.strerror or exc}.") from None
-    return parse_result(data, path)
+    if isinstance(found, BenchError):
+        raise found
+    return found
 
 
 Skip = Callable[[Path, str], None]
@@ -303,15 +308,19 @@ def scan_results(base: Path, skip: Skip) -> list[tuple[Path, RunResult | BenchEr
                 skip(path, reason)
                 continue
             try:
-                data = path.read_bytes()
+                out.append((path, parsed(path, _read_result)))
             except OSError as exc:  # unreadable is junk to skip; unparsable comes back as its error
                 skip(path, f"cannot be read ({exc.strerror})")
-                continue
-            try:
-                out.append((path, parse_result(data, path)))
-            except BenchError as err:
-                out.append((path, err))
     return out
+
+
+def _read_result(path: Path) -> RunResult | BenchError:
+    """The result in ``path``, or the error that names why it is none (OSError: unreadable, propagated)."""
+    data = path.read_bytes()
+    try:
+        return parse_result(data, path)
+    except BenchError as err:
+        return err
 
 
 def iter_results(root: Path, protocol: str | None = None,

@@ -32,7 +32,9 @@ LOCK_TIMEOUT_S = 300
 TERMINAL = {"complete": "FINISHED", "killed": "KILLED", "interrupted": "KILLED"}  # anything else: FAILED
 SYNCED_TAG = "bench.synced"  # set last, once params, metrics and the JSON artifact are all logged
 REFERENCE_TAG = "bench.reference"  # "joint" (A_joint) or "best_new" (a run of the protocol's A_best set)
-Artifacts = Callable[[RunResult], Mapping[str, str]]  # extra artifact files of a run: file name -> text
+# extra artifact files of a run: file name -> how to render its text from the result (None: no such file for
+# this run); the names are known without rendering, so ``sync`` can see which a record lacks
+Artifacts = Mapping[str, Callable[[RunResult], "str | None"]]
 
 
 def sqlite_path(uri: str) -> Path:
@@ -121,9 +123,19 @@ def _tags(result: RunResult, json_path: Path) -> dict[str, str]:
             **{f"bench.{k}": str(v) for k, v in run_identity(result).items()}}
     plan = result.options.get("data_path") or {}
     tags.update({f"bench.machine.{k}_gb": f"{plan[k] / 2**30:.1f}" for k in MACHINE_STATE if k in plan})
-    if result.is_reference:
-        tags[REFERENCE_TAG] = "joint"
+    if (role := reference_role(result)) is not None:
+        tags[REFERENCE_TAG] = role
     return tags
+
+
+def reference_role(result: RunResult) -> str | None:
+    """What the run is to others, read from the result alone (so every path that mirrors it tags it alike):
+    "joint" for an A_joint reference, "best_new" for a run of the A_best set it was scored with (its row is
+    one of that set's methods, default settings), else None."""
+    if result.is_reference:
+        return "joint"
+    refs = result.references
+    return "best_new" if refs is not None and result.label in refs.best_new_methods else None
 
 
 def _params(result: RunResult) -> dict[str, str]:
@@ -218,15 +230,26 @@ def _log_batches(client, rid: str, params: Mapping[str, str] = {}, metrics: list
         client.log_batch(rid, metrics=metrics[start : start + 1000])
 
 
-def _log_artifacts(client, rid: str, result: RunResult, json_path: Path, artifacts: Artifacts | None = None) -> None:
-    """The result JSON, its curves as CSV and the ``artifacts`` the caller renders (the run's plot)."""
+def _log_artifacts(client, rid: str, result: RunResult, json_path: Path, artifacts: Artifacts | None = None,
+                   only: set[str] | None = None) -> list[str]:
+    """The result JSON, its curves as CSV and the ``artifacts`` the caller renders (the run's plot); ``only``:
+    just these names (what a record lacks). Returns the names logged."""
+    renderers = {"curves.csv": curves_csv, **dict(artifacts or {})}
+    logged = []
     with tempfile.TemporaryDirectory() as tmp:
-        files = {"curves.csv": curves_csv(result), **(dict(artifacts(result)) if artifacts else {})}
-        client.log_artifact(rid, str(json_path))
-        for name, text in files.items():
+        if only is None or json_path.name in only:
+            client.log_artifact(rid, str(json_path))
+            logged.append(json_path.name)
+        for name, render in renderers.items():
+            if only is not None and name not in only:
+                continue
+            if (text := render(result)) is None:
+                continue
             path = Path(tmp) / name
             path.write_text(text)
             client.log_artifact(rid, str(path))
+            logged.append(name)
+    return logged
 
 
 def _first_line(text: str, limit: int = 300) -> str:
@@ -406,16 +429,18 @@ class SyncReport:
     added: list[tuple[Path, str]] = field(default_factory=list)   # (JSON, MLflow run id)
     present: int = 0
     replaced: list[str] = field(default_factory=list)             # unfinished mirrors set aside
+    repaired: list[tuple[Path, str, list[str]]] = field(default_factory=list)  # (JSON, MLflow run id, what was added)
     skipped: list[tuple[Path, str]] = field(default_factory=list)  # (file, why it is not mirrored)
 
 
-def _mirrored(client) -> tuple[set[str], dict[str, list[str]]]:
-    """bench run ids fully mirrored in the store, and MLflow runs of bench runs left unfinished."""
+def _mirrored(client) -> tuple[dict[str, Any], dict[str, list[str]]]:
+    """bench run ids fully mirrored in the store (with their MLflow run), and MLflow runs of bench runs left
+    unfinished."""
     from mlflow.entities import ViewType
 
     ids = [e.experiment_id for e in client.search_experiments(view_type=ViewType.ACTIVE_ONLY)
            if e.name.startswith("bench/")]
-    done: set[str] = set()
+    done: dict[str, Any] = {}
     partial: dict[str, list[str]] = {}
     token = None
     while ids:
@@ -426,7 +451,7 @@ def _mirrored(client) -> tuple[set[str], dict[str, list[str]]]:
                 continue
             if run.data.tags.get(SYNCED_TAG) == "true" or (
                     "bench.json" in run.data.tags and run.info.status != "RUNNING"):  # logged before bench.synced existed
-                done.add(bench_id)
+                done.setdefault(bench_id, run)
             else:
                 partial.setdefault(bench_id, []).append(run.info.run_id)
         token = page.token
@@ -435,10 +460,26 @@ def _mirrored(client) -> tuple[set[str], dict[str, list[str]]]:
     return done, partial
 
 
+def repair(client, run: Any, result: RunResult, json_path: Path, artifacts: Artifacts | None = None,
+           protocol: Any = None) -> list[str]:
+    """Add to a mirrored record the tags and artifacts every mirror carries and it lacks (a record made
+    by an older bench, or by a path that logged less); returns what was added (tag keys, file names).
+    Tags it has are kept: ``bench.status`` says how a live run ended, over the result's."""
+    tags = {k: v for k, v in {**_tags(result, json_path), **_axis_tag(result, protocol)}.items()
+            if k not in run.data.tags}
+    for key, value in tags.items():
+        client.set_tag(run.info.run_id, key, value)
+    present = {a.path for a in client.list_artifacts(run.info.run_id)}
+    wanted = {json_path.name, "curves.csv", *(artifacts or {})}
+    added = _log_artifacts(client, run.info.run_id, result, json_path, artifacts, only=wanted - present) \
+        if wanted - present else []
+    return [*tags, *added]
+
+
 def sync(results_dir: Path, tracking_uri: str | None = None, artifacts: Artifacts | None = None) -> SyncReport:
     """Mirror every stored result that the tracking store lacks (idempotent: a run is matched by
-    bench's run id). A mirror left unfinished (a live run whose process died, a logging error) is
-    deleted and logged again whole."""
+    bench's run id), and ``repair`` the mirrored records that lack a tag or an artifact. A mirror left
+    unfinished (a live run whose process died, a logging error) is deleted and logged again whole."""
     report = SyncReport()
     store = Store(results_dir, tracking_uri)
     with store.session() as client:
@@ -456,7 +497,12 @@ def sync(results_dir: Path, tracking_uri: str | None = None, artifacts: Artifact
             continue
         if result.run_id in done:
             report.present += 1
+            if (run := done[result.run_id]) is not None:  # None: logged by this sync a file ago
+                with store.session() as client:
+                    if added := repair(client, run, result, path, artifacts):
+                        report.repaired.append((path, run.info.run_id, added))
             continue
-        report.added.append((path, log_run(result, path, results_dir, tracking_uri, artifacts=artifacts)))
-        done.add(result.run_id)
+        rid = log_run(result, path, results_dir, tracking_uri, artifacts=artifacts)
+        report.added.append((path, rid))
+        done[result.run_id] = None
     return report

@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import BenchError
+from ..results.read_once import forget
 
 POLL_S = 0.5
 
@@ -59,6 +60,7 @@ def claim(lock: Path, what: str, wait: bool, say: Callable[[str], None]) -> Iter
         say(f"{what} is being computed by {holder}: waiting for it, then reusing what it stores.")
         held.acquire(poll_interval=POLL_S)
         waited = True
+        forget()  # the holder may have stored results meanwhile: parse the folder afresh
     holder_file = _holder_path(lock)
     try:
         holder_file.write_text(json.dumps({

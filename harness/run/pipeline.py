@@ -26,6 +26,7 @@ from .continual import Diverged, run_cl
 from .budget_guards import eviction_note
 from .checkpoint import Checkpointer, checkpointer, run_key
 from .claim import claim
+from ..results.read_once import reads_once
 from .joint_request import check_joint_request
 from ..errors import BenchError
 from ..spec.protocol import Protocol
@@ -142,6 +143,7 @@ def _joint_checkpointer(protocol: Protocol, seed: int, options: RunOptions, part
                          part=part)
 
 
+@reads_once
 def joint_reference_part(protocol: Protocol, seed: int, part: int, options: RunOptions, bench: Workbench) -> None:
     """Train one model of the joint reference and keep it in its checkpoint, where the step that stores
     the reference finds it (a cluster trains the parts as separate tasks); nothing to do when the
@@ -247,6 +249,7 @@ def _train_best_new_references(protocol: Protocol, bench: Workbench, seed: int, 
         _score_and_save(result, joint, done, options)
 
 
+@reads_once
 def ensure_references(protocol: Protocol, seed: int, options: RunOptions, bench: Workbench | None = None) -> None:
     """The joint reference and the A_best reference runs of one seed, each trained once when missing:
     what ``execute`` does before a method run, as a step of its own for an executor that schedules the
@@ -256,6 +259,7 @@ def ensure_references(protocol: Protocol, seed: int, options: RunOptions, bench:
     _best_new_references(protocol, bench, seed, joint, None, options)
 
 
+@reads_once
 def execute(protocol: Protocol, method_text: str, seed: int, options: RunOptions,
             bench: Workbench | None = None, run_id: str | None = None,
             tuned: TunedStamp | None = None) -> tuple[RunResult, Path]:

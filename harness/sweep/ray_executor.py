@@ -108,9 +108,9 @@ def _stage_task(stage: Stage, options: RunOptions, threads: int, board, log_uri:
     for result, path in run_stage(stage, opts):
         rid = None
         if log_uri is not None:  # a failure keeps the JSON and says how to mirror it later (bench sync)
-            from ..results.tracking import log_run_or_explain
+            from .mirror import mirror
 
-            rid, _ = log_run_or_explain(result, path, opts.results_dir, log_uri)
+            rid, _ = mirror(result, path, opts.results_dir, log_uri, stage.protocol)
         out.append((str(path), rid))
     return out
 
@@ -254,10 +254,10 @@ def _submit_and_watch(graph: list[Stage], options: RunOptions, plan: RayPlan, tr
                 board.finished.remote(stage.key, status, note)
                 continue
             if mlflow and not worker_logs:  # a local store (sqlite): one writer, the driver
-                from ..results.tracking import log_run_or_explain
+                from .mirror import mirror
 
                 for path, _ in stored:
-                    log_run_or_explain(load_result(Path(path)), Path(path), options.results_dir, tracking_uri)
+                    mirror(load_result(Path(path)), Path(path), options.results_dir, tracking_uri, stage.protocol)
             board.finished.remote(stage.key, "done")
         display.show(ray.get(board.snapshot.remote()), time.monotonic() - begun)
     states = ray.get(board.snapshot.remote())

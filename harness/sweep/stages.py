@@ -155,22 +155,22 @@ def run_stage(stage: Stage, options: RunOptions, bench: Workbench | None = None)
 
 
 def run_local(graph: list[Stage], options: RunOptions, on_start: Callable[[Stage], None],
-              method_run: Callable[[Stage], None], on_stored: Callable[[Stage, list[Stored]], None]) -> None:
-    """Today's executor: every stage in order in this process. The shared stages of a protocol spec and
-    seed share one workbench (built once, as one ``execute`` shares it with its references) and hand
+              method_run: Callable[[Stage, Workbench], None], on_stored: Callable[[Stage, list[Stored]], None]) -> None:
+    """Today's executor: every stage in order in this process. The stages of a protocol spec and seed share
+    one workbench, prepared once (as one ``execute`` shares it with its references): the shared stages hand
     what they stored to ``on_stored``; a method run is ``method_run``'s (the CLI's, with live tracking),
-    which finds those references stored and runs the method alone."""
+    which gets that workbench, finds those references stored and runs the method alone."""
     from ..run.workbench import prepare
 
     current: tuple[str, str, int] | None = None
     bench: Workbench | None = None
     for stage in graph:
         on_start(stage)
-        if stage.kind == "run":
-            method_run(stage)
-            continue
         where = (stage.protocol.name, stage.protocol.spec_hash, stage.seed)
         if where != current:
             bench, current = None, where  # one workbench in memory at a time
             bench = prepare(stage.protocol, stage.seed, options)
+        if stage.kind == "run":
+            method_run(stage, bench)
+            continue
         on_stored(stage, run_stage(stage, options, bench))

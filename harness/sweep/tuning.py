@@ -275,9 +275,9 @@ def trial_runner(method: str, seed: int, options: Any, ray_plan: Any, echo: Call
         if ray_plan is None:
             made: list[Any] = []
 
-            def method_run(stage: Any) -> None:
+            def method_run(stage: Any, bench: Any) -> None:
                 run_opts = dataclasses.replace(opts, overrides=dict(overrides), on_eval=reporter)
-                made.append(execute(view, method, seed, run_opts)[0])
+                made.append(execute(view, method, seed, run_opts, bench)[0])
 
             run_local(graph, opts, lambda stage: echo(f"  {stage.label}"), method_run, lambda stage, results: None)
             if made:
