@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tests.conftest import fake_training
+from support import fake_training
 from bench_stability_gap.harness.model.backbone import GrowingHead, SplitModel
 from bench_stability_gap.harness.errors import BenchError
 from bench_stability_gap.harness.spec.protocol import load_protocol

@@ -5,7 +5,7 @@ import yaml
 
 from bench_stability_gap.harness.spec.protocol import parse_protocol
 from bench_stability_gap.harness.data.stream import build_stream
-from tests.conftest import reduced_tiny
+from support import reduced_tiny
 
 
 def _stream(seed: int, ordering: str = "cil"):

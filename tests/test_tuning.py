@@ -8,21 +8,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from click.testing import CliRunner
 
 from bench_stability_gap.harness.data import stream as stream_module
-from bench_stability_gap.harness.cli import main
 from bench_stability_gap.harness.data.sources import Split
 from bench_stability_gap.harness.errors import BenchError
 from bench_stability_gap.harness.run.isolation import train_view
 from bench_stability_gap.harness.spec.protocol import load_protocol, parse_protocol
 from bench_stability_gap.harness.data.stream import build_stream
 from bench_stability_gap.harness.run.workbench import RunOptions
-from tests.conftest import reduced_tiny
-
-
-def run_cli(*args: str):
-    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+from support import invoke as run_cli, reduced_tiny
 
 
 def with_validation(per_class: int = 5, **extra) -> dict:
