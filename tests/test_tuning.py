@@ -29,8 +29,11 @@ def with_validation(per_class: int = 5, **extra) -> dict:
 @pytest.fixture()
 def tunable(tmp_path, bench_cache) -> Path:
     path = tmp_path / "tiny_cil_reduced.yaml"
-    # two sessions: the head grows once, and a trial takes seconds
-    path.write_text(yaml.safe_dump(with_validation(tuning={"trials": 2, "objective": "CK_delta"}, sessions=2)))
+    # two sessions: the head grows once, and a trial takes seconds; eval at updates 0, 3 and 6 (not also at 1
+    # and 2): these tests score finished runs, not a curve's shape, and every eval point costs a pass over
+    # the validation split and a copy of the method (the run's isolation)
+    path.write_text(yaml.safe_dump(with_validation(tuning={"trials": 2, "objective": "CK_delta"}, sessions=2,
+                                                   eval={"every": 3, "batch_size": 256})))
     return path
 
 
