@@ -18,7 +18,7 @@ from bench_stability_gap.harness.errors import BenchError
 from bench_stability_gap.harness.model import flops as FL
 from bench_stability_gap.harness.run.continual import run_cl
 from bench_stability_gap.harness.run.options import RunOptions
-from bench_stability_gap.harness.spec.protocol import ComputeBudget, ComputeSchedule, load_protocol
+from bench_stability_gap.harness.spec.protocol import ComputeBudget, ComputeSchedule
 from bench_stability_gap.methods.registry import build_method
 from bench_stability_gap.methods.sgm.lora import inject_adapters
 

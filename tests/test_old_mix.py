@@ -15,7 +15,7 @@ from bench_stability_gap.harness.run.memory import Memory
 from bench_stability_gap.harness.spec.protocol import load_protocol
 
 DRAWS = 100  # batches counted per session where the shares are a proportion (a statistical check)
-EXACT_DRAWS = 10  # where every batch must hold the fixed shares exactly (each draw is checked on its own)
+EXACT_DRAWS = 10  # where every batch must hold the fixed shares exactly (each batch is checked on its own)
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +50,7 @@ def _counted(protocol, stream, filled: Memory, draws: int):
                 new, old = b.new, memory.sample(b.old)
             else:
                 new, old = shares.new, memory.sample_by_source(shares.pretrain, shares.earlier, boundary)
+                assert (np.sum(old < boundary), np.sum(old >= boundary)) == (shares.pretrain, shares.earlier)
             assert len(old) == b.old + (b.new - new)  # the batch keeps its size
             counts += [new, np.sum(old < boundary), np.sum(old >= boundary)]
             assert np.all(stream.task_of_class[stream.train.labels[old[old >= boundary]]] < pos + 1)  # earlier only
