@@ -183,9 +183,9 @@ def test_an_address_where_no_cluster_listens_fails_in_seconds_before_any_trainin
 
 # The reduced protocol's joint updates are 8; 20 keeps each part a real training stretch. What the test asserts
 # (the split into parts, every part done, the combined reference equal to the local one bit for bit) holds
-# at any count. The timing it prints is a reading, not a check: at 150 updates per model, the count this
-# test used before, it read Ray 85.6 s against local 408.8 s (ratio 0.21) on a loaded 2-core machine, but
-# the test then took 9 minutes there; at 20, start-up weighs more and the ratio is closer to 1.
+# at any count. The timing it prints is a reading, not a check. On a loaded 2-core machine (load 4-6), at
+# 150 updates per model it read Ray 85.6 s against local 408.8 s (ratio 0.21) and the test took 9 minutes;
+# at 20, Ray 34.6 s against local 15.7 s (Ray's task start-up dominates) and the test takes about one.
 JOINT_UPDATES = 20
 
 # the driver, in a process of its own (Ray reads its authentication settings once per process)
