@@ -1,4 +1,5 @@
-"""Shared fixtures: a reduced-budget copy of the embedded protocol, isolated caches and results."""
+"""Shared fixtures: a reduced-budget copy of the embedded protocol and its workbenches, isolated caches and
+results, a plugin site folder. Helpers that are not fixtures live in support.py."""
 
 from __future__ import annotations
 
@@ -6,14 +7,19 @@ import os
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the CLI does; before torch is imported
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import yaml
 
-from bench_stability_gap.harness.tools.check_method import reduced_spec
+from bench_stability_gap.harness.tools.check_method import capped_spec
 from bench_stability_gap.harness.spec.protocol import Protocol, load_protocol
+from support import reduced_tiny
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
+if TYPE_CHECKING:
+    from bench_stability_gap.harness.run.workbench import Workbench
 
 
 def pytest_collection_modifyitems(config, items) -> None:
@@ -24,17 +30,51 @@ def pytest_collection_modifyitems(config, items) -> None:
         items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
-def reduced_tiny(name: str = "tiny_cil", **training) -> dict:
-    """tiny_cil's structure on a budget a unit test can afford (the one ``bench check-method`` uses)."""
-    return reduced_spec(name, **training)
-
-
 @pytest.fixture(scope="session")
 def bench_cache(tmp_path_factory) -> Path:
     """One cache for the whole session (deployed model and trunk features are reused, as for users)."""
     path = tmp_path_factory.mktemp("bench-cache")
     os.environ["BENCH_CACHE_DIR"] = str(path)
     return path
+
+
+@pytest.fixture(scope="session")
+def small_workbench(tmp_path_factory, bench_cache) -> Workbench:
+    """The reduced tiny protocol prepared once for the session, seed 0, loaded from its file as a user's
+    protocol is: stream, input stores and deployed model. A run reads it and changes nothing of it, so
+    every test module that runs methods on this protocol shares it (a test needing another spec or budget
+    runs on ``dataclasses.replace(small_workbench, protocol=...)``); each test keeps its own results folder."""
+    path = tmp_path_factory.mktemp("small-workbench") / "tiny_cil_reduced.yaml"
+    path.write_text(yaml.safe_dump(reduced_tiny()))
+    return _prepared(load_protocol(str(path)), path.parent / "results")
+
+
+@pytest.fixture(scope="session")
+def capped_workbench(tmp_path_factory, bench_cache) -> Workbench:
+    """``bench check-method``'s capped protocol (two sessions of 3 updates, storage capped at 40 samples)
+    prepared once for the session, seed 0, shared as ``small_workbench`` is."""
+    return _prepared(Protocol.model_validate(capped_spec()), tmp_path_factory.mktemp("capped-workbench"))
+
+
+def _prepared(protocol: Protocol, results: Path) -> Workbench:
+    from bench_stability_gap.harness.run.options import RunOptions
+    from bench_stability_gap.harness.run.workbench import prepare
+
+    return prepare(protocol, 0, RunOptions(results_dir=results, progress=False, log=False))
+
+
+@pytest.fixture()
+def site(tmp_path, monkeypatch):
+    """An empty site folder on sys.path, where a test installs plugins (``support.install_folder``); the
+    method registry's cache is cleared before and after."""
+    from bench_stability_gap.methods.registry import entries
+
+    folder = tmp_path / "site"
+    folder.mkdir()
+    monkeypatch.syspath_prepend(str(folder))
+    entries.cache_clear()
+    yield folder
+    entries.cache_clear()
 
 
 @pytest.fixture()
@@ -100,12 +140,3 @@ def seeded_store(mlflow_template):
         return results_dir
 
     return seed
-
-
-def fake_training(updates):
-    """What a method reads of a protocol's ``training`` section, for unit tests that fake the protocol."""
-    from types import SimpleNamespace
-
-    online = updates == "per_sample"
-    return SimpleNamespace(updates=updates, budget=None, online=online,
-                           session_updates=lambda n: n if online else updates)

@@ -7,27 +7,19 @@ from __future__ import annotations
 import copy
 
 import pytest
-import yaml
 
 from bench_stability_gap.harness.results import cl_metrics
 from bench_stability_gap.harness.run.continual import run_cl
 from bench_stability_gap.harness.run.evaluation import eval_plan, evaluate
 from bench_stability_gap.harness.run.options import RunOptions
-from bench_stability_gap.harness.run.workbench import prepare
-from bench_stability_gap.harness.spec.protocol import load_protocol
 from bench_stability_gap.methods.registry import build_method
-
-from tests.conftest import reduced_tiny
 
 
 @pytest.fixture(scope="module")
-def init_run(tmp_path_factory, bench_cache):
+def init_run(tmp_path_factory, small_workbench):
     """vanilla+init on the reduced tiny protocol, and the deployed model's own accuracies on session 2."""
-    path = tmp_path_factory.mktemp("before") / "tiny_cil_reduced.yaml"
-    path.write_text(yaml.safe_dump(reduced_tiny()))
-    protocol = load_protocol(str(path))
-    options = RunOptions(results_dir=path.parent / "results", progress=False, log=False)
-    bench = prepare(protocol, 0, options)
+    bench, protocol = small_workbench, small_workbench.protocol
+    options = RunOptions(results_dir=tmp_path_factory.mktemp("before"), progress=False, log=False)
     deployed = copy.deepcopy(bench.deployed).eval()
     plan = eval_plan(bench.stream, bench.stream.sessions[0])
     alone = evaluate(lambda x: deployed(x), bench.test_inputs, plan, protocol.eval.batch_size)

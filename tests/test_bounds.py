@@ -5,28 +5,18 @@ any length is refused as a value, with its place, never as a traceback."""
 from __future__ import annotations
 
 import time
+from functools import partial
 from pathlib import Path
 
 import pytest
 import yaml
-from click.testing import CliRunner
 
-from bench_stability_gap.harness.cli import main
 from bench_stability_gap.harness.sweep.plan import MAX_GRID_RUNS, SweepGrid
+from support import invoke as bench, refused
 
 HUGE = "1" + "0" * 5000  # past Python's 4,300-digit int conversion limit
 
-
-def bench(*args: str):
-    return CliRunner().invoke(main, list(args))
-
-
-def one_paragraph(out, *needles: str) -> None:
-    assert out.exit_code == 2, out.output
-    assert "Traceback" not in out.output and out.output.count("\n") <= 2, out.output
-    for needle in needles:
-        assert needle in out.output, (needle, out.output)
-    assert len(out.output) < 1200, len(out.output)  # echoed values are cut
+one_paragraph = partial(refused, lines=2, chars=1200)  # echoed values are cut
 
 
 def sweep_file(tmp_path: Path, values: int, keys: int) -> Path:

@@ -9,32 +9,24 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-import yaml
 
 from bench_stability_gap.harness.model import flops as FL
 from bench_stability_gap.harness.errors import BenchError
 from bench_stability_gap.harness.data.inputs import InputStore, Preprocess
 from bench_stability_gap.harness.spec.protocol import Memory as MemorySpec
-from bench_stability_gap.harness.spec.protocol import load_protocol
 from bench_stability_gap.harness.run.continual import run_cl
-from bench_stability_gap.harness.run.workbench import prepare
 from bench_stability_gap.harness.run.options import RunOptions
 from bench_stability_gap.harness.results.efficiency import efficiency_vs_joint
 from bench_stability_gap.methods.base import StepStats
 from bench_stability_gap.methods.configs import VanillaConfig
 from bench_stability_gap.methods.baselines import Vanilla
 
-from tests.conftest import reduced_tiny
-
 
 @pytest.fixture(scope="module")
-def workbench(tmp_path_factory, bench_cache):
-    """The reduced tiny protocol, prepared once for the module; 3 updates per session, eval at 0, 2, 3."""
-    path = tmp_path_factory.mktemp("budget") / "tiny_cil_reduced.yaml"
-    path.write_text(yaml.safe_dump(reduced_tiny()))
-    protocol = load_protocol(str(path))
-    options = RunOptions(results_dir=path.parent / "results", progress=False, log=False)
-    bench = prepare(protocol, 0, options)
+def workbench(tmp_path_factory, small_workbench):
+    """The session's reduced tiny workbench on 3 updates per session, eval at 0, 2, 3."""
+    bench, protocol = small_workbench, small_workbench.protocol
+    options = RunOptions(results_dir=tmp_path_factory.mktemp("budget") / "results", progress=False, log=False)
     short = protocol.model_copy(update={"training": protocol.training.model_copy(update={"updates": 3}),
                                         "eval": protocol.eval.model_copy(update={"every": 3, "dense_every": 2,
                                                                                  "dense_until": 2})})

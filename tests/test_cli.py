@@ -3,13 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from click.testing import CliRunner
 
-from bench_stability_gap.harness.cli import main
-
-
-def invoke(*args: str, env: dict | None = None):
-    return CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
+from support import invoke
 
 
 def test_ls_protocols_lists_every_protocol():
@@ -46,7 +41,7 @@ def test_bad_input_exits_2_with_a_named_error(args, needle):
     assert "Traceback" not in out.output
 
 
-def test_malformed_protocol_file(tmp_path):
+def test_a_malformed_protocol_file_exits_2_naming_field_and_value(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: x\nversion: one\n")
     out = invoke("validate", str(bad))

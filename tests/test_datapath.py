@@ -18,7 +18,7 @@ from bench_stability_gap.harness.spec.protocol import Protocol, load_protocol
 from bench_stability_gap.harness.run.workbench import prepare
 from bench_stability_gap.harness.run.options import RunOptions
 from bench_stability_gap.harness.data.stream import build_stream
-from tests.conftest import reduced_tiny
+from support import reduced_tiny
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -95,7 +95,7 @@ def test_a_run_decoding_jpeg_bytes_in_batches_draws_and_scores_as_worker_decode(
     """The device decoder's path (file bytes read by workers, each batch decoded at once by torchvision,
     here its CPU decoder) against the default one (each image decoded by PIL in a worker): a streamed
     trunk, so every training batch is decoded; the same batches drawn, the same curves to the bit."""
-    from conftest import reduced_tiny
+    from support import reduced_tiny
 
     from bench_stability_gap.harness.run import workbench
     from bench_stability_gap.harness.run.continual import run_cl

@@ -28,7 +28,7 @@ from click.testing import CliRunner
 
 from bench_stability_gap.harness.cli import main
 from bench_stability_gap.harness.results.schema import iter_results
-from conftest import reduced_tiny
+from support import reduced_tiny
 from live_servers import START_TIMEOUT_S, free_port, mlflow_server, start, stop, wait_for  # noqa: F401 - a fixture
 from result_compare import differences
 
@@ -230,7 +230,12 @@ def test_an_address_where_no_cluster_listens_fails_in_seconds_before_any_trainin
     assert time.monotonic() - started < 60 and not (tmp_path / "runs").exists()
 
 
-JOINT_UPDATES = 150  # enough training per model that the split's gain shows beside each task's start-up
+# The reduced protocol's joint updates are 8; 20 keeps each part a real training stretch. What the test asserts
+# (the split into parts, every part done, the combined reference equal to the local one bit for bit) holds
+# at any count. The timing it prints is a reading, not a check. On a loaded 2-core machine (load 4-6), at
+# 150 updates per model it read Ray 85.6 s against local 408.8 s (ratio 0.21) and the test took 9 minutes;
+# at 20, Ray 34.6 s against local 15.7 s (Ray's task start-up dominates) and the test takes about one.
+JOINT_UPDATES = 20
 
 # the driver, in a process of its own (Ray reads its authentication settings once per process)
 RAY_JOINT_DRIVER = """

@@ -11,7 +11,7 @@ import torch
 
 from bench_stability_gap.methods.registry import build_method
 from bench_stability_gap.methods.base import TrainBatch
-from tests.test_plugins import invoke
+from support import invoke
 
 
 def batch(y: list[int], new: list[bool]) -> TrainBatch:

@@ -10,14 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from bench_stability_gap.harness.tools.check_method import capped_spec
 from bench_stability_gap.harness.run.continual import run_cl
-from bench_stability_gap.harness.spec.protocol import Protocol
 from bench_stability_gap.methods.registry import build_method
-from bench_stability_gap.harness.run.workbench import prepare
 from bench_stability_gap.harness.run.options import RunOptions
 from bench_stability_gap.methods.base import MethodConfig, StandardMethod
-from tests.test_plugins import install_folder, invoke, site, small_protocol  # noqa: F401 - site is a fixture
+from support import install_folder, invoke, small_protocol
 
 CHEATS = Path(__file__).parent / "plugin_cheats"
 
@@ -70,9 +67,9 @@ class Recorder(StandardMethod):
         return super().observe(batch)
 
 
-def test_rewinding_the_lent_generator_changes_no_batch_and_no_number(cheats_installed, bench_cache, tmp_path):
+def test_rewinding_the_lent_generator_changes_no_batch_and_no_number(cheats_installed, capped_workbench, tmp_path):
     options = RunOptions(results_dir=tmp_path, progress=False, log=False)
-    bench = prepare(Protocol.model_validate(capped_spec()), 0, options)
+    bench = capped_workbench
     _, cheat = build_method("cheat_rewind_rng", bench.protocol.name)
     cheat_curves, cheat_budget, _ = run_cl(bench, cheat, 0, options)
     honest = Recorder(MethodConfig(**cheat.config.model_dump()))

@@ -10,22 +10,17 @@ from pathlib import Path
 
 import pytest
 import torch
-from click.testing import CliRunner
 
 from bench_stability_gap.harness import atomic
 from bench_stability_gap.harness.atomic import STORAGE_EXIT
-from bench_stability_gap.harness.cli import main
 from bench_stability_gap.harness.results.schema import iter_results
 
 from result_compare import differences
+from support import invoke as bench
 
 pytestmark = pytest.mark.slow
 
 METHOD = "vanilla"  # its own A_best reference: joint, then this run; two results, two checkpointed phases
-
-
-def bench(*args: str):
-    return CliRunner().invoke(main, list(args), catch_exceptions=False)
 
 
 def run_args(protocol: Path, results: Path, *extra: str) -> list[str]:
@@ -38,7 +33,7 @@ def uninterrupted(tmp_path_factory, bench_cache) -> tuple[Path, Path]:
     """The protocol file and the results of one run that met no fault (the numbers to reach)."""
     import yaml
 
-    from conftest import reduced_tiny
+    from support import reduced_tiny
 
     root = tmp_path_factory.mktemp("plain")
     protocol = root / "tiny_cil_reduced.yaml"

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tests.conftest import fake_training
+from support import fake_training
 from bench_stability_gap.harness.model.backbone import GrowingHead, SplitModel, create_network, split_network
 from bench_stability_gap.harness.spec.protocol import load_protocol
 from bench_stability_gap.methods.registry import build_method

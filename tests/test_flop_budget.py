@@ -18,24 +18,20 @@ from bench_stability_gap.harness.errors import BenchError
 from bench_stability_gap.harness.model import flops as FL
 from bench_stability_gap.harness.run.continual import run_cl
 from bench_stability_gap.harness.run.options import RunOptions
-from bench_stability_gap.harness.run.workbench import prepare
-from bench_stability_gap.harness.spec.protocol import ComputeBudget, ComputeSchedule, load_protocol
+from bench_stability_gap.harness.spec.protocol import ComputeBudget, ComputeSchedule
 from bench_stability_gap.methods.registry import build_method
 from bench_stability_gap.methods.sgm.lora import inject_adapters
 
-from tests.conftest import reduced_tiny
+from support import reduced_tiny
 
 HEAD_IN = 1280  # the embedded backbone's embedding width: the head costs 1280 MACs per class per sample
 
 
 @pytest.fixture(scope="module")
-def workbench(tmp_path_factory, bench_cache):
-    """The reduced tiny protocol prepared once; runs swap in a FLOP-budgeted copy of its spec."""
-    path = tmp_path_factory.mktemp("flop-budget") / "tiny_cil_reduced.yaml"
-    path.write_text(yaml.safe_dump(reduced_tiny()))
-    protocol = load_protocol(str(path))
-    options = RunOptions(results_dir=path.parent / "results", progress=False, log=False)
-    return prepare(protocol, 0, options), options
+def workbench(tmp_path_factory, small_workbench):
+    """The session's reduced tiny workbench; runs swap in a FLOP-budgeted copy of its spec."""
+    options = RunOptions(results_dir=tmp_path_factory.mktemp("flop-budget") / "results", progress=False, log=False)
+    return small_workbench, options
 
 
 def _with_budget(bench, tflops: float):

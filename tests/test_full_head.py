@@ -114,7 +114,7 @@ def _step_model():
 
 
 def _ctx(x, labels):
-    from tests.conftest import fake_training
+    from support import fake_training
 
     protocol = SimpleNamespace(name="t", backbone=SimpleNamespace(lora_targets=[]), training=fake_training(4))
     return SimpleNamespace(protocol=protocol, stream=SimpleNamespace(train=SimpleNamespace(labels=labels)),

@@ -10,12 +10,12 @@ from click.testing import CliRunner
 
 from bench_stability_gap.harness.cli import main
 from bench_stability_gap.harness.errors import BenchError
-from bench_stability_gap.harness.run.workbench import RunOptions, prepare
+from bench_stability_gap.harness.run.workbench import RunOptions
 from bench_stability_gap.harness.spec.protocol import Protocol
 from bench_stability_gap.harness.tools.check_method import capped_spec
 from bench_stability_gap.harness.tools.loss_terms import check_loss_terms, live_terms
 from bench_stability_gap.methods.registry import build_method
-from test_plugins import install_folder, site  # noqa: F401 - the fixture, shared
+from support import install_folder
 
 EWC = Path(__file__).parent / "plugin_ewc"
 
@@ -25,12 +25,8 @@ def ewc_installed(site, monkeypatch):
     return install_folder(site, EWC, monkeypatch)
 
 
-@pytest.fixture()
-def capped(tmp_path, bench_cache):
-    return prepare(Protocol.model_validate(capped_spec()), 0, RunOptions(results_dir=tmp_path, progress=False, log=False))
-
-
-def test_the_ewc_penalty_trains_alone_and_is_inert_under_sgm(ewc_installed, capped, tmp_path):
+def test_the_ewc_penalty_trains_alone_and_is_inert_under_sgm(ewc_installed, capped_workbench, tmp_path):
+    capped = capped_workbench
     options = RunOptions(results_dir=tmp_path, progress=False, log=False)
     assert check_loss_terms(capped, "ewc_fixture", {}, 0, options) == \
         "every term reaches a trainable parameter: cross_entropy, ewc_penalty"
@@ -41,8 +37,9 @@ def test_the_ewc_penalty_trains_alone_and_is_inert_under_sgm(ewc_installed, capp
 
 
 @pytest.mark.slow  # two more probe runs
-def test_lora_alone_and_old_class_freezing_alone_each_leave_part_of_the_penalty_training(ewc_installed, capped,
-                                                                                        tmp_path):
+def test_lora_alone_and_old_class_freezing_alone_each_leave_part_of_the_penalty_training(ewc_installed,
+                                                                                        capped_workbench, tmp_path):
+    capped = capped_workbench
     options = RunOptions(results_dir=tmp_path, progress=False, log=False)
     assert live_terms(capped, "ewc_fixture+sgm", {}, 0, options) == {"cross_entropy": True, "ewc_penalty": False}
     assert live_terms(capped, "ewc_fixture+lora", {}, 0, options)["ewc_penalty"]  # the head's anchored rows train

@@ -46,7 +46,7 @@ def test_none_policy_stores_nothing_and_sampling_is_empty():
     assert len(m) == 0 and len(m.sample(8)) == 0
 
 
-def test_state_dict_round_trip():
+def test_a_memory_state_dict_round_trips_ids_bytes_and_seen_count():
     m = _memory("reservoir", 3, np.zeros(10, dtype=int))
     m.add(range(10))
     n = _memory("reservoir", 3, np.zeros(10, dtype=int))

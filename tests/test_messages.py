@@ -5,26 +5,17 @@ every echoed value is cut to one paragraph."""
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from bench_stability_gap.harness.cli import main
+from support import invoke as bench, refused
 
 FIXTURES = Path(__file__).parent / "browser" / "fixtures"
 HUGE = "9" * 5000
 
-
-def bench(*args: str):
-    return CliRunner().invoke(main, list(args))
-
-
-def one_paragraph(out, *needles: str) -> None:
-    assert out.exit_code == 2, out.output
-    assert "Traceback" not in out.output and len(out.output) < 1500, out.output
-    for needle in needles:
-        assert needle in out.output, (needle, out.output)
+one_paragraph = partial(refused, chars=1500)
 
 
 def stored(tmp_path: Path, change) -> Path:
@@ -94,7 +85,7 @@ def test_a_tuned_run_on_a_protocol_file_suggests_a_tune_that_resolves_it(tmp_pat
     import shlex
 
     import yaml
-    from conftest import reduced_tiny
+    from support import reduced_tiny
 
     protocol = tmp_path / "my protocol.yaml"
     protocol.write_text(yaml.safe_dump({**reduced_tiny(), "name": "mine", "validation": {"per_class": 5},

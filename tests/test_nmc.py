@@ -13,7 +13,7 @@ from torch import nn
 from bench_stability_gap.harness.errors import BenchError
 from bench_stability_gap.methods.nmc import NearestMeanHead, nmc_scores
 from bench_stability_gap.methods.registry import build_method
-from tests.test_plugins import invoke
+from support import invoke
 
 
 def test_the_nearest_normalised_mean_wins_and_a_class_without_samples_never_does():

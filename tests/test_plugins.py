@@ -8,79 +8,25 @@ read from its pyproject.toml, so the fake install declares exactly what a real o
 from __future__ import annotations
 
 import json
-import tomllib
 from pathlib import Path
 
 import pytest
 import yaml
-from click.testing import CliRunner
 
-from bench_stability_gap.harness.cli import main
 from bench_stability_gap.harness.errors import BenchError
 from bench_stability_gap.harness.spec.protocol import Protocol
 from bench_stability_gap.methods.registry import METHOD_GROUP, build_method, entries
 from bench_stability_gap.harness.run.continual import run_cl
 from bench_stability_gap.harness.run.workbench import prepare
 from bench_stability_gap.harness.run.options import RunOptions
-from tests.conftest import reduced_tiny
+from support import install_folder, invoke, small_protocol, write_dist
 
 EXAMPLE = Path(__file__).parent / "plugin_example"
-
-
-def write_dist(site: Path, name: str, version: str, entry_points: dict[str, dict[str, str]]) -> Path:
-    """A minimal installed distribution: what importlib.metadata reads to find entry points."""
-    info = site / f"{name.replace('-', '_')}-{version}.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
-    lines: list[str] = []
-    for group, eps in entry_points.items():
-        lines += [f"[{group}]", *(f"{k} = {v}" for k, v in eps.items()), ""]
-    (info / "entry_points.txt").write_text("\n".join(lines))
-    return info
-
-
-@pytest.fixture()
-def site(tmp_path, monkeypatch):
-    """An empty site folder on sys.path; the registry's cache is cleared before and after."""
-    folder = tmp_path / "site"
-    folder.mkdir()
-    monkeypatch.syspath_prepend(str(folder))
-    entries.cache_clear()
-    yield folder
-    entries.cache_clear()
-
-
-def install_folder(site: Path, folder: Path, monkeypatch) -> dict:
-    """A plugin project folder 'installed': its code importable, its dist-info from its pyproject."""
-    project = tomllib.loads((folder / "pyproject.toml").read_text())["project"]
-    monkeypatch.syspath_prepend(str(folder))
-    write_dist(site, project["name"], project["version"], project["entry-points"])
-    entries.cache_clear()
-    return project
 
 
 @pytest.fixture()
 def example_installed(site, monkeypatch):
     return install_folder(site, EXAMPLE, monkeypatch)
-
-
-def invoke(*args: str):
-    return CliRunner().invoke(main, list(args), catch_exceptions=False)
-
-
-def small_protocol(tmp_path: Path) -> Path:
-    spec = reduced_tiny()
-    spec["name"] = "plugin_reduced"
-    spec["sessions"] = 2
-    spec["pretrain"].update(updates=4)
-    spec["training"].update(updates=3)
-    spec["eval"] = {"every": 3, "batch_size": 256}
-    spec["joint"].update(updates=3)
-    for src in (spec["pretrain_data"], *spec["stream_data"]):
-        src["test_per_class"] = 4
-    path = tmp_path / "plugin_reduced.yaml"
-    path.write_text(yaml.safe_dump(spec))
-    return path
 
 
 def test_plugin_is_listed_with_its_distribution_and_version(example_installed):

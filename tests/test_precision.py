@@ -108,7 +108,7 @@ def test_bf16_offline_training_learns_as_fp32_does(tmp_path, bench_cache):
     import yaml
 
     from bench_stability_gap.harness.results.schema import load_result
-    from conftest import reduced_tiny
+    from support import reduced_tiny
 
     spec = reduced_tiny()
     spec.update(name="tiny_cil_offline", sessions=2)

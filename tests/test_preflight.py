@@ -8,36 +8,23 @@ import socket
 import subprocess
 import sys
 import time
+from functools import partial
 from importlib import metadata
 from pathlib import Path
 
 import pytest
 import yaml
-from click.testing import CliRunner
 
 from bench_stability_gap.harness import atomic
 from bench_stability_gap.harness.tools import preflight
-from bench_stability_gap.harness.cli import main
 from bench_stability_gap.harness.spec.protocol import load_protocol
 from bench_stability_gap.methods.registry import METHOD_GROUP, MODIFIER_GROUP, entries
 from bench_stability_gap.methods.configs import CONFIGS
+from live_servers import free_port as closed_port  # a port nothing listens on once the probe socket closes
+import support
+from support import invoke
 
-
-def invoke(*args: str):
-    return CliRunner().invoke(main, list(args), catch_exceptions=False)
-
-
-def refused(out, *needles: str) -> None:
-    assert out.exit_code == 2, out.output
-    assert "Traceback" not in out.output and len(out.output.strip().splitlines()) == 1, out.output
-    for needle in needles:
-        assert needle in out.output, (needle, out.output)
-
-
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+refused = partial(support.refused, lines=1)  # every refusal here is one line
 
 
 @pytest.fixture
@@ -94,13 +81,13 @@ def test_builtin_configs_are_the_classes_configs() -> None:
     assert shipped == set(CONFIGS)
 
 
-def test_results_dir_that_is_a_file(tmp_path) -> None:
+def test_a_results_dir_that_is_a_file_is_refused(tmp_path) -> None:
     target = tmp_path / "taken"
     target.write_text("not a folder")
     refused(invoke("run", "--results-dir", str(target)), f"results folder {target} exists but is a file")
 
 
-def test_read_only_results_dir(results, monkeypatch) -> None:
+def test_a_read_only_results_dir_is_refused_before_anything_runs(results, monkeypatch) -> None:
     real = atomic.tempfile.mkstemp
 
     def mkstemp(*args, dir=None, **kw):
@@ -125,7 +112,7 @@ def test_full_disk_is_found_before_compute(results, monkeypatch) -> None:
             "at least 64 MiB")
 
 
-def test_unwritable_cache_dir(results, tmp_path, monkeypatch) -> None:
+def test_an_unwritable_cache_dir_is_refused_naming_the_variable(results, tmp_path, monkeypatch) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("x")
     monkeypatch.setenv("BENCH_CACHE_DIR", str(blocker / "cache"))

@@ -16,26 +16,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from click.testing import CliRunner
 
 from live_servers import mlflow_server  # noqa: F401 - the fixture
-from bench_stability_gap.harness.cli import INTERRUPTED, main
+from bench_stability_gap.harness.cli import INTERRUPTED
 from bench_stability_gap.harness.results.schema import load_result, save_result
 
-from conftest import reduced_tiny
+from support import invoke as bench, reduced_tiny, refused
 
 FIXTURES = Path(__file__).parent / "browser" / "fixtures"
-
-
-def bench(*args: str):
-    return CliRunner().invoke(main, list(args), catch_exceptions=False)
-
-
-def refused(out, *needles: str) -> None:
-    assert out.exit_code == 2, out.output
-    assert "Traceback" not in out.output
-    for needle in needles:
-        assert needle in out.output, (needle, out.output)
 
 
 def fixture(i: int):

@@ -96,7 +96,7 @@ def test_the_summary_names_precision_tuning_overrides_and_a_flop_budgets_spend()
 
 def test_tuned_never_suggests_tuning_a_protocol_without_a_validation_split(tmp_path: Path, bench_cache: Path) -> None:
     from bench_stability_gap.harness.results.tuned import load_entry
-    from conftest import reduced_tiny
+    from support import reduced_tiny
 
     spec = reduced_tiny()
     spec.pop("validation", None)

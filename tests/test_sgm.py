@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tests.conftest import fake_training
+from support import fake_training
 from bench_stability_gap.harness.model.backbone import GrowingHead, SplitModel
 from bench_stability_gap.harness.errors import BenchError
 from bench_stability_gap.harness.spec.protocol import load_protocol
@@ -406,7 +406,7 @@ def test_sgm_rejects_a_part_named_twice_before_anything_trains():
 
 @pytest.mark.parametrize("text", ["vanilla+lora+oocf", "vanilla+sgm", "vanilla+soft", "finetune+sgm",
                                   "vanilla+init+lora", "output_only+oocf"])
-def test_method_strings_construct(text):
+def test_a_method_string_builds_its_modifiers_in_order_on_the_standard_step(text):
     spec, method = build_method(text, "tiny_cil")
     assert [m.name for m in method.modifiers] == text.split("+")[1:]
     assert isinstance(method, StandardMethod)

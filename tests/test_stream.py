@@ -5,7 +5,7 @@ import yaml
 
 from bench_stability_gap.harness.spec.protocol import parse_protocol
 from bench_stability_gap.harness.data.stream import build_stream
-from tests.conftest import reduced_tiny
+from support import reduced_tiny
 
 
 def _stream(seed: int, ordering: str = "cil"):
@@ -44,7 +44,7 @@ def test_iid_sessions_mix_classes_and_split_samples_evenly():
     assert len(np.unique(all_ids)) == len(all_ids)
 
 
-def test_eval_sets_per_class():
+def test_the_eval_set_holds_10_test_images_of_every_class():
     s = _stream(0)
     ids = s.test_ids(np.arange(30))
     counts = np.bincount(s.test.labels[ids], minlength=30)

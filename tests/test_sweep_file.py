@@ -6,16 +6,10 @@ from __future__ import annotations
 import json
 
 import yaml
-from click.testing import CliRunner
 
-from bench_stability_gap.harness.cli import main
 from bench_stability_gap.harness.sweep.plan import load_sweep
 
-from conftest import reduced_tiny
-
-
-def invoke(*args: str):
-    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+from support import invoke, reduced_tiny
 
 
 def _sweep(folder, body: dict):

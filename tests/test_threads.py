@@ -15,7 +15,7 @@ import yaml
 
 from bench_stability_gap.harness.results.comparability import CPU_KERNELS, CPU_THREADS, cpu_problem, select_runs
 
-from conftest import reduced_tiny
+from support import reduced_tiny
 from results_factory import joint_run, two_session_run
 
 # One process = one machine: OMP_NUM_THREADS is its default thread count. It prepares the workbench (trunk

@@ -4,7 +4,6 @@ live run shows RUNNING, accuracy at each eval point, then FINISHED, FAILED or KI
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from bench_stability_gap.harness.errors import BenchError
 from bench_stability_gap.harness.results.schema import RunResult, load_result, result_precision, save_result
 from bench_stability_gap.harness.results.tracking import (LiveRun, default_tracking_uri, log_run_or_explain, result_run_name,
                                                            sync)
+from live_servers import free_port as closed_port  # a port nothing listens on once the probe socket closes
 
 FIXTURES = Path(__file__).parent / "browser" / "fixtures"
 
@@ -44,12 +44,6 @@ def bench_runs(results: Path) -> dict[str, object]:
     ids = [e.experiment_id for e in client.search_experiments() if e.name.startswith("bench/")]
     runs = client.search_runs(ids, run_view_type=ViewType.ACTIVE_ONLY) if ids else []
     return {r.data.tags["bench.run_id"]: r for r in runs}
-
-
-def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 CONCURRENT = """

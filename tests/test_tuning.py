@@ -8,21 +8,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from click.testing import CliRunner
 
 from bench_stability_gap.harness.data import stream as stream_module
-from bench_stability_gap.harness.cli import main
 from bench_stability_gap.harness.data.sources import Split
 from bench_stability_gap.harness.errors import BenchError
 from bench_stability_gap.harness.run.isolation import train_view
 from bench_stability_gap.harness.spec.protocol import load_protocol, parse_protocol
 from bench_stability_gap.harness.data.stream import build_stream
 from bench_stability_gap.harness.run.workbench import RunOptions
-from tests.conftest import reduced_tiny
-
-
-def run_cli(*args: str):
-    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+from support import invoke as run_cli, reduced_tiny
 
 
 def with_validation(per_class: int = 5, **extra) -> dict:
@@ -35,8 +29,11 @@ def with_validation(per_class: int = 5, **extra) -> dict:
 @pytest.fixture()
 def tunable(tmp_path, bench_cache) -> Path:
     path = tmp_path / "tiny_cil_reduced.yaml"
-    # two sessions: the head grows once, and a trial takes seconds
-    path.write_text(yaml.safe_dump(with_validation(tuning={"trials": 2, "objective": "CK_delta"}, sessions=2)))
+    # two sessions: the head grows once, and a trial takes seconds; eval at updates 0, 3 and 6 (not also at 1
+    # and 2): these tests score finished runs, not a curve's shape, and every eval point costs a pass over
+    # the validation split and a copy of the method (the run's isolation)
+    path.write_text(yaml.safe_dump(with_validation(tuning={"trials": 2, "objective": "CK_delta"}, sessions=2,
+                                                   eval={"every": 3, "batch_size": 256})))
     return path
 
 

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from tests.conftest import fake_training
+from support import fake_training
 from bench_stability_gap.harness.model.backbone import SplitModel, create_network, split_network
 from bench_stability_gap.harness.spec.protocol import load_protocol
 from bench_stability_gap.methods.registry import build_method

@@ -20,7 +20,7 @@ from bench_stability_gap.harness.spec.protocol import Backbone, Protocol, load_p
 from bench_stability_gap.harness.run.pipeline import joint_reference
 from bench_stability_gap.harness.run.workbench import prepare
 from bench_stability_gap.harness.run.options import RunOptions
-from tests.conftest import reduced_tiny
+from support import reduced_tiny
 
 
 def _closed_port() -> int:
