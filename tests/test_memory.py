@@ -71,3 +71,17 @@ def test_by_class_arrival_offers_a_session_in_the_datas_order_and_changes_what_s
     assert by_class == run(None, np.sort(shuffled_ids))  # the same as offering the sorted ids
     assert by_class != run(None, shuffled_ids)  # the order changes which samples survive eviction
     assert by_class[:4] == [0, 1, 2, 3] and len(by_class) == 10
+
+
+def test_the_id_array_and_membership_follow_every_eviction_and_a_reload():
+    """The array and the per-id counts a draw and ``ctx.inputs.get`` read are kept beside ``ids``, not rebuilt
+    from it: after reservoir evictions and a state_dict round trip they still say what ``ids`` says."""
+    labels = np.zeros(3000, dtype=int)
+    m = _memory("reservoir", 40, labels)
+    m.add(range(2500))
+    assert m.id_array().tolist() == m.ids
+    assert m.holds(np.arange(3000)).tolist() == [g in set(m.ids) for g in range(3000)]
+    back = _memory("reservoir", 40, labels, seed=1)
+    back.load_state_dict(m.state_dict())
+    assert back.id_array().tolist() == m.ids
+    assert back.holds(np.arange(3000)).tolist() == m.holds(np.arange(3000)).tolist()

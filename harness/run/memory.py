@@ -38,6 +38,9 @@ class Memory:
         self.sample_bytes = sample_bytes
         self.rng = rng
         self.ids: list[int] = []
+        # ``ids`` mirrored in a growing array, so a draw does not convert a list of a million ids every update
+        self._array = np.empty(0, dtype=np.int64)
+        self._held = np.zeros(len(labels), dtype=np.int32)  # copies of each train id held: membership in O(1)
         self.seen = 0           # samples offered so far (reservoir sampling needs it)
         self.bytes = 0
         self.peak_samples = 0
@@ -135,10 +138,24 @@ class Memory:
     def _store(self, gid: int, slot: int | None = None) -> None:
         if slot is None:
             self.ids.append(gid)
+            slot = len(self.ids) - 1
+            if slot == len(self._array):  # full: double it (appends cost O(1) amortised)
+                self._array = np.resize(self._array, max(2 * slot, 1024))
         else:
             self.bytes -= self.sample_bytes(self.ids[slot])
+            self._held[self.ids[slot]] -= 1
             self.ids[slot] = gid
+        self._array[slot] = gid
+        self._held[gid] += 1
         self.bytes += self.sample_bytes(gid)
+
+    def holds(self, ids: np.ndarray) -> np.ndarray:
+        """Which of ``ids`` the memory holds now (a boolean per id)."""
+        return self._held[ids] > 0
+
+    def id_array(self) -> np.ndarray:
+        """The stored ids in storage order as an int64 array (a view: read it before the memory changes)."""
+        return self._array[:len(self.ids)]
 
     def _offer(self, gid: int) -> None:
         self.seen += 1
@@ -151,7 +168,7 @@ class Memory:
                 self._store(gid, j)
         elif self.spec.policy == "class_balanced":
             # GDumb: evict a random sample of the largest class, unless the new sample's class is it.
-            stored = self.labels[np.asarray(self.ids)]
+            stored = self.labels[self.id_array()]
             counts = np.bincount(stored, minlength=int(self.labels.max()) + 1)
             largest = int(np.argmax(counts))
             if counts[self.labels[gid]] >= counts[largest]:
@@ -161,13 +178,13 @@ class Memory:
 
     def sample(self, n: int, class_balanced: bool = False) -> np.ndarray:
         """Draw ``n`` stored ids (without replacement when possible); class-balanced on request."""
-        return self._draw(np.asarray(self.ids), n, class_balanced)
+        return self._draw(self.id_array(), n, class_balanced)
 
     def sample_by_source(self, pretrain: int, earlier: int, boundary: int, class_balanced: bool = False) -> np.ndarray:
         """``pretrain`` stored ids below ``boundary`` (the pre-training data's ids come first) and ``earlier``
         ids at or past it, each part drawn within its source as ``sample`` draws (the published code's
         training loop reads one loader per source)."""
-        ids = np.asarray(self.ids, dtype=np.int64)
+        ids = self.id_array()
         return np.concatenate([self._draw(ids[ids < boundary], pretrain, class_balanced),
                                self._draw(ids[ids >= boundary], earlier, class_balanced)])
 
@@ -197,6 +214,8 @@ class Memory:
 
     def load_state_dict(self, state: dict) -> None:
         self.ids = list(state["ids"])
+        self._array = np.asarray(self.ids, dtype=np.int64)
+        self._held = np.bincount(self._array, minlength=len(self.labels)).astype(np.int32)
         self.seen, self.bytes = state["seen"], state["bytes"]
         self.peak_samples, self.peak_bytes = state["peak_samples"], state["peak_bytes"]
         self.pretrain = set(state.get("pretrain", []))
