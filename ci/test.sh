@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The README's test command: install everything the tests need, lint and type-check (ci/lint.sh), then run the whole suite, both tiers (the
-# tests marked `slow` and the rest). Arguments go to pytest, e.g. `bash ci/test.sh -m "not slow"` for the
-# fast tier alone.
+# The README's test command: install everything the tests need, lint and type-check (ci/lint.sh), then run
+# the whole suite, both tiers (the tests marked `slow` and the rest). Arguments go to pytest, e.g.
+# `bash ci/test.sh -m "not slow"` for the fast tier alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/install.sh

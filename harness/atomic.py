@@ -57,7 +57,7 @@ def umask() -> int:
     return mask
 
 
-def atomic_write(path: Path, write: Callable[[IO[bytes]], None], durable: bool = True, what: str | None = None,
+def atomic_write(path: Path, write: Callable[[IO[bytes]], object], durable: bool = True, what: str | None = None,
                  kept: str = "The file there before, if any, is unchanged.", then: str = CONTINUE) -> None:
     """Write through a temporary file in the same folder, fsync (when ``durable``), then rename over ``path``.
 
@@ -78,7 +78,7 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], None], durable: bool =
         raise StorageFault(fault_message(fault, what or path.name, path, kept, then)) from None
 
 
-def _write_replace(path: Path, write: Callable[[IO[bytes]], None], durable: bool) -> None:
+def _write_replace(path: Path, write: Callable[[IO[bytes]], object], durable: bool) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:

@@ -7,6 +7,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -61,7 +62,8 @@ class BenchGroup(click.Group):
             click.secho(f"Error: {shorten(str(err))}", err=True, fg="red")
             ctx.exit(err.exit_code)
         except click.ClickException as err:  # a usage error echoes the value given: cut, as ours are
-            err.message = shorten(err.message)
+            # click marks message Final (its __init__ sets it); it is read only when the error is shown
+            err.message = shorten(err.message)  # type: ignore[misc]
             raise
         except KeyboardInterrupt as stop:
             click.echo(f"\n{DRY_INTERRUPTED if ctx.meta.get(DRY_RUN) else INTERRUPTED}", err=True)
@@ -414,13 +416,14 @@ def tune(protocol: str, method: str, trials: int | None, objective: str | None, 
     rules = ruleset(spec, trials, objective)  # before anything else: zero trials, an unknown objective
     spec.tuning_view()  # a protocol without a validation split cannot be tuned
     check_method(method, spec, {})
-    given = None
+    given: dict[str, Any] | None = None
     if space_file is not None:
         if (problem := not_a_file(space_file)) is not None:
             raise BenchError(f"--space {space_file} {problem}.")
-        given = safe_yaml(space_file.read_text(), "--space", str(space_file))
-        if not isinstance(given, dict):
+        read = safe_yaml(space_file.read_text(), "--space", str(space_file))
+        if not isinstance(read, dict):
             raise BenchError(f"--space {space_file} must hold a mapping of setting -> range.")
+        given = read
     space = search_space(method, spec, given)
     check_seed(seed)
     if storage is not None:
@@ -601,7 +604,7 @@ def validate(file: Path) -> None:
 
     check_backbone(p)
     click.echo(f"OK: protocol {p.name} v{p.version}, hash {p.spec_hash}")
-    if (most := check_flop_budget(p)) is not None:
+    if (most := check_flop_budget(p)) is not None and p.training.budget is not None:
         click.echo(f"training.budget.tflops {p.training.budget.tflops:g} buys at most {most:,} updates a session "
                    f"(output-only training, the cheapest method; a method whose updates cost more makes fewer).")
 

@@ -185,5 +185,5 @@ def budget_curve(results_dir: Path | None, tracking_uri: str | None, family: str
             continue
         path = out if len(chosen) == 1 else out.with_stem(f"{out.stem}-{fam.precision}")
         data = figure_bytes(fam, path.suffix.lower().lstrip("."))
-        atomic_write(path, lambda fh, data=data: fh.write(data), what=f"the budget-curve figure of {fam.base}")
+        atomic_write(path, lambda fh: fh.write(data), what=f"the budget-curve figure of {fam.base}")
         click.echo(f"Wrote {path}", err=True)

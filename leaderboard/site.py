@@ -449,7 +449,8 @@ def _render(loaded: Loaded, boards: list[Board], reported: dict, out: Path, mlfl
 
 def _board_view(board: Board, slug: str, out: Path, run_href: dict[int, str], reported: dict) -> dict[str, Any]:
     """One board's part of the index: its plots (written under ``out``), rows, references and runs apart."""
-    plots, compute = [], []
+    plots: list[dict[str, str]] = []
+    compute: list[dict[str, str]] = []
     for group, made in ((plots, board_plots(board)), (compute, compute_plots(board))):
         for stem, (plot_title, svg) in made.items():
             path = f"plots/{slug}-{stem}.svg"

@@ -116,7 +116,7 @@ def load_mlflow(tracking_uri: str, warn: Warn = _ignore) -> Loaded:
     from ..harness.results.tracking import import_mlflow
 
     mlflow = import_mlflow()  # configured to fail fast: a dead server errors in seconds, not minutes
-    from mlflow.entities import ViewType
+    from mlflow.entities import Run, ViewType
     from mlflow.tracking import MlflowClient
 
     loaded = Loaded(origin=f"MLflow tracking store {tracking_uri}", tracking_uri=tracking_uri)
@@ -127,7 +127,7 @@ def load_mlflow(tracking_uri: str, warn: Warn = _ignore) -> Loaded:
     try:
         client = MlflowClient(tracking_uri=tracking_uri)
         experiments = client.search_experiments(view_type=ViewType.ACTIVE_ONLY)
-        runs = []
+        runs: list[Run] = []
         token = None
         ids = [e.experiment_id for e in experiments]
         while ids:

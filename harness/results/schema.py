@@ -268,7 +268,7 @@ def _skip_reason(path: Path) -> str | None:
             return f"symbolic link loop (-> {target})"
         except OSError as exc:
             kind = {errno.ENOENT: "dangling symbolic link", errno.ELOOP: "symbolic link loop"}.get(
-                exc.errno, "unusable symbolic link")
+                exc.errno or 0, "unusable symbolic link")
             return f"{kind} (-> {target}: {exc.strerror})"
         return f"symbolic link (-> {target}); results are read from real files only, so none is counted twice"
     if path.is_dir():

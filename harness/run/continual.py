@@ -195,9 +195,10 @@ class ContinualRun:
         boundary, mid = self.checkpoint.load(), self.checkpoint.load(mid=True)
         if mid is not None and mid["next_session"] != (boundary["next_session"] if boundary else 0):
             mid = None  # left from a session whose end is stored already
-        if boundary is not None or mid is not None:
+        resumed = mid or boundary
+        if resumed is not None:
             where = f"update {mid['update']} of session {stream.sessions[mid['next_session']].index}" if mid else \
-                f"the end of session {boundary['next_session'] + 1}"
+                f"the end of session {resumed['next_session'] + 1}"
             say(self.options, f"Resuming {self.bench.protocol.name} {self.method.label} (seed {self.seed}) "
                               f"from its checkpoint at {where}.")
         if boundary is None:
@@ -254,9 +255,10 @@ class ContinualRun:
         (pooled over it, or in fixed shares by source: ``training.old_mix``)."""
         s, p = self.open, self.bench.protocol
         assert s is not None and s.arrivals is not None
-        if s.shares is not None:
-            return s.arrivals.take(s.shares.new), self.memory.sample_by_source(
-                s.shares.pretrain, s.shares.earlier, int(self.bench.stream.train.offsets[1]), p.training.class_balanced)
+        if s.shares is not None:  # fixed whole counts here (Shares also holds a pooled batch's expectations)
+            new, pretrain, earlier = int(s.shares.new), int(s.shares.pretrain), int(s.shares.earlier)
+            return s.arrivals.take(new), self.memory.sample_by_source(
+                pretrain, earlier, int(self.bench.stream.train.offsets[1]), p.training.class_balanced)
         new_ids = s.arrivals.take(self.b_new)
         old = self.memory.sample(self.b_old, p.training.class_balanced) if self.b_old else new_ids[:0]
         return new_ids, old
@@ -341,11 +343,12 @@ class ContinualRun:
     def _stretch(self, s: OpenSession) -> Stretch:
         """The session's updates as the shared training loop runs them. Under a FLOP budget the count is
         known only at the end: batches are drawn when due, not ahead."""
-        online = self.bench.protocol.training.online
+        online, checkpoint = self.bench.protocol.training.online, self.checkpoint
         return Stretch(f"session {s.session.index}", "continual", s.updates or MAX_UPDATES, self.draw, self.update,
                        start=s.start, pending=s.pending, draw_ahead=not online and s.stop is None,
                        ids_of=np.concatenate, before=self.eval_point,
-                       save=lambda u, planned: self.checkpoint.save(self._mid_state(u, planned), mid=True),
+                       save=None if checkpoint is None else
+                       lambda u, planned: checkpoint.save(self._mid_state(u, planned), mid=True),
                        bar=self.bar, stop=s.stop)
 
     def _run_bar(self, total: int | None) -> Any:
@@ -365,7 +368,8 @@ class ContinualRun:
         """Every session from where the checkpoint left off: the curves, the budget used and the most
         trainable parameters the method had."""
         p, stream = self.bench.protocol, self.bench.stream
-        total = None if p.training.budget else sum(session_updates(p, s) for s in stream.sessions)
+        # an update count per session: none is None without a FLOP budget
+        total = None if p.training.budget else sum(session_updates(p, s) or 0 for s in stream.sessions)
         with count_optimizer_steps() as self.steps, self.meter.attached():
             self.method.setup(self.model, self.ctx)
             first, mid = self.resume()

@@ -77,7 +77,7 @@ class Memory:
 
     @property
     def pretrain_capacity(self) -> int:
-        return round(self.spec.pretrain_share * self.capacity)
+        return self.spec.split_caps()[0]
 
     def _add_split(self, ids: np.ndarray, pretrain: bool) -> None:
         if pretrain:
@@ -88,7 +88,7 @@ class Memory:
                 self._store(int(gid))
             self.seen += len(ids)
             return
-        cap = self.capacity - self.pretrain_capacity
+        cap = self.spec.split_caps()[1]
         for gid in ids:
             self._offer_stream(int(gid), cap)
 

@@ -161,7 +161,7 @@ def _continual_result(protocol: Protocol, bench: Workbench, spec: MethodSpec, me
     started = now_iso()
     config = method_settings(method)
     saver = _run_checkpointer(options, protocol.spec_hash, spec.text, config, overrides, seed)
-    status, seconds = "complete", {}
+    status, seconds = "complete", dict[str, float]()
     try:
         curves, budget, params = run_cl(bench, method, seed, dataclasses.replace(options, stage_seconds=seconds), saver)
     except Diverged as stop:  # a result all the same: the curves it made, marked so that nothing ranks it

@@ -248,6 +248,8 @@ def train_offline(bench: Workbench, model: SplitModel, config: MethodConfig, ids
         start, pending = state["update"], state.get("pending")
 
     def save(u: int, planned: list | None) -> None:
+        if checkpoint is None:  # the stretch gets ``save`` only with a checkpoint
+            raise RuntimeError("a mid-stretch save without a checkpoint")
         checkpoint.checkpointer.save({
             **checkpoint.outer(), "kind": "mid", "update": u, "model": model.state_dict(),
             "learner": learner.state_dict(), "cycler": (cycler.order, cycler.pos), "pending": planned,

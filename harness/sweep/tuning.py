@@ -58,10 +58,12 @@ def ruleset(protocol: Protocol, trials: int | None, objective: str | None) -> Tu
         raise BenchError(f"--objective {objective!r} is not a metric tuning can score; use one of "
                          f"{', '.join(OBJECTIVES)}.")
     base = protocol.tuning
-    if base is None and trials is None:
-        raise BenchError(f"Protocol {protocol.name} declares no tuning ruleset (`tuning: {{trials: N, objective: "
-                         f"CK_delta}}`); give --trials N (and --objective) to tune on it anyway.")
-    return TuningRules(trials=trials if trials is not None else base.trials,
+    if trials is None:
+        if base is None:
+            raise BenchError(f"Protocol {protocol.name} declares no tuning ruleset (`tuning: {{trials: N, "
+                             f"objective: CK_delta}}`); give --trials N (and --objective) to tune on it anyway.")
+        trials = base.trials
+    return TuningRules(trials=trials,
                        objective=objective or (base.objective if base is not None else "CK_delta"))
 
 
@@ -81,8 +83,9 @@ def search_space(method: str, protocol: Protocol, given: dict[str, Any] | None =
         space = {}
         for key, raw in given.items():
             try:
-                space[key] = Dim(**{k: tuple(v) if k == "choices" and isinstance(v, list) else v
-                                    for k, v in raw.items()})
+                fields: dict[str, Any] = {k: tuple(v) if k == "choices" and isinstance(v, list) else v
+                                          for k, v in raw.items()}
+                space[key] = Dim(**fields)
             except (TypeError, AttributeError):
                 raise BenchError(f"Search space entry {key!r}: {raw!r} must be {{low, high[, log]}} or {{choices: [...]}}.") from None
     if not space:

@@ -101,9 +101,8 @@ def execute(protocol: Any, method: str, seed: int, options: Any, tracking_uri: s
 
     recorder = PredictionRecorder() if save_predictions else None
     if not mlflow:
-        result, path = execute_run(protocol, method, seed,
-                                   dataclasses.replace(options, on_eval=chain([recorder and recorder.eval_point])),
-                                   tuned=tuned)
+        on_eval = chain([None if recorder is None else recorder.eval_point])
+        result, path = execute_run(protocol, method, seed, dataclasses.replace(options, on_eval=on_eval), tuned=tuned)
         if summary:
             summary(result, path)
         _save_predictions(recorder, result, path, echo)
@@ -122,7 +121,7 @@ def execute(protocol: Any, method: str, seed: int, options: Any, tracking_uri: s
         # a joint run's points are logged when it finishes, on the method runs' step axis (its own eval points
         # close joint models whose update counts are not a session's)
         joint_run = method.strip() == "joint"
-        on_eval = chain([None if joint_run else live.eval_point, recorder and recorder.eval_point])
+        on_eval = chain([None if joint_run else live.eval_point, None if recorder is None else recorder.eval_point])
         result, path = execute_run(protocol, method, seed, dataclasses.replace(options, on_eval=on_eval),
                                    run_id=None if joint_run else run_id, tuned=tuned)
     except KeyboardInterrupt:
@@ -143,7 +142,7 @@ def execute(protocol: Any, method: str, seed: int, options: Any, tracking_uri: s
         live.finish(result.status, result, path, artifacts=run_artifacts)
     problems = _mirror_references(result, path, before, options.results_dir, tracking_uri, echo, protocol)
     if live.error or problems:
-        raise BenchError(" ".join(filter(None, [live.error] + problems))
+        raise BenchError(" ".join(filter(None, [live.error, *problems]))
                          + f" The result is kept in {path}; mirror it to MLflow later with: bench sync "
                          f"--results-dir {options.results_dir}" + (f" --tracking-uri {tracking_uri}" if tracking_uri else ""))
     echo(f"  MLflow run {live.run_id} in {live.store.uri}")

@@ -35,7 +35,7 @@ def declares_terms(method: StandardMethod) -> bool:
 
 def _reaches(method: StandardMethod, term: Tensor) -> bool:
     """Whether ``term`` alone leaves a non-zero gradient on a parameter the optimizer updates."""
-    params = [p for g in method.optimizer.param_groups for p in g["params"]]
+    params = [p for g in method.session_optimizer().param_groups for p in g["params"]]
     if not term.requires_grad:
         return False
     saved = [p.grad for p in params]

@@ -42,7 +42,7 @@ def _first_paragraph(doc: str | None) -> str:
 
 
 def _trailing_comment(lines: list[str], node: ast.stmt) -> str:
-    line = lines[node.end_lineno - 1]
+    line = lines[(node.end_lineno or node.lineno) - 1]
     code, sep, comment = line.partition("  #")
     return comment.strip().removeprefix("#").strip() if sep else ""
 

@@ -328,7 +328,7 @@ def _time_evaluation(rig: _Rig, eval_samples: int, repeats: int,
     # counted once per row shape: 16-row chunks, every forward hooked (the ratio is this run's)
     old_path = {f"{key}, 16-row chunks, hooked": store
                 for key, store in stores.items() if key != "no cache, decode each time" and dev.type == "cpu"}
-    runs = ([(key, store, None) for key, store in stores.items()]
+    runs: list[tuple[str, Any, int | None]] = ([(key, store, None) for key, store in stores.items()]
             + [(key, store, CPU_FORWARD_CHUNK) for key, store in old_path.items()])
     times: dict[str, list[float]] = {key: [] for key, _, _ in runs}
     for r in range(repeats + 1):  # round 0 warms up

@@ -80,7 +80,7 @@ def measure(protocol, model, device, batch: int, images: int, repeats: int) -> C
         names = []
         for i in range(images):  # smooth content + noise: a JPEG of realistic size, not of pure noise
             base = rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)
-            img = Image.fromarray(base).resize((size, size), Image.BICUBIC)
+            img = Image.fromarray(base).resize((size, size), Image.Resampling.BICUBIC)
             arr = np.clip(np.asarray(img).astype(np.int16) + rng.integers(-12, 13, (size, size, 3)), 0, 255)
             names.append(f"{i:05d}.jpg")
             Image.fromarray(arr.astype(np.uint8)).save(Path(tmp) / names[-1], quality=90)

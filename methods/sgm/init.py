@@ -67,6 +67,7 @@ class DataDrivenInit(Modifier):
     name = "init"
     summary = "Data-driven output init: new rows = mean of L2-normalised embeddings of the class; bias kept."
     Config = InitConfig
+    config: InitConfig
 
     def __init__(self, config: BaseModel | None = None) -> None:
         super().__init__(config)
