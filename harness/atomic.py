@@ -35,11 +35,12 @@ def storage_error(exc: BaseException) -> OSError | None:
     """The storage fault behind ``exc``, if any: libraries wrap the OSError of a failed write in their own
     errors (torch.save raises a RuntimeError from its zip writer), so the whole chain is searched."""
     seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, OSError) and exc.errno in FAULT_ERRNOS:
-            return exc
-        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        if isinstance(link, OSError) and link.errno in FAULT_ERRNOS:
+            return link
+        link = link.__cause__ or link.__context__
     return None
 
 

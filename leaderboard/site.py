@@ -167,7 +167,7 @@ def _time_to_result_rows(m: Metrics | None) -> list[dict]:
         return []
     rows = []
     for info in (METRICS[k] for k in TIME_TO_RESULT_KEYS):
-        field, divisor = info.per_session  # type: ignore[misc]
+        field, divisor = info.per_session  # type: ignore[misc]  # TIME_TO_RESULT_KEYS: the metrics that have one
         values = getattr(m.time_to_result, field)
         if values is not None:
             rows.append({"key": info.key, "name": info.name, "unit": info.unit,

@@ -210,7 +210,7 @@ class Preprocess:
                 for p, i in zip(positions, locals_):
                     img = self.pil(split.image(int(i))).float().div_(255.0).unsqueeze(0)
                     out[p] = ((img - self.mean) / self.std)[0]
-        return torch.stack(out)  # type: ignore[arg-type]
+        return torch.stack(out)  # type: ignore[arg-type]  # every position was filled above
 
 
 class CatalogImages(torch.utils.data.Dataset):
@@ -459,7 +459,7 @@ class InputStore:
         """Preprocessed images of ``ids``: the workers' batch when ``ids`` is the next planned one."""
         if self._ahead and len(self._ahead[0]) == len(ids) and np.array_equal(self._ahead[0], ids):
             self._ahead.popleft()
-            images = self._finish(next(self._ahead_images))  # type: ignore[arg-type]
+            images = self._finish(next(self._ahead_images))  # type: ignore[arg-type]  # set with _ahead
             self.prefetched += 1
             if not self._ahead:
                 self.end_plan()

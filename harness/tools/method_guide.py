@@ -52,7 +52,7 @@ def members(cls: type) -> list[tuple[str, str, str]]:
     itself declares, in source order."""
     source = textwrap.dedent(inspect.getsource(cls))
     lines = source.splitlines()
-    body = ast.parse(source).body[0].body  # type: ignore[attr-defined]
+    body = ast.parse(source).body[0].body  # type: ignore[attr-defined]  # the source is a class statement
     out = []
     for i, node in enumerate(body):
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):

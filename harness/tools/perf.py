@@ -234,6 +234,7 @@ def _time_training(rig: _Rig, updates: int, warmup: int, repeats: int,
     # included); each loop has its own optimizer. The FLOP meter is attached for harness blocks only.
     _spec, method = build_method("vanilla", spec.name)
     shared = copy.deepcopy(rig.model)
+    # stand-ins: a stream of which only .train is read, and no memory (nothing here rehearses)
     stream = SimpleNamespace(train=train_store.catalog)
     bench = Workbench(spec, stream, dev, train_store, train_store, shared,  # type: ignore[arg-type]
                       precision="bf16" if rig.fast else "fp32")
