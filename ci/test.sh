@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# The README's test command: install everything the tests need, then run the whole suite, both tiers (the
-# tests marked `slow` and the rest). Arguments go to pytest, e.g. `bash ci/test.sh -m "not slow"` for the
-# fast tier alone.
+# The README's test command: install everything the tests need, lint and type-check (ci/lint.sh), then run
+# the whole suite, both tiers (the tests marked `slow` and the rest). Arguments go to pytest, e.g.
+# `bash ci/test.sh -m "not slow"` for the fast tier alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/install.sh
+# Lint and type check first: a finding fails CI before the suite's minutes are spent.
+bash ci/lint.sh
 export MLFLOW_DISABLE_TELEMETRY=true
 # Caches (deployed model, trunk features) go to a throwaway folder so a run proves a clean start.
 export BENCH_CACHE_DIR="${BENCH_CACHE_DIR:-$(mktemp -d)}"

@@ -135,9 +135,9 @@ def execute(protocol: Any, method: str, seed: int, options: Any, tracking: Track
 
     recorder = PredictionRecorder() if save_predictions else None
     if not tracking.mlflow:
-        result, path = execute_run(protocol, method, seed,
-                                   dataclasses.replace(options, on_eval=chain([recorder and recorder.eval_point])),
-                                   bench, tuned=tuned)
+        on_eval = chain([None if recorder is None else recorder.eval_point])
+        result, path = execute_run(protocol, method, seed, dataclasses.replace(options, on_eval=on_eval), bench,
+                                   tuned=tuned)
         if summary:
             summary(result, path)
         _save_predictions(recorder, result, path, echo)
@@ -165,7 +165,7 @@ def _execute_tracked(protocol: Any, method: str, seed: int, options: Any, tracki
     try:
         # a joint run's points are logged when it finishes, on the method runs' step axis (its own eval points
         # close joint models whose update counts are not a session's)
-        on_eval = chain([None if joint_run else live.eval_point, recorder and recorder.eval_point])
+        on_eval = chain([None if joint_run else live.eval_point, None if recorder is None else recorder.eval_point])
         result, path = execute_run(protocol, method, seed, dataclasses.replace(options, on_eval=on_eval), bench,
                                    run_id=None if joint_run else run_id, tuned=tuned)
     except KeyboardInterrupt:
@@ -186,7 +186,7 @@ def _execute_tracked(protocol: Any, method: str, seed: int, options: Any, tracki
         finish_live(live, result, path)
     problems = _mirror_references(result, path, before, options.results_dir, tracking_uri, echo, protocol)
     if live.error or problems:
-        raise BenchError(" ".join(filter(None, [live.error] + problems))
+        raise BenchError(" ".join(filter(None, [live.error, *problems]))
                          + f" The result is kept in {path}; mirror it to MLflow later with: bench sync "
                          f"--results-dir {options.results_dir}" + (f" --tracking-uri {tracking_uri}" if tracking_uri else ""))
     echo(f"  MLflow run {live.run_id} in {live.store.uri}")

@@ -35,11 +35,12 @@ def storage_error(exc: BaseException) -> OSError | None:
     """The storage fault behind ``exc``, if any: libraries wrap the OSError of a failed write in their own
     errors (torch.save raises a RuntimeError from its zip writer), so the whole chain is searched."""
     seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, OSError) and exc.errno in FAULT_ERRNOS:
-            return exc
-        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        if isinstance(link, OSError) and link.errno in FAULT_ERRNOS:
+            return link
+        link = link.__cause__ or link.__context__
     return None
 
 
@@ -57,7 +58,7 @@ def umask() -> int:
     return mask
 
 
-def atomic_write(path: Path, write: Callable[[IO[bytes]], None], durable: bool = True, what: str | None = None,
+def atomic_write(path: Path, write: Callable[[IO[bytes]], object], durable: bool = True, what: str | None = None,
                  kept: str = "The file there before, if any, is unchanged.", then: str = CONTINUE) -> None:
     """Write through a temporary file in the same folder, fsync (when ``durable``), then rename over ``path``.
 
@@ -78,7 +79,7 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], None], durable: bool =
         raise StorageFault(fault_message(fault, what or path.name, path, kept, then)) from None
 
 
-def _write_replace(path: Path, write: Callable[[IO[bytes]], None], durable: bool) -> None:
+def _write_replace(path: Path, write: Callable[[IO[bytes]], object], durable: bool) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:

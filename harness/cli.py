@@ -6,11 +6,12 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
-from .errors import BenchError, shorten
 from ..leaderboard.cli import results_dir_option
+from .errors import BenchError, shorten
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 # OpenMP threads that spin while waiting make torch 10-20x slower as soon as two processes share the
@@ -23,6 +24,7 @@ if "--allow-download" not in sys.argv[1:]:
     os.environ["HF_HUB_OFFLINE"] = "1"
 
 from .spec.protocol import DEFAULT_PROTOCOL  # noqa: E402 - after the environment set-up above
+
 DEFAULT_METHOD = "vanilla"
 
 
@@ -60,7 +62,8 @@ class BenchGroup(click.Group):
             click.secho(f"Error: {shorten(str(err))}", err=True, fg="red")
             ctx.exit(err.exit_code)
         except click.ClickException as err:  # a usage error echoes the value given: cut, as ours are
-            err.message = shorten(err.message)
+            # click marks message Final (its __init__ sets it); it is read only when the error is shown
+            err.message = shorten(err.message)  # type: ignore[misc]
             raise
         except KeyboardInterrupt as stop:
             click.echo(f"\n{DRY_INTERRUPTED if ctx.meta.get(DRY_RUN) else INTERRUPTED}", err=True)
@@ -91,7 +94,7 @@ def print_summary(result, path: Path) -> None:
 def summary_lines(result, path: Path | str) -> list[str]:
     """The table a run prints when it ends, from its stored result alone (the README's sample is rendered
     by this from a stored run, so the two cannot differ)."""
-    from .results.schema import result_precision, row_label
+    from .results.schema import row_label
 
     m = result.metrics
     stages = "".join(f", {'GPU ' if gpu else ''}{stage} {v:.0f} s" for stage, v, gpu in result.stage_times())
@@ -229,8 +232,8 @@ def run(protocol: str, method: str, seed: int, overrides: tuple[str, ...], tuned
         tracking_uri: str | None, no_mlflow: bool) -> None:
     """Run METHOD on PROTOCOL (default: vanilla on the embedded tiny_cil) and print its gap metrics. With no
     --set, the method runs its published settings (methods/defaults.yaml); --tuned runs its tuned ones."""
-    from .api import Tracking, checked_run, run_checked
     from ..methods.registry import parse_overrides
+    from .api import Tracking, checked_run, run_checked
 
     tracking = Tracking(tracking_uri, not no_mlflow)
     spec, settings, stamp = checked_run(protocol, method, seed, parse_overrides(list(overrides)), results_dir,
@@ -271,8 +274,8 @@ def sweep(sweep: str | None, schema: bool, seeds: str | None, dry_run: bool, tab
     Protocol paths in a sweep file are read relative to the file; --schema prints what the file may hold."""
     from .api import Tracking, run_sweep, sweep_table
     from .paths import results_dir as resolve_results
-    from .tools.preflight import check_outputs, check_seed
     from .sweep.plan import Sweep, load_sweep
+    from .tools.preflight import check_outputs, check_seed
 
     if schema:
         click.echo(json.dumps(Sweep.model_json_schema(), indent=2))
@@ -330,18 +333,19 @@ def tune(protocol: str, method: str, trials: int | None, objective: str | None, 
     ruleset (trials, objective) over the search space the method declares, then the best settings
     written as a tuned entry (bench run --tuned runs them on the test split)."""
     from .api import run_tune, tune_request
-    from .tools.preflight import check_backbone
-    from .spec.specfile import safe_yaml
-    from .results.tuned import entry_path
     from .errors import not_a_file
+    from .results.tuned import entry_path
+    from .spec.specfile import safe_yaml
+    from .tools.preflight import check_backbone
 
-    given = None
+    given: dict[str, Any] | None = None
     if space_file is not None:
         if (problem := not_a_file(space_file)) is not None:
             raise BenchError(f"--space {space_file} {problem}.")
-        given = safe_yaml(space_file.read_text(), "--space", str(space_file))
-        if not isinstance(given, dict):
+        read = safe_yaml(space_file.read_text(), "--space", str(space_file))
+        if not isinstance(read, dict):
             raise BenchError(f"--space {space_file} must hold a mapping of setting -> range.")
+        given = read
     request = tune_request(protocol, method, trials=trials, objective=objective, seed=seed, storage=storage,
                            space=given, results_dir=results_dir)
     ray_plan = _ray_plan(executor, address, cpus_per_run, gpus_per_run, None, device)
@@ -426,8 +430,8 @@ def check_method_cmd(name: str, overrides: tuple[str, ...], seed: int, precision
     """Run the method contract on NAME (base(+modifier)*, any installed method) on two tiny embedded
     protocols: budget, storage, test isolation, determinism, state round-trip, resume, each loss term
     reaching a trainable parameter under the modifiers. Exit 2 on a breach."""
-    from .tools.check_method import check_method
     from ..methods.registry import parse_overrides
+    from .tools.check_method import check_method
 
     mark = {True: "PASS", False: "FAIL", None: "----"}
     outcomes = check_method(name, parse_overrides(list(overrides)), seed, precision=precision,
@@ -448,9 +452,9 @@ def sync(results_dir: Path | None, tracking_uri: str | None) -> None:
     add to mirrored ones the tags and artifacts every mirror carries that they lack. Idempotent: a result
     mirrored whole is left alone."""
     from .paths import results_dir as resolve_results
-    from .tools.preflight import check_tracking_uri
     from .results.tracking import Store
     from .sweep.mirror import sync as sync_results
+    from .tools.preflight import check_tracking_uri
 
     root = resolve_results(results_dir)
     if not (root / "runs").is_dir():
@@ -498,10 +502,9 @@ def validate(file: Path) -> None:
     if (problem := not_a_file(file)) is not None:
         raise BenchError(f"{kind} file {file} {problem}.")
     if file.suffix == ".json":
+        from ..leaderboard.recheck import recomputed_problem
         from .results.comparability import result_problem, value_problem
         from .results.schema import load_result
-
-        from ..leaderboard.recheck import recomputed_problem
 
         r = load_result(file)
         if (bad := value_problem(r) or recomputed_problem(file, r)) is not None:
@@ -518,15 +521,15 @@ def validate(file: Path) -> None:
 
     check_backbone(p)
     click.echo(f"OK: protocol {p.name} v{p.version}, hash {p.spec_hash}")
-    if (most := check_flop_budget(p)) is not None:
+    if (most := check_flop_budget(p)) is not None and p.training.budget is not None:
         click.echo(f"training.budget.tflops {p.training.budget.tflops:g} buys at most {most:,} updates a session "
                    f"(output-only training, the cheapest method; a method whose updates cost more makes fewer).")
 
 
 def _register_subcommands() -> None:
     """Command groups that live beside their package (the leaderboard builder, the perf benchmark)."""
-    from .tools.perf import perf
     from ..leaderboard.cli import leaderboard
+    from .tools.perf import perf
 
     main.add_command(leaderboard)
     main.add_command(perf)

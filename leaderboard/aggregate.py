@@ -24,18 +24,30 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import pandas as pd
 
 from ..harness.errors import BenchError
-from ..harness.results.catalog import (METRICS, OPTIONAL_KEYS, TABLE_KEYS, TIME_TO_RESULT_KEYS, Direction,
-                                      MetricInfo, displayed, format_std, format_value)
-from ..harness.results.metrics import Metrics, best_new_accuracy, compute_metrics, plasticity_gap
+from ..harness.results.catalog import (
+    METRICS,
+    OPTIONAL_KEYS,
+    TABLE_KEYS,
+    TIME_TO_RESULT_KEYS,
+    Direction,
+    MetricInfo,
+    displayed,
+    format_std,
+    format_value,
+)
 from ..harness.results.comparability import select_runs
+from ..harness.results.metrics import Metrics, best_new_accuracy, compute_metrics, plasticity_gap
 from ..harness.results.schema import RunResult, result_precision, run_identity
 from ..harness.results.tidy import runs_frame, seed_stats
 from ..harness.results.uncertainty import MAX_SEEDS, Interval, Paired, against_baseline, t_interval
+
+if TYPE_CHECKING:
+    from ..harness.spec.protocol import Protocol
 
 # The table's columns: the paper's Table 1 plus the budget figures, each described once in the catalog.
 COLUMNS: tuple[MetricInfo, ...] = tuple(METRICS[k] for k in TABLE_KEYS)
@@ -336,7 +348,7 @@ def assign_styles(rows: Sequence[MethodRow]) -> None:
         row.color = color
 
 
-def _current_hash(name: str, entries: Sequence[Entry]) -> tuple[str, str, object | None]:
+def _current_hash(name: str, entries: Sequence[Entry]) -> tuple[str, str, Protocol | None]:
     """The hash results must carry to be ranked: the built-in spec's, else the majority's."""
     from ..harness.spec.protocol import builtin_protocol_names, load_protocol
 
@@ -527,8 +539,9 @@ def _runnable(name: str, entries: Sequence[Entry]) -> str:
 
 def _stored_reference_set(entries: Sequence[Entry]) -> list[str]:
     """A protocol that is not built in: the reference set its newest scored run recorded."""
-    scored = [e.result for e in entries if e.result.references and e.result.references.best_new_methods]
-    return list(max(scored, key=lambda r: r.started_at).references.best_new_methods) if scored else ["vanilla"]
+    scored = [(e.result.started_at, refs.best_new_methods) for e in entries
+              if (refs := e.result.references) is not None and refs.best_new_methods]
+    return list(max(scored, key=lambda s: s[0])[1]) if scored else ["vanilla"]
 
 
 def summarize(entries: Iterable[Entry]) -> list[Board]:

@@ -22,7 +22,6 @@ from matplotlib.ticker import FixedLocator, NullLocator
 
 from ..harness.results.catalog import METRICS, MetricInfo
 from ..harness.spec.protocol import BUDGET_SCALE
-
 from .aggregate import Board, MethodRow, Stat, cell_text, header_text, render_rows, seeds_text
 from .plots import STYLE, plain
 
@@ -78,7 +77,8 @@ def _budget_of(board: Board) -> tuple[float | None, str | None]:
     if None in budgets:
         return None, "its runs record no FLOP budget (budget.train_tflops_budget): they were update-budgeted"
     if len(budgets) > 1:
-        return None, f"its ranked runs record different budgets ({', '.join(f'{b:g}' for b in sorted(budgets))})"
+        given = sorted(b for b in budgets if b is not None)
+        return None, f"its ranked runs record different budgets ({', '.join(f'{b:g}' for b in given)})"
     return budgets.pop(), None
 
 

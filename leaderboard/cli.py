@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import click
 
@@ -102,7 +102,8 @@ def _results_folder(results_dir: Path | None, tracking_uri: str | None) -> Path 
 @click.option("--columns", "extra", default="", metavar="KEYS",
               help="comma-separated: optional columns to add (acc, avg_acc, forgetting, bwt, fwt, or 'all'), and any "
                    "column to remove with a leading - (e.g. -wall,-tflops)")
-def table(results_dir: Path | None, tracking_uri: str | None, protocols: tuple[str, ...], fmt: str, extra: str) -> None:
+def table(results_dir: Path | None, tracking_uri: str | None, protocols: tuple[str, ...],
+          fmt: Literal["markdown", "text", "csv", "latex", "json"], extra: str) -> None:
     """Print the leaderboard's aggregated numbers (mean ± std [95 % Student-t CI] over seeds, the paired
     difference with vanilla) as a Markdown, text, LaTeX or JSON table, or the per-run numbers behind them as CSV."""
     from .aggregate import boards_frame, format_table, summarize, table_columns
@@ -119,7 +120,7 @@ def table(results_dir: Path | None, tracking_uri: str | None, protocols: tuple[s
     if fmt == "csv":
         click.echo(boards_frame(boards).to_csv(index=False), nl=False)
         return
-    click.echo(format_table(boards, fmt, columns), nl=False)  # type: ignore[arg-type]
+    click.echo(format_table(boards, fmt, columns), nl=False)
 
 
 def chosen_boards(boards: list[Any], protocols: tuple[str, ...], origin: str) -> list[Any]:
@@ -151,7 +152,7 @@ FIGURE_FORMATS = ("png", "svg", "pdf")
 @click.option("--format", "fmt", type=click.Choice(["markdown", "text"]), default="markdown", show_default=True,
               help="the printed table's format")
 def budget_curve(results_dir: Path | None, tracking_uri: str | None, family: str | None, out: Path | None,
-                 fmt: str) -> None:
+                 fmt: Literal["markdown", "text"]) -> None:
     """Print a budget family's table (each budget x method: S_Δ, P_Δ, CK_Δ and α, mean ± std over seeds) and,
     with --out, write its figure (the gaps against the training TFLOPs per session, log scale)."""
     from ..harness.atomic import atomic_write, check_writable_folder
@@ -186,10 +187,10 @@ def budget_curve(results_dir: Path | None, tracking_uri: str | None, family: str
                          f"one budget (its runs and its joint reference per seed, e.g. `bench leaderboard table` "
                          f"names what each run lacks), then draw the curve.")
     for i, fam in enumerate(chosen):
-        click.echo(("\n" if i else "") + format_family_table(fam, fmt), nl=False)  # type: ignore[arg-type]
+        click.echo(("\n" if i else "") + format_family_table(fam, fmt), nl=False)
         if out is None:
             continue
         path = out if len(chosen) == 1 else out.with_stem(f"{out.stem}-{fam.precision}")
         data = figure_bytes(fam, path.suffix.lower().lstrip("."))
-        atomic_write(path, lambda fh, data=data: fh.write(data), what=f"the budget-curve figure of {fam.base}")
+        atomic_write(path, lambda fh: fh.write(data), what=f"the budget-curve figure of {fam.base}")
         click.echo(f"Wrote {path}", err=True)

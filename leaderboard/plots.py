@@ -16,6 +16,7 @@ import io
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import matplotlib
 import numpy as np
@@ -25,14 +26,16 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import EngFormatter
 
 from ..harness.results.tidy import curves_frame, references_frame
-
 from .aggregate import JOINT_COLOR, PALETTE, Board, Entry
+
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
 
 ZOOM_FRACTION = 0.2  # the zoomed panels show this share of each session's updates (at least ZOOM_POINTS points)
 ZOOM_POINTS = 3
 MAX_ZOOM_COLUMNS = 6
 
-STYLE = {
+STYLE: dict[RcKeyType, Any] = {
     "svg.fonttype": "none",  # real <text>: selectable, escaped, readable by a screen reader
     "svg.hashsalt": "bench-leaderboard",  # stable element ids: the same results give the same file
     "font.family": "sans-serif",
@@ -114,10 +117,10 @@ def session_starts(frame: pd.DataFrame) -> pd.DataFrame:
 
 def draw_sessions(ax: Axes, sessions: pd.DataFrame) -> None:
     """Dotted boundaries and an S_j label above each session."""
-    for row in sessions.itertuples():
-        if row.start > 0:
-            ax.axvline(row.start, color="#999999", linestyle=":", linewidth=0.9)
-        ax.annotate(f"S{row.session}", xy=((row.start + row.end) / 2, 1.0), xycoords=("data", "axes fraction"),
+    for session, start, end in zip(sessions["session"], sessions["start"], sessions["end"]):
+        if start > 0:
+            ax.axvline(start, color="#999999", linestyle=":", linewidth=0.9)
+        ax.annotate(f"S{session}", xy=((start + end) / 2, 1.0), xycoords=("data", "axes fraction"),
                     ha="center", va="bottom", fontsize=8, color="#666666")
 
 
@@ -276,7 +279,8 @@ def compute_figure(curves: pd.DataFrame, refs: pd.DataFrame, lines: Sequence[Lin
         if i % cols == 0:
             ax.set_ylabel(f"{key}-class acc. (%)")
     fig.suptitle(title, x=0.01, ha="left", fontsize=10, fontweight="bold")
-    legend(fig, share, 4)
+    if share is not None:  # no session, no panel: nothing to label
+        legend(fig, share, 4)
     return fig
 
 

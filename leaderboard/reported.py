@@ -10,7 +10,6 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..harness.errors import BenchError
-
 from .aggregate import COLUMN_BY_KEY, Stat
 
 METRIC_KEYS = ("params", "S_delta", "P_delta", "CK_delta", "sigma", "mu", "alpha")

@@ -22,20 +22,34 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from ..harness.errors import BenchError
 from ..harness.paths import SITE_MARKER as MARKER
-from ..harness.results.catalog import (ACCURACY_KEYS, METRICS, TIME_TO_RESULT_KEYS, MetricInfo, format_std,
-                                      format_value)
+from ..harness.results.catalog import ACCURACY_KEYS, METRICS, TIME_TO_RESULT_KEYS, MetricInfo, format_std, format_value
 from ..harness.results.metrics import RECOVERY_FRACTIONS, Metrics
 from ..harness.results.tidy import VALUE_KEYS, accuracy_scale, run_values
-
-from .aggregate import (ALL_COLUMNS, BASELINE, COLUMN_BY_KEY, DEFAULT_ORDER, Board, Entry, MethodRow, Reached, Stat,
-                        assign_slugs, column_marks, paired_text, rank_value, scored_entries, seeds_text,
-                        summarize)
+from ..methods.metadata import method_family, method_papers
+from .aggregate import (
+    ALL_COLUMNS,
+    BASELINE,
+    COLUMN_BY_KEY,
+    DEFAULT_ORDER,
+    Board,
+    Entry,
+    MethodRow,
+    Reached,
+    Stat,
+    assign_slugs,
+    column_marks,
+    paired_text,
+    rank_value,
+    scored_entries,
+    seeds_text,
+    summarize,
+)
 from .budget_curve import CURVE_COLUMNS, BudgetFamily, budget_families, family_rows, figure_bytes
 from .glossary import BEFORE_NOTE, INTERVAL_NOTE, OMEGA_NOTE, TERMS
 from .plots import board_plots, compute_plots, run_plot
 from .reported import ReportedTable, load_reported
 from .sources import Loaded
-from ..methods.metadata import method_family, method_papers
+
 OWNED = ("index.html", "glossary.html", "runs", "plots", "static")
 
 
@@ -168,7 +182,7 @@ def _time_to_result_rows(m: Metrics | None) -> list[dict]:
         return []
     rows = []
     for info in (METRICS[k] for k in TIME_TO_RESULT_KEYS):
-        field, divisor = info.per_session  # type: ignore[misc]
+        field, divisor = info.per_session  # type: ignore[misc]  # TIME_TO_RESULT_KEYS: the metrics that have one
         values = getattr(m.time_to_result, field)
         if values is not None:
             rows.append({"key": info.key, "name": info.name, "unit": info.unit,
@@ -450,7 +464,8 @@ def _render(loaded: Loaded, boards: list[Board], reported: dict, out: Path, mlfl
 
 def _board_view(board: Board, slug: str, out: Path, run_href: dict[int, str], reported: dict) -> dict[str, Any]:
     """One board's part of the index: its plots (written under ``out``), rows, references and runs apart."""
-    plots, compute = [], []
+    plots: list[dict[str, str]] = []
+    compute: list[dict[str, str]] = []
     for group, made in ((plots, board_plots(board)), (compute, compute_plots(board))):
         for stem, (plot_title, svg) in made.items():
             path = f"plots/{slug}-{stem}.svg"

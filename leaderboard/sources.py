@@ -15,7 +15,6 @@ from pathlib import Path
 
 from ..harness.errors import BenchError, without_foreign_page
 from ..harness.results.schema import RunResult, iter_results, load_result, scan_results
-
 from .aggregate import Entry, MlflowLink
 
 Warn = Callable[[str], None]
@@ -116,7 +115,7 @@ def load_mlflow(tracking_uri: str, warn: Warn = _ignore) -> Loaded:
     from ..harness.results.tracking import import_mlflow
 
     mlflow = import_mlflow()  # configured to fail fast: a dead server errors in seconds, not minutes
-    from mlflow.entities import ViewType
+    from mlflow.entities import Run, ViewType
     from mlflow.tracking import MlflowClient
 
     loaded = Loaded(origin=f"MLflow tracking store {tracking_uri}", tracking_uri=tracking_uri)
@@ -127,7 +126,7 @@ def load_mlflow(tracking_uri: str, warn: Warn = _ignore) -> Loaded:
     try:
         client = MlflowClient(tracking_uri=tracking_uri)
         experiments = client.search_experiments(view_type=ViewType.ACTIVE_ONLY)
-        runs = []
+        runs: list[Run] = []
         token = None
         ids = [e.experiment_id for e in experiments]
         while ids:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
@@ -22,10 +22,10 @@ from ..harness.model.kernels import optimizer as adamw
 from .configs import MethodConfig, NoConfig  # noqa: F401 - re-exported: plugins subclass MethodConfig from here
 
 if TYPE_CHECKING:
+    from ..harness.data.stream import Session
     from ..harness.model.backbone import SplitModel
     from ..harness.run.isolation import LentInputs, MemoryView, TrainStream
     from ..harness.spec.protocol import Protocol
-    from ..harness.data.stream import Session
 
 
 @dataclass
@@ -148,7 +148,9 @@ class Modifier:
         """After the optimizer (and schedule) step of each update."""
     def param_groups(self, method: StandardMethod, groups: list[dict]) -> list[dict]:
         return groups
-    def scheduler(self, method: StandardMethod, optimizer: torch.optim.Optimizer, total_steps: int):
+    def scheduler(self, method: StandardMethod, optimizer: torch.optim.Optimizer, total_steps: int | None):
+        """A learning-rate schedule over the session's ``total_steps`` updates (None: the count is not known,
+        under a FLOP budget without a prediction), or None for none."""
         return None
     def end_session(self, method: StandardMethod, session: Session) -> None: ...
     def predict(self, method: StandardMethod, x: Tensor) -> Tensor | None:
@@ -265,6 +267,14 @@ class StandardMethod(Method):
             scheduler = m.scheduler(self, optimizer, total_steps) or scheduler
         return optimizer, scheduler
 
+    def session_optimizer(self) -> torch.optim.Optimizer:
+        """The optimizer of the session in progress: ``begin_session`` builds it, so an update outside a
+        session is a harness bug, said as such."""
+        optimizer: torch.optim.Optimizer | None = getattr(self, "optimizer", None)
+        if optimizer is None:
+            raise RuntimeError(f"{self.label}: no session in progress, so no optimizer (begin_session builds it)")
+        return optimizer
+
     def decay_order(self) -> list[int] | None:
         """The body entries' order for the per-tensor lr decay (None: forward order)."""
         if getattr(self.config, "layer_decay_order", "body") == "registration":
@@ -274,7 +284,7 @@ class StandardMethod(Method):
     def _restore_optimizer(self) -> None:
         optimizer_state, scheduler_state = getattr(self, "_pending_optimizer_state", (None, None))
         if optimizer_state is not None:
-            self.optimizer.load_state_dict(optimizer_state)
+            self.session_optimizer().load_state_dict(optimizer_state)
         if scheduler_state is not None and self.scheduler is not None:
             self.scheduler.load_state_dict(scheduler_state)
         self._pending_optimizer_state = (None, None)
@@ -306,11 +316,12 @@ class StandardMethod(Method):
             replaced = m.targets(self, batch, logits)
             targets = targets if replaced is None else replaced
         loss = self.loss(batch, logits, targets)
-        self.optimizer.zero_grad(set_to_none=True)
+        optimizer = self.session_optimizer()
+        optimizer.zero_grad(set_to_none=True)
         loss.backward()
         for m in self.modifiers:
             m.after_backward(self)
-        self.optimizer.step()
+        optimizer.step()
         if self.scheduler is not None:
             self.scheduler.step()
         for m in self.modifiers:
@@ -341,7 +352,7 @@ class StandardMethod(Method):
     def state_dict(self) -> dict[str, Any]:
         """Optimizer, schedule and modifier state: with the model and memory, enough to resume mid-session."""
         return {
-            "optimizer": self.optimizer.state_dict() if getattr(self, "optimizer", None) else None,
+            "optimizer": optimizer.state_dict() if (optimizer := getattr(self, "optimizer", None)) else None,
             "scheduler": self.scheduler.state_dict() if getattr(self, "scheduler", None) else None,
             "modifiers": {m.name: m.state_dict() for m in self.modifiers},
         }

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from ..harness.errors import BenchError
 from .base import Context, StandardMethod
-from .configs import OutputOnlyConfig, VanillaConfig
+from .configs import OutputOnlyConfig, SGMConfig, VanillaConfig
 
 if TYPE_CHECKING:
     from ..harness.model.backbone import SplitModel
@@ -22,6 +22,7 @@ class Vanilla(StandardMethod):
     name = "vanilla"
     summary = "Rehearsal: half of each batch from the session, half from memory; body and head train."
     Config = VanillaConfig
+    config: VanillaConfig
 
     def setup(self, model: SplitModel, ctx: Context) -> None:
         super().setup(model, ctx)
@@ -31,7 +32,8 @@ class Vanilla(StandardMethod):
     def modifier_adapts_pointwise(self) -> bool:
         """A LoRA modifier (``lora``, or ``sgm`` using it) puts its own adapters on the pointwise layers,
         fresh each session and folded at its end, as the published SGM does on the same LoRA blocks."""
-        return any(m.name == "lora" or (m.name == "sgm" and "lora" in m.config.use) for m in self.modifiers)
+        return any(m.name == "lora" or (isinstance(m.config, SGMConfig) and "lora" in m.config.use)
+                   for m in self.modifiers)
 
     def _lora_blocks(self, model: SplitModel, ctx: Context) -> None:
         from .sgm.lora import inject_adapters, lora_modules
@@ -58,3 +60,4 @@ class OutputOnly(StandardMethod):
     name = "output_only"
     summary = "Rehearsal that trains only the output layer; every hidden layer stays frozen."
     Config = OutputOnlyConfig
+    config: OutputOnlyConfig

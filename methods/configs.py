@@ -10,7 +10,7 @@ test checks the two never drift. Every number has a sane bound, so an overflow (
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -33,6 +33,7 @@ class Dim:
 
 
 SearchSpace = dict[str, Dim]  # setting (as --set names it) -> its range
+SGMPart = Literal["soft", "init", "oocf", "lora", "onecycle"]  # sgm's components, in the order they act
 
 
 class Settings(BaseModel):
@@ -212,7 +213,7 @@ class OneCycleConfig(Settings):
     pct_start: float = Field(0.3, gt=0, lt=1, description="fraction of the session spent raising the lr")
     div_factor: float = Field(25.0, gt=0, le=1e6, description="initial lr = max_lr / div_factor")
     final_div_factor: float = Field(1e4, gt=0, le=1e9, description="final lr = initial lr / final_div_factor")
-    anneal_strategy: str = Field("cos", pattern="^(cos|linear)$")
+    anneal_strategy: Literal["cos", "linear"] = "cos"
     cycle_momentum: bool = Field(True, description="cycle AdamW's beta1 between 0.85 and 0.95 (torch default)")
     max_lr: Literal["scalar", "per_group"] = Field(
         "scalar", description="scalar: one peak (the method's lr) for every group, as the published code; "
@@ -256,8 +257,8 @@ class SGMConfig(Settings):
     oocf: OOCFConfig = Field(default_factory=OOCFConfig)
     lora: LoRAConfig = Field(default_factory=LoRAConfig)
     onecycle: OneCycleConfig = Field(default_factory=OneCycleConfig)
-    use: list[Literal["soft", "init", "oocf", "lora", "onecycle"]] = Field(
-        default_factory=lambda: ["soft", "init", "oocf", "lora", "onecycle"],
+    use: list[SGMPart] = Field(
+        default_factory=lambda: list(get_args(SGMPart)),
         description="the parts that act (all five = SGM; fewer = an ablation inside sgm)")
 
     # the parts' own spaces; `use` stays (which parts act is the method, not a setting to tune)

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
@@ -167,11 +167,13 @@ class DERpp(StandardMethod):
     name = "derpp"
     summary = "DER++: rehearsal + MSE to the logits stored when a sample was first seen (alpha 0.1) + CE on memory (beta 0.9)."
     Config = DERppConfig
+    config: DERppConfig
 
     def __init__(self, config, modifiers=None) -> None:
         super().__init__(config, modifiers)
         self.logits = LogitStore(0, 0)
-        self.deployed = None  # frozen copy of the model at setup: the source of lazy pre-training logits
+        # frozen copy of the model at setup: the source of lazy pre-training logits
+        self.deployed: torch.nn.Module | None = None
 
     def setup(self, model, ctx) -> None:
         super().setup(model, ctx)
@@ -216,7 +218,7 @@ class DERpp(StandardMethod):
             return
         missing = self.logits.missing(ids)
         if len(missing):
-            first = {}
+            first: dict[int, int] = {}
             for r, g in enumerate(ids):
                 first.setdefault(int(g), r)
             rows = torch.tensor([first[int(g)] for g in missing], dtype=torch.long, device=inputs.device)

@@ -58,7 +58,8 @@ def effective_parameters(model: nn.Module) -> dict[str, Tensor]:
                 out[f"{prefix}.{name.replace('base_layer.', '')}"] = p
         for name, layer in lora_modules(part):
             base = layer.get_base_layer().weight
-            out[f"{prefix}.{name}.weight"] = base + layer.get_delta_weight(ADAPTER)
+            # peft's LoRA layers (Linear, Conv2d) define get_delta_weight; their LoraLayer base does not declare it
+            out[f"{prefix}.{name}.weight"] = base + layer.get_delta_weight(ADAPTER)  # type: ignore[attr-defined]
     return out
 
 

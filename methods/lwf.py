@@ -35,11 +35,12 @@ class LwF(StandardMethod):
     name = "lwf"
     summary = "Learning without Forgetting: no rehearsal; distils old-class outputs of the pre-session model."
     Config = LwFConfig
+    config: LwFConfig
     rehearsal = False
 
     def setup(self, model, ctx) -> None:
         super().setup(model, ctx)
-        self.teacher = None
+        self.teacher: torch.nn.Module | None = None
         self.n_old = 0
 
     def begin_session(self, session: Session) -> None:

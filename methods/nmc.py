@@ -61,6 +61,7 @@ class NearestMeanHead(Modifier):
     name = "nmc"
     summary = "Nearest-mean head: predict the class whose mean normalised feature (from the held samples) is nearest."
     Config = NMCConfig
+    config: NMCConfig
 
     def __init__(self, config: BaseModel | None = None) -> None:
         super().__init__(config)
@@ -141,7 +142,7 @@ class NearestMeanHead(Modifier):
         ctx.counters[MEANS_COUNTER] = ctx.counters.get(MEANS_COUNTER, 0) + len(ids)
 
     def predict(self, method: StandardMethod, x: Tensor) -> Tensor | None:
-        if self.means is None:
+        if self.means is None or self.present is None:
             return None
         return nmc_scores(method.model.embed(x), self.means, self.present)
 

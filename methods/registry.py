@@ -286,7 +286,7 @@ def build_method(text: str, protocol: Protocol | str, overrides: dict[str, Any] 
     refused = [m.name for m in spec.modifiers if allowed is not None and m.name not in allowed]
     if refused:
         raise BenchError(f"Method {spec.base.name!r} declares that it works with the modifiers "
-                         f"{', '.join(allowed) or '(none)'} only (its compatible_modifiers), so it cannot "
+                         f"{', '.join(allowed or ()) or '(none)'} only (its compatible_modifiers), so it cannot "
                          f"take {', '.join(refused)}: drop {', '.join(refused)} from {text!r}.")
     config, mod_configs = resolve_settings(spec, protocol, overrides or {})
     modifiers = [entry.load()(mod_config) for entry, mod_config in zip(spec.modifiers, mod_configs)]

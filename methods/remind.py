@@ -56,8 +56,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..harness.errors import BenchError
 from ..harness.data.stream import Session
+from ..harness.errors import BenchError
 from .base import StandardMethod, StepStats, TrainBatch
 from .configs import REMINDConfig
 from .derpp import recount_memory_bytes
@@ -79,6 +79,7 @@ class REMIND(StandardMethod):
     name = "remind"
     summary = "REMIND: PQ-compressed trunk features as memory, replayed reconstructed with crop+mixup; per-class lr."
     Config = REMINDConfig
+    config: REMINDConfig
     memory_policy = "class_balanced"
 
     def __init__(self, config, modifiers=None) -> None:
@@ -120,7 +121,7 @@ class REMIND(StandardMethod):
         parts = [self._vectors(self.trunk_features(ids[i : i + self.config.chunk]))
                  for i in range(0, len(ids), self.config.chunk)]
         vectors = np.ascontiguousarray(np.concatenate(parts))
-        c = self.feature_shape[0]
+        c = vectors.shape[1]  # the trunk's feature channels
         m, bits = self.config.pq_subquantizers, self.config.pq_bits
         if c % m:
             raise BenchError(f"Method remind: pq_subquantizers={m} must divide the trunk's {c} feature channels "
@@ -139,15 +140,24 @@ class REMIND(StandardMethod):
     def encode(self, feats: Tensor) -> np.ndarray:
         """(N, C, H, W) features -> (N, H*W, code_size) uint8 codes."""
         n = feats.shape[0]
-        codes = self.pq.compute_codes(np.ascontiguousarray(self._vectors(feats)))
-        return codes.reshape(n, -1, self.pq.code_size)
+        pq, _ = self._fitted()
+        codes = pq.compute_codes(np.ascontiguousarray(self._vectors(feats)))
+        return codes.reshape(n, -1, pq.code_size)
 
     def decode(self, codes: np.ndarray, device: torch.device) -> Tensor:
         """(N, H*W, code_size) codes -> (N, C, H, W) reconstructed features."""
-        c, h, w = self.feature_shape
+        pq, (c, h, w) = self._fitted()
         n = codes.shape[0]
-        flat = self.pq.decode(np.ascontiguousarray(codes.reshape(-1, self.pq.code_size)))
+        # faiss's Python layer replaces the C++ decode(codes, x) with decode(codes) -> x; its stub has the former
+        rows = np.ascontiguousarray(codes.reshape(-1, pq.code_size))
+        flat = pq.decode(rows)  # type: ignore[call-arg, func-returns-value]
         return torch.from_numpy(flat).view(n, h, w, c).permute(0, 3, 1, 2).contiguous().to(device)
+
+    def _fitted(self) -> tuple[faiss.ProductQuantizer, tuple[int, int, int]]:
+        """The codebook and the feature shape it encodes: both set by ``fit_codebook`` (or a checkpoint)."""
+        if self.pq is None or self.feature_shape is None:
+            raise RuntimeError("remind: features are encoded only after fit_codebook")
+        return self.pq, self.feature_shape
 
     def reconstruct(self, feats: Tensor) -> Tensor:
         return self.decode(self.encode(feats), feats.device).to(feats.dtype)
@@ -217,7 +227,7 @@ class REMIND(StandardMethod):
             return 1.0
         return float(np.mean([self.class_lr(int(c)) for c in new_labels])) / self.config.lr
 
-    def build_optimizer(self, total_steps: int):
+    def build_optimizer(self, total_steps: int | None):
         optimizer, scheduler = super().build_optimizer(total_steps)
         saved: list[float] = []
 

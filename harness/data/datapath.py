@@ -33,9 +33,9 @@ import torch
 from torch import nn
 
 from ..errors import BenchError
+from ..spec.protocol import Protocol
 from .features import FeatureShards, dtype_name
 from .inputs import TRUNK_CHUNK, image_cache_bytes, key_folder, loader_workers
-from ..spec.protocol import Protocol
 from .old_mix import SessionMix, describe_old_mix
 from .stream import Stream
 
@@ -157,7 +157,7 @@ def expected_train_fetches(protocol: Protocol, stream: Stream) -> int | None:
     per_session = [t.session_updates(len(s.train_ids)) for s in stream.sessions]
     if None in per_session:
         return None
-    cl = sum(per_session) * t.batch.size
+    cl = sum(n for n in per_session if n is not None) * t.batch.size
     models = len(stream.sessions) if protocol.joint.mode == "per_session" else 1
     joint = models * protocol.joint.updates * protocol.joint.batch_size
     pretrain = protocol.pretrain.updates * protocol.pretrain.batch_size if protocol.pretrain.mode == "train" else 0
@@ -213,6 +213,7 @@ def plan_data_path(protocol: Protocol, stream: Stream, trunk: nn.Module | None, 
     n_train = int((stream.train.labels >= 0).sum())
     ram, disk = ram_budget_bytes(), disk_budget_bytes(cache_root)
     augment = protocol.training.augment
+    shape: tuple[int, ...]
     if trunk is None:
         shape, dtype, activation = (b.in_chans, b.input_size, b.input_size), torch.float32, 0
         test = _image_split(n_test, b.input_size, False, True)

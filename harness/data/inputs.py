@@ -34,11 +34,11 @@ from torch import Tensor, nn
 from torchvision.transforms import v2 as T
 from tqdm.auto import tqdm
 
-from .features import FeatureShards, open_verified
 from ..model.cpu import LIBC, TRUNK_PASS_CHUNK, in_cpu_chunks
-from .resident import RowsAhead, placement
 from ..progress_bar import progress_bar
 from ..spec.protocol import Backbone
+from .features import FeatureShards, open_verified
+from .resident import RowsAhead, placement
 from .stream import Catalog
 
 PREPROCESS_VERSION = 1
@@ -142,7 +142,7 @@ class Preprocess:
                 for p, i in zip(positions, locals_):
                     img = self.pil(split.image(int(i))).float().div_(255.0).unsqueeze(0)
                     out[p] = ((img - self.mean) / self.std)[0]
-        return torch.stack(out)  # type: ignore[arg-type]
+        return torch.stack(out)  # type: ignore[arg-type]  # every position was filled above
 
 
 class CatalogImages(torch.utils.data.Dataset):
@@ -239,7 +239,7 @@ class InputStore:
             raise ValueError(f"input mode {mode!r} needs the trunk")
         self.kind = mode
         self.cached = mode.startswith("trunk")
-        if mode in ("trunk-ram", "trunk-disk"):
+        if mode in ("trunk-ram", "trunk-disk") and trunk is not None:  # (without a trunk: refused above)
             self._index_labelled()
             folder = cache_root / key_folder(cache_key, catalog) if cache_key and cache_root else None
             if folder is None:  # nowhere to keep them: computed for this store only, in RAM
@@ -252,7 +252,7 @@ class InputStore:
                     self.table, self.shards = self.shards.load_all(stored=True, device=self.device), None
                 elif mode == "trunk-ram":
                     self.table, self.shards = self.shards.load_all(), None
-        elif mode == "trunk-stream":
+        elif mode == "trunk-stream" and trunk is not None:
             self.trunk = copy.deepcopy(trunk).eval()  # its own copy: a run's FLOP hooks never see it
             for p in self.trunk.parameters():
                 p.requires_grad_(False)
@@ -297,14 +297,18 @@ class InputStore:
 
     def _finish(self, batch: Tensor | list[Tensor]) -> Tensor:
         """A worker's batch as preprocessed images (decoded on the device when it holds file bytes)."""
-        return decode_on(self.device, self.preprocess, batch) if self.gpu_decode else batch  # type: ignore[arg-type]
+        return decode_on(self.device, self.preprocess, batch) if isinstance(batch, list) else batch
+
+    def _rows(self, ids: np.ndarray) -> np.ndarray:
+        """The table's (or the shards') rows of global ``ids``: the ids themselves when it holds every id."""
+        return ids if self.row_of is None else self.row_of[ids]
 
     def _preprocessed(self, chunk: int) -> Tensor:
         """Every labelled image, preprocessed once, one row each (``row_of`` maps ids to rows)."""
         ids = self._index_labelled()
         table = torch.empty(len(ids), 3, self.preprocess.size, self.preprocess.size)
         for part, images in self._batches(ids, chunk):
-            table[torch.from_numpy(self.row_of[part])] = images.cpu()
+            table[torch.from_numpy(self._rows(part))] = images.cpu()
         return table
 
     def _features(self, trunk: nn.Module, images: Tensor) -> Tensor:
@@ -360,7 +364,7 @@ class InputStore:
             return
         bounds = np.cumsum([0] + [len(b) for b in batches])
         loader = torch.utils.data.DataLoader(
-            self._dataset(ids), batch_sampler=[range(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])],
+            self._dataset(ids), batch_sampler=[list(range(int(a), int(b))) for a, b in zip(bounds[:-1], bounds[1:])],
             num_workers=workers, pin_memory=self.device.type == "cuda" and not self.gpu_decode, prefetch_factor=2,
             collate_fn=_as_list if self.gpu_decode else None,
         )
@@ -371,7 +375,7 @@ class InputStore:
         features from shards to CUDA (or ``on_cpu``), they are read and copied ahead (``RowsAhead``)."""
         self.end_read_ahead()
         if self.shards is not None and batches and (self.device.type == "cuda" or on_cpu):
-            self._rows_ahead = RowsAhead(self.shards, [self.row_of[np.asarray(b, dtype=np.int64)] for b in batches],
+            self._rows_ahead = RowsAhead(self.shards, [self._rows(np.asarray(b, dtype=np.int64)) for b in batches],
                                          self.device)
 
     def end_read_ahead(self) -> None:
@@ -387,7 +391,7 @@ class InputStore:
         """Preprocessed images of ``ids``: the workers' batch when ``ids`` is the next planned one."""
         if self._ahead and len(self._ahead[0]) == len(ids) and np.array_equal(self._ahead[0], ids):
             self._ahead.popleft()
-            images = self._finish(next(self._ahead_images))  # type: ignore[arg-type]
+            images = self._finish(next(self._ahead_images))  # type: ignore[arg-type]  # set with _ahead
             self.prefetched += 1
             if not self._ahead:
                 self.end_plan()
@@ -402,13 +406,13 @@ class InputStore:
             rows = self._features(self.trunk, self._images(ids)).float()
             return rows.contiguous(memory_format=torch.channels_last) if self.channels_last and rows.ndim == 4 else rows
         if self.table is not None:
-            index = torch.from_numpy(ids if self.row_of is None else self.row_of[ids])
+            index = torch.from_numpy(self._rows(ids))
             rows = self.table.index_select(0, index.to(self.table.device))
             if self.cached:  # a resident table keeps the stored dtype; the model gets float32
                 rows = rows.float()
         elif self.shards is not None:
-            ahead = self._rows_ahead.take(self.row_of[ids]) if self._rows_ahead is not None else None
-            rows = ahead if ahead is not None else self.shards.read(self.row_of[ids])
+            ahead = self._rows_ahead.take(self._rows(ids)) if self._rows_ahead is not None else None
+            rows = ahead if ahead is not None else self.shards.read(self._rows(ids))
         else:
             rows = self._images(ids)
         if self.device.type != "cuda":

@@ -68,8 +68,10 @@ def _held(protocol: Protocol, stream: Stream, position: int) -> tuple[int, int]:
     if m.policy == "unlimited":
         return pre, offered
     if m.policy == "split":
-        share = round(m.pretrain_share * m.capacity)
-        return min(pre, share), min(offered, m.capacity - share)
+        pretrain_cap, stream_cap = m.split_caps()
+        return min(pre, pretrain_cap), min(offered, stream_cap)
+    if m.capacity is None:  # the protocol gives every other policy a cap
+        raise ValueError(f"memory policy {m.policy!r} has no capacity")
     stored = min(m.capacity, pre + offered)
     weights = (pre, offered)
     if m.policy == "class_balanced" and pre + offered > m.capacity:

@@ -107,4 +107,6 @@ class RowsAhead:
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
-        self.todo.clear(), self.reads.clear(), self.copies.clear()
+        self.todo.clear()
+        self.reads.clear()
+        self.copies.clear()

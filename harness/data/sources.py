@@ -107,6 +107,10 @@ class Split(abc.ABC):
         """Whether every sample is a JPEG file (what a GPU JPEG decoder takes); files only."""
         return False
 
+    def encoded(self, index: int) -> np.ndarray:
+        """The file's bytes, undecoded: only splits of JPEG files have them (``all_jpeg``)."""
+        raise TypeError(f"{type(self).__name__} holds no files to read undecoded")
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(source={self.source!r}, n={len(self)}, classes={self.num_classes})"
 
@@ -262,7 +266,7 @@ class SyntheticSplit(Split):
         return np.clip(layout + detail, 0, 255).astype(np.uint8)
 
     def image(self, index: int) -> Image.Image:
-        return Image.fromarray(self.pixels(index)).resize((self.size, self.size), Image.BILINEAR)
+        return Image.fromarray(self.pixels(index)).resize((self.size, self.size), Image.Resampling.BILINEAR)
 
     def sample_bytes(self, index: int) -> int:
         return self.size * self.size * 3 // 10
@@ -416,7 +420,7 @@ def _read_pairs(source: str, path: Path) -> tuple[list[bytes], np.ndarray]:
     tokens = data.split()
     n_lines = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
     if len(tokens) == 2 * n_lines:  # the usual case: one '<path> <id>' per line, no blank lines
-        rows = list(zip(tokens[0::2], tokens[1::2]))
+        rows: list[Sequence[bytes]] = list(zip(tokens[0::2], tokens[1::2]))
     else:  # blank lines or paths with spaces: the label is the last token of each line
         rows = [r for r in (ln.rsplit(None, 1) for ln in data.splitlines()) if r]
     bad = next((i for i, r in enumerate(rows) if len(r) != 2), None)

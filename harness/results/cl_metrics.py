@@ -83,7 +83,7 @@ def average_forgetting(curves: Sequence[SessionCurve]) -> float | None:
     r, n = accuracy_matrix(curves), _n_tasks(curves)
     if not _has_before(r, n):
         return None
-    return sum(max(r[(l, k)] for l in range(k, n)) - r[(n, k)] for k in range(1, n)) / (n - 1)
+    return sum(max(r[(j, k)] for j in range(k, n)) - r[(n, k)] for k in range(1, n)) / (n - 1)  # j: the docstring's l
 
 
 def backward_transfer(curves: Sequence[SessionCurve]) -> float | None:

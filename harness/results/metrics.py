@@ -13,8 +13,8 @@ from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .curves import ReferenceSession, SessionCurve
 from .catalog import CURVE_METRICS, METRICS, TIME_TO_RESULT_KEYS
+from .curves import ReferenceSession, SessionCurve
 
 # Table 4 of the paper: recover 97/98/99/100 % of the joint model's accuracy on ImageNet-1K, the
 # pre-training classes (task 1: ``tasks[0]``), not on all old classes; ``recovery_on="old"`` is the other reading.
@@ -438,7 +438,7 @@ class Metrics(BaseModel):
         per_session("flops_to_best_new", self.flops_to_best_new or [])
         if self.time_to_result is not None:
             for info in (METRICS[k] for k in TIME_TO_RESULT_KEYS):
-                field, divisor = info.per_session  # type: ignore[misc]
+                field, divisor = info.per_session  # type: ignore[misc]  # these keys all have one
                 per_session(info.key, [None if v is None else v / divisor
                                        for v in getattr(self.time_to_result, field) or []])
                 if (mean := self.value(info.key)) is not None:

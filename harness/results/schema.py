@@ -17,10 +17,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..atomic import write_or_rescue
-from .curves import ReferenceSession, SessionCurve
-from .read_once import forget, parsed
 from ..errors import BenchError
+from .curves import ReferenceSession, SessionCurve
 from .metrics import EvalWeighting, Metrics
+from .read_once import forget, parsed
 
 SCHEMA_VERSION = 3  # 2: overrides and the references a run was scored with are stored; 3: curves hold their
 # "before" point (SessionCurve.before); older results load as ever, with forgetting, BWT and FWT not recorded
@@ -270,7 +270,7 @@ def _skip_reason(path: Path) -> str | None:
             return f"symbolic link loop (-> {target})"
         except OSError as exc:
             kind = {errno.ENOENT: "dangling symbolic link", errno.ELOOP: "symbolic link loop"}.get(
-                exc.errno, "unusable symbolic link")
+                exc.errno or 0, "unusable symbolic link")
             return f"{kind} (-> {target}: {exc.strerror})"
         return f"symbolic link (-> {target}); results are read from real files only, so none is counted twice"
     if path.is_dir():

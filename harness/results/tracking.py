@@ -407,18 +407,20 @@ class LiveRun:
             return None
         mlflow_status = status if status in ("FINISHED", "FAILED", "KILLED") else TERMINAL.get(status, "FAILED")
 
+        run_id = self.run_id
+
         def action(client) -> None:
             if result is not None and path is not None:
                 for key, value in {**_tags(result, path), **_axis_tag(result, self.protocol)}.items():
-                    client.set_tag(self.run_id, key, value)
-                client.update_run(self.run_id, name=result_run_name(result))  # the precision is known now
+                    client.set_tag(run_id, key, value)
+                client.update_run(run_id, name=result_run_name(result))  # the precision is known now
                 params = {k: v for k, v in _params(result).items() if k not in self._started_params}
-                _log_batches(client, self.run_id, params,
+                _log_batches(client, run_id, params,
                              _final_metrics(result, with_curves=self._points == 0, protocol=self.protocol))
-                _log_artifacts(client, self.run_id, result, path, artifacts)
-                client.set_tag(self.run_id, SYNCED_TAG, "true")
-            client.set_tag(self.run_id, "bench.status", status)  # how the run ended, over the result's
-            client.set_terminated(self.run_id, mlflow_status)
+                _log_artifacts(client, run_id, result, path, artifacts)
+                client.set_tag(run_id, SYNCED_TAG, "true")
+            client.set_tag(run_id, "bench.status", status)  # how the run ended, over the result's
+            client.set_terminated(run_id, mlflow_status)
 
         self._guard(action)
         return self.run_id

@@ -164,10 +164,12 @@ class Paired:
 
 
 def _diffs(method: Mapping[int, float | None], baseline: Mapping[int, float | None]) -> dict[int, float]:
-    return {s: float(method[s]) - float(baseline[s])  # type: ignore[arg-type]
-            for s in sorted(method.keys() & baseline.keys())
-            if method[s] is not None and baseline[s] is not None
-            and math.isfinite(method[s]) and math.isfinite(baseline[s])}  # type: ignore[arg-type]
+    diffs: dict[int, float] = {}
+    for s in sorted(method.keys() & baseline.keys()):
+        a, b = method[s], baseline[s]
+        if a is not None and b is not None and math.isfinite(a) and math.isfinite(b):
+            diffs[s] = float(a) - float(b)
+    return diffs
 
 
 def paired_difference(method: Mapping[int, float | None], baseline: Mapping[int, float | None]) -> Paired | None:
@@ -185,12 +187,10 @@ def against_baseline(rows: Mapping[str, Mapping[int, float | None]],
     """Every row's paired difference with the baseline on one column, Holm-adjusted over the rows that
     have a test; the seeds needed are planned at Holm's strictest level, 0.05 / m."""
     paired = {name: paired_difference(values, baseline) for name, values in rows.items()}
-    names = [n for n, p in paired.items() if p is not None]
-    adjusted = holm([paired[n].p for n in names])  # type: ignore[union-attr]
+    tested = {n: p for n, p in paired.items() if p is not None}
+    adjusted = holm([p.p for p in tested.values()])
     m = sum(p is not None for p in adjusted)
-    for name, p_holm in zip(names, adjusted):
-        p = paired[name]
+    for (name, p), p_holm in zip(tested.items(), adjusted):
         diffs = list(_diffs(rows[name], baseline).values())
-        paired[name] = replace(p, p_holm=p_holm, family=max(m, 1),  # type: ignore[arg-type]
-                               needed=seeds_needed(diffs, ALPHA / max(m, 1)))
+        paired[name] = replace(p, p_holm=p_holm, family=max(m, 1), needed=seeds_needed(diffs, ALPHA / max(m, 1)))
     return paired

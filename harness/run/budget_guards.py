@@ -13,12 +13,12 @@ from contextlib import contextmanager
 import numpy as np
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from ..model import flops as FL
+from ...methods.base import Method, StepStats, TrainBatch
 from ..errors import BenchError
-from .memory import Memory, Overfilled
+from ..model import flops as FL
 from ..spec.protocol import Memory as MemorySpec
 from ..spec.protocol import Protocol
-from ...methods.base import Method, StepStats, TrainBatch
+from .memory import Memory, Overfilled
 
 
 @contextmanager

@@ -21,27 +21,33 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..model import flops as FL
-from ..progress_bar import MeasuredBar, progress_bar
-from .checkpoint import Checkpointer, rng_state, set_rng_state
-from .budget_guards import (add_to_memory, check_memory, check_no_stray_steps, count_optimizer_steps,
-                            memory_spec, observe_within_budget)
-from ..results.curves import BeforePoint, SessionCurve
-from .before import measure_before
-from .evaluation import EvalPlan, eval_plan, eval_point
-from .isolation import random_streams
-from .memory import Memory
-from .schedule import EvalSchedule, FlopStop
-from ..spec.protocol import MAX_UPDATES, Protocol
-from ..results.schema import Budget
+from ...methods.base import Method
 from ..data.old_mix import Shares, by_source_shares
 from ..data.stream import Cycler, Session
-from .workbench import Workbench
+from ..model import flops as FL
+from ..model.device import autocast, seed_everything
+from ..progress_bar import MeasuredBar, progress_bar
+from ..results.curves import BeforePoint, SessionCurve
+from ..results.schema import Budget
+from ..spec.protocol import MAX_UPDATES, Protocol
+from .before import measure_before
+from .budget_guards import (
+    add_to_memory,
+    check_memory,
+    check_no_stray_steps,
+    count_optimizer_steps,
+    memory_spec,
+    observe_within_budget,
+)
+from .checkpoint import Checkpointer, rng_state, set_rng_state
+from .evaluation import EvalPlan, eval_plan, eval_point
+from .isolation import random_streams
+from .loop import Progress, Stretch, closing_budget, seen_state, setseen_state, train_stretch
+from .memory import Memory
 from .options import RunOptions
 from .report import say, timed
-from .loop import Progress, Stretch, closing_budget, seen_state, setseen_state, train_stretch
-from ..model.device import autocast, seed_everything
-from ...methods.base import Method
+from .schedule import EvalSchedule, FlopStop
+from .workbench import Workbench
 
 __all__ = ["ContinualRun", "Diverged", "FlopStop", "run_cl", "session_updates"]
 
@@ -196,9 +202,10 @@ class ContinualRun:
         boundary, mid = self.checkpoint.load(), self.checkpoint.load(mid=True)
         if mid is not None and mid["next_session"] != (boundary["next_session"] if boundary else 0):
             mid = None  # left from a session whose end is stored already
-        if boundary is not None or mid is not None:
+        resumed = mid or boundary
+        if resumed is not None:
             where = f"update {mid['update']} of session {stream.sessions[mid['next_session']].index}" if mid else \
-                f"the end of session {boundary['next_session'] + 1}"
+                f"the end of session {resumed['next_session'] + 1}"
             say(self.options, f"Resuming {self.bench.protocol.name} {self.method.label} (seed {self.seed}) "
                               f"from its checkpoint at {where}.")
         if boundary is None:
@@ -255,9 +262,10 @@ class ContinualRun:
         (pooled over it, or in fixed shares by source: ``training.old_mix``)."""
         s, p = self.open, self.bench.protocol
         assert s is not None and s.arrivals is not None
-        if s.shares is not None:
-            return s.arrivals.take(s.shares.new), self.memory.sample_by_source(
-                s.shares.pretrain, s.shares.earlier, int(self.bench.stream.train.offsets[1]), p.training.class_balanced)
+        if s.shares is not None:  # fixed whole counts here (Shares also holds a pooled batch's expectations)
+            new, pretrain, earlier = int(s.shares.new), int(s.shares.pretrain), int(s.shares.earlier)
+            return s.arrivals.take(new), self.memory.sample_by_source(
+                pretrain, earlier, int(self.bench.stream.train.offsets[1]), p.training.class_balanced)
         new_ids = s.arrivals.take(self.b_new)
         old = self.memory.sample(self.b_old, p.training.class_balanced) if self.b_old else new_ids[:0]
         return new_ids, old
@@ -342,11 +350,12 @@ class ContinualRun:
     def _stretch(self, s: OpenSession) -> Stretch:
         """The session's updates as the shared training loop runs them. Under a FLOP budget the count is
         known only at the end: batches are drawn when due, not ahead."""
-        online = self.bench.protocol.training.online
+        online, checkpoint = self.bench.protocol.training.online, self.checkpoint
         return Stretch(f"session {s.session.index}", "continual", s.updates or MAX_UPDATES, self.draw, self.update,
                        start=s.start, pending=s.pending, draw_ahead=not online and s.stop is None,
                        ids_of=np.concatenate, before=self.eval_point,
-                       save=lambda u, planned: self.checkpoint.save(self._mid_state(u, planned), mid=True),
+                       save=None if checkpoint is None else
+                       lambda u, planned: checkpoint.save(self._mid_state(u, planned), mid=True),
                        bar=self.bar, stop=s.stop)
 
     def _run_bar(self, total: int | None) -> Any:
@@ -366,7 +375,8 @@ class ContinualRun:
         """Every session from where the checkpoint left off: the curves, the budget used and the most
         trainable parameters the method had."""
         p, stream = self.bench.protocol, self.bench.stream
-        total = None if p.training.budget else sum(session_updates(p, s) for s in stream.sessions)
+        # an update count per session: none is None without a FLOP budget
+        total = None if p.training.budget else sum(session_updates(p, s) or 0 for s in stream.sessions)
         with count_optimizer_steps() as self.steps, self.meter.attached():
             self.method.setup(self.model, self.ctx)
             first, mid = self.resume()

@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
-from ..progress_bar import progress_bar
 
 from ..data.inputs import InputStore
-from ..model.cpu import cpu_forward_chunk, in_cpu_chunks, widest_row_bytes
 from ..data.stream import Session, Stream
+from ..model.cpu import cpu_forward_chunk, in_cpu_chunks, widest_row_bytes
 from ..model.flops import FlopMeter
+from ..progress_bar import progress_bar
 from .report import timed
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -29,11 +29,11 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from ..errors import BenchError
 from ..data.inputs import InputStore
-from .memory import Memory
-from ..spec.protocol import Protocol
 from ..data.stream import Catalog, Session, Stream
+from ..errors import BenchError
+from ..spec.protocol import Protocol
+from .memory import Memory
 
 METHOD_STREAM = 1  # SeedSequence spawn key of the method's own generators (the harness's is the run seed)
 
@@ -240,8 +240,9 @@ def sample_shape(store: InputStore) -> tuple[int, ...]:
     """The shape of one input as methods receive it (trunk features or a preprocessed image)."""
     if store.table is not None:
         return tuple(store.table.shape[1:])
-    if getattr(store, "shards", None) is not None:  # trunk features on disk
-        return tuple(store.shards.shape)
+    shards = getattr(store, "shards", None)
+    if shards is not None:  # trunk features on disk
+        return tuple(shards.shape)
     size = store.preprocess.size
     trunk = getattr(store, "trunk", None)
     if store.cached and trunk is not None:  # trunk run per batch: its output shape, from one blank image
@@ -308,7 +309,7 @@ def _digest(obj: Any) -> Any:
     return type(obj).__name__
 
 
-def fingerprint(root: Any, skip: list[Any] = ()) -> dict[str, Any]:
+def fingerprint(root: Any, skip: Sequence[Any] = ()) -> dict[str, Any]:
     """Path -> digest over everything reachable from ``root`` (see ``_walk``), parameters included."""
     out: dict[str, Any] = {}
 

@@ -23,21 +23,21 @@ from typing import Any
 import numpy as np
 import torch
 
+from ...methods.configs import joint_config
 from ..model import flops as FL
 from ..model.backbone import SplitModel
-from .checkpoint import Checkpointer
-from .loop import Progress, closing_budget, seen_state, setseen_state
+from ..model.device import autocast, seed_everything
 from ..results.curves import ReferenceSession
-from .evaluation import eval_plan, eval_point
-from .isolation import isolated_model_predict
 from ..results.schema import Budget
 from ..spec.protocol import Protocol
-from .pretrain import OfflineCheckpoint, train_offline
-from .workbench import Workbench
+from .checkpoint import Checkpointer
+from .evaluation import eval_plan, eval_point
+from .isolation import isolated_model_predict
+from .loop import Progress, closing_budget, seen_state, setseen_state
 from .options import RunOptions
+from .pretrain import OfflineCheckpoint, train_offline
 from .report import say, timed
-from ..model.device import autocast, seed_everything
-from ...methods.configs import joint_config
+from .workbench import Workbench
 
 
 @dataclass

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from ..progress_bar import progress_bar
 
 from ..data.inputs import InputStore
 from ..model import flops as FL
+from ..progress_bar import progress_bar
 from ..results.curves import SessionCurve
 from ..results.schema import Budget
 from .checkpoint import Checkpointer, maybe_die

@@ -21,7 +21,6 @@ import numpy as np
 
 from ..spec.protocol import Memory as MemorySpec
 
-
 PRETRAIN_SUBSET_SEED = 0  # the split policy's S1 subset: fixed across runs and seeds
 
 
@@ -80,7 +79,7 @@ class Memory:
 
     @property
     def pretrain_capacity(self) -> int:
-        return round(self.spec.pretrain_share * self.capacity)
+        return self.spec.split_caps()[0]
 
     def _add_split(self, ids: np.ndarray, pretrain: bool) -> None:
         if pretrain:
@@ -91,7 +90,7 @@ class Memory:
                 self._store(int(gid))
             self.seen += len(ids)
             return
-        cap = self.capacity - self.pretrain_capacity
+        cap = self.spec.split_caps()[1]
         for gid in ids:
             self._offer_stream(int(gid), cap)
 

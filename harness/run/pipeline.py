@@ -16,32 +16,42 @@ from __future__ import annotations
 import dataclasses
 import sys
 import uuid
-
-import torch
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from ...methods.base import Method
+from ...methods.configs import joint_settings
+from ...methods.registry import MethodSpec, build_method, code_hash, method_settings
+from ..errors import BenchError
+from ..model.cpu import cpu_kernels
 from ..results import metrics as M
-from .continual import Diverged, run_cl
+from ..results.comparability import Selection, stored_selection
+from ..results.efficiency import efficiency_vs_joint
+from ..results.read_once import reads_once
+from ..results.schema import (
+    JOINT,
+    MethodStamp,
+    ProtocolStamp,
+    References,
+    RunResult,
+    TunedStamp,
+    git_commit,
+    library_versions,
+    now_iso,
+    save_result,
+)
+from ..spec.protocol import Protocol
 from .budget_guards import eviction_note
 from .checkpoint import Checkpointer, checkpointer, run_key
 from .claim import claim
-from ..results.read_once import reads_once
-from .joint_request import check_joint_request
-from ..errors import BenchError
-from ..spec.protocol import Protocol
+from .continual import Diverged, run_cl
 from .joint import ensure_joint_part, joint_parts, stored_part, train_joint
-from ...methods.configs import joint_settings
-from ...methods.registry import MethodSpec, build_method, code_hash, method_settings
-from ..results.comparability import Selection, stored_selection
-from ..results.efficiency import efficiency_vs_joint
-from ..results.schema import (JOINT, MethodStamp, ProtocolStamp, References, RunResult, TunedStamp, git_commit,
-                              library_versions, now_iso, save_result)
-from ..model.cpu import cpu_kernels
-from .workbench import Workbench, prepare
+from .joint_request import check_joint_request
 from .options import RunOptions, run_precision
 from .report import say
-from ...methods.base import Method
+from .workbench import Workbench, prepare
 
 Stored = tuple[Path, Any]
 
@@ -165,7 +175,7 @@ def _continual_result(protocol: Protocol, bench: Workbench, spec: MethodSpec, me
     started = now_iso()
     config = method_settings(method)
     saver = _run_checkpointer(options, protocol.spec_hash, spec.text, config, overrides, seed)
-    status, seconds = "complete", {}
+    status, seconds = "complete", dict[str, float]()
     try:
         curves, budget, params = run_cl(bench, method, seed, dataclasses.replace(options, stage_seconds=seconds), saver)
     except Diverged as stop:  # a result all the same: the curves it made, marked so that nothing ranks it

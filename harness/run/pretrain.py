@@ -12,18 +12,18 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from ...methods.base import MethodConfig, StandardMethod
 from ..atomic import atomic_write, atomic_write_text
+from ..data.stream import Cycler
 from ..model.backbone import SplitModel
 from ..model.cpu import cache_tag
 from ..model.device import autocast, seed_everything
 from ..paths import cache_dir
-from ..data.stream import Cycler
 from .checkpoint import Checkpointer, rng_state, set_rng_state
 from .loop import Stretch, train_stretch
 from .memory import Memory
 from .options import RunOptions
 from .report import say
-from ...methods.base import MethodConfig, StandardMethod
 
 if TYPE_CHECKING:
     from .workbench import Workbench
@@ -39,8 +39,8 @@ def deploy(bench: Workbench, options: RunOptions) -> None:
     """
     from filelock import FileLock
 
-    from ..model.backbone import file_sha256
     from ..data.features import move_aside
+    from ..model.backbone import file_sha256
 
     p = bench.protocol.reference  # NAME@Kx trains on S1 exactly as NAME does
     tag = cache_tag(bench.device, options.cpu_kernels)  # a model trained with another thread count or kernels differs
@@ -120,6 +120,8 @@ def train_offline(bench: Workbench, model: SplitModel, config: MethodConfig, ids
         start, pending = state["update"], state.get("pending")
 
     def save(u: int, planned: list | None) -> None:
+        if checkpoint is None:  # the stretch gets ``save`` only with a checkpoint
+            raise RuntimeError("a mid-stretch save without a checkpoint")
         checkpoint.checkpointer.save({
             **checkpoint.outer(), "kind": "mid", "update": u, "model": model.state_dict(),
             "learner": learner.state_dict(), "cycler": (cycler.order, cycler.pos), "pending": planned,

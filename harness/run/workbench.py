@@ -18,23 +18,30 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..model.backbone import SplitModel, create_network, split_network, weights_digest
+from ...methods.base import Context, TrainBatch
 from ..data.datapath import DataPathPlan, plan_data_path
-from ..errors import BenchError
 from ..data.inputs import InputStore, Preprocess, feature_cache_key, gpu_decodable
-from .isolation import (LentInputs, MemoryView, RandomStreams, check_retained_samples, isolated_predict, sample_shape,
-                        train_view)
-from .memory import Memory
-from ..paths import cache_dir
-from ..spec.protocol import Protocol
 from ..data.old_mix import plan_old_mix
 from ..data.stream import Session, Stream, build_stream, check_batch_sizes
+from ..errors import BenchError
+from ..model.backbone import SplitModel, create_network, split_network, weights_digest
+from ..model.cpu import cache_tag, prepare_cpu
 from ..model.device import autocast, resolve_device, use_channels_last
+from ..paths import cache_dir
+from ..spec.protocol import Protocol
+from .isolation import (
+    LentInputs,
+    MemoryView,
+    RandomStreams,
+    check_retained_samples,
+    isolated_predict,
+    sample_shape,
+    train_view,
+)
+from .memory import Memory
 from .options import RunOptions, run_precision
 from .pretrain import deploy
 from .report import say
-from ..model.cpu import cache_tag, prepare_cpu
-from ...methods.base import Context, TrainBatch
 
 
 @dataclass

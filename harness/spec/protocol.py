@@ -11,7 +11,7 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
@@ -19,7 +19,6 @@ from ..errors import BenchError
 from .class_order import read_order_file
 from .sources import SOURCES
 from .specfile import builtin_names, load_spec, parse_spec
-
 
 # Sane bounds: far past any real protocol, near enough that a typo (an extra zero, a sign) is caught
 # before compute instead of as an out-of-memory crash hours in. One place for each bound.
@@ -46,7 +45,10 @@ class Spec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-SourceName = Literal[tuple(SOURCES)]  # the catalog's names
+if TYPE_CHECKING:  # a type checker cannot expand the catalog's names: any string, to it
+    SourceName = str
+else:
+    SourceName = Literal[tuple(SOURCES)]  # the catalog's names
 
 
 class LongTail(Spec):
@@ -199,7 +201,7 @@ class Training(Spec):
         sample online, None under a FLOP budget (the method's per-update cost decides, during the run)."""
         if self.budget is not None:
             return None
-        return session_samples if self.online else self.updates
+        return self.updates if isinstance(self.updates, int) else session_samples
 
 
 class Memory(Spec):
@@ -227,6 +229,14 @@ class Memory(Spec):
         if self.policy == "split" and not self.include_pretrain:
             raise ValueError("memory.policy 'split' keeps a share of S1: include_pretrain must be true")
         return self
+
+    def split_caps(self) -> tuple[int, int]:
+        """The split policy's two caps: the pre-training part (``pretrain_share`` of the capacity) and
+        the stream's part (the rest)."""
+        if self.capacity is None or self.pretrain_share is None:
+            raise ValueError(f"memory policy {self.policy!r} is not split: it has no pre-training part")
+        pretrain = round(self.pretrain_share * self.capacity)
+        return pretrain, self.capacity - pretrain
 
 
 class ComputeSchedule(Spec):
@@ -473,7 +483,7 @@ def _samples(source: DataSource, classes: int | None) -> int | None:
 def _size_problems(p: Protocol) -> list[str]:
     problems: list[str] = []
     counts = [s.num_classes for s in p.stream_data]
-    n_stream = None if None in counts else sum(counts)
+    n_stream = None if None in counts else sum(c for c in counts if c is not None)
     if p.ordering == "cil" and p.classes_per_session and n_stream is not None:
         per, need = p.classes_per_session, p.sessions * p.classes_per_session
         if n_stream % per:
@@ -497,8 +507,8 @@ def _size_problems(p: Protocol) -> list[str]:
                     f"{where} ({src.train_per_class} per class): nothing would be left to train on")
     sizes = [_samples(s, s.num_classes) for s in p.stream_data]
     if None not in sizes:
-        total = sum(sizes)
-        per_class = min(s.train_per_class for s in p.stream_data)
+        total = sum(n for n in sizes if n is not None)
+        per_class = min(s.train_per_class for s in p.stream_data if s.train_per_class is not None)
         smallest = p.classes_per_session * per_class if p.ordering == "cil" and p.classes_per_session else total // p.sessions
         if p.training.batch.new > smallest:
             problems.append(f"training.batch.new ({p.training.batch.new}) exceeds the {smallest} training samples "
@@ -541,12 +551,13 @@ def load_protocol(name_or_path: str) -> Protocol:
     if match is None:
         return base
     factor = float(match["factor"])
-    if base.training.budget is None or not 0 < base.training.budget.tflops * factor <= MAX_TFLOPS:
+    given = base.training.budget
+    if given is None or base.eval.tflops is None or not 0 < given.tflops * factor <= MAX_TFLOPS:
         why = (f"{match['base']} has no FLOP budget (training.budget) to scale" if base.training.budget is None
                else f"the factor must be positive and keep the budget within {MAX_TFLOPS:g} TFLOPs a session")
         raise BenchError(f"Protocol {name_or_path!r}: NAME@Kx scales a FLOP-budgeted protocol's "
                          f"training.budget.tflops by K, and {why}.")
-    budget = ComputeBudget(tflops=base.training.budget.tflops * factor)
+    budget = ComputeBudget(tflops=given.tflops * factor)
     scaled = base.model_copy(update={
         "name": f"{base.name}@{factor:g}x",
         "training": base.training.model_copy(update={"budget": budget}),

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import codecs
 import reprlib
+import sys
 from importlib import resources
-from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import TypeVar
 
@@ -15,6 +15,11 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from ..errors import BenchError, did_you_mean, not_a_file
+
+if sys.version_info >= (3, 11):
+    from importlib.resources.abc import Traversable
+else:  # Python 3.10 has it only here (deprecated from 3.12 on)
+    from importlib.abc import Traversable
 
 Spec = TypeVar("Spec", bound=BaseModel)
 
@@ -103,7 +108,7 @@ class _SpecLoader(yaml.SafeLoader):
         _check_bounds(node)
         return super().construct_document(node)
 
-    def construct_mapping(self, node: yaml.Node, deep: bool = False):
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False):
         if isinstance(node, yaml.MappingNode):
             seen: dict[object, int] = {}
             for key_node, _ in node.value:

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..spec.protocol import Protocol, load_protocol
 from ...methods.registry import build_method, method_settings
+from ..errors import BenchError, not_a_file
 from ..results.comparability import Selection
 from ..results.schema import JOINT, TunedStamp, format_setting, row_label
-from ..errors import BenchError, not_a_file
+from ..spec.protocol import Protocol, load_protocol
 from ..spec.specfile import is_path, load_spec
 
 if TYPE_CHECKING:
@@ -191,10 +191,9 @@ def plan(sweep: Sweep, results_dir: Path, seeds: list[int] | None = None,
     the result that already covers it (``finished``). Every protocol, method string and setting is
     validated up front, so a typo fails before hours of compute rather than in the middle. ``options``:
     the device and precision the sweep runs with (a run made in another precision does not cover it)."""
-    from ..run.pipeline import check_joint_request, selection
-    from ..run.options import RunOptions
-
     from ..results.tuned import load_entry, stamp
+    from ..run.options import RunOptions
+    from ..run.pipeline import check_joint_request, selection
 
     groups = sweep.groups()
     protocols = {g.protocol: load_protocol(g.protocol) for g in groups}

@@ -19,6 +19,7 @@ Ray is an optional extra (``pip install 'bench-stability-gap[ray]'``): only this
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import socket
 import sys
@@ -26,6 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 try:
     import ray
@@ -40,10 +42,10 @@ from ..errors import BenchError
 from ..paths import cache_dir
 from ..results.comparability import CPU_THREADS
 from ..results.schema import load_result
-from .shared_storage import probe_problems, remove_probes, shared_storage_error, write_probes
-from .progress import ProgressBoard, TaskState, overall_line, running_lines
-from .stages import Stage, run_stage, split_joint
 from ..run.options import RunOptions
+from .progress import ProgressBoard, TaskState, overall_line, running_lines
+from .shared_storage import probe_problems, remove_probes, shared_storage_error, write_probes
+from .stages import Stage, run_stage, split_joint
 
 # what a worker must see of the driver's environment: bench's own settings (the cache folder, data
 # roots such as $BENCH_DATA), MLflow's, and the OpenMP wait policy the CLI sets before torch loads
@@ -135,9 +137,9 @@ def _connect(address: str | None) -> None:
     try:
         if address is None:
             ray.init(address="local", runtime_env=runtime_env, include_dashboard=False, log_to_driver=False,
-                     logging_level="WARNING")
+                     logging_level=logging.WARNING)
         else:
-            ray.init(address=address, runtime_env=runtime_env, log_to_driver=False, logging_level="WARNING")
+            ray.init(address=address, runtime_env=runtime_env, log_to_driver=False, logging_level=logging.WARNING)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise BenchError(f"--address {address}: cannot join the Ray cluster there ({exc}). Start one with "
                          f"`ray start --head --port 6379` on the head node and give its ADDRESS:PORT, or leave "
@@ -228,7 +230,8 @@ def run_ray(graph: list[Stage], options: RunOptions, plan: RayPlan, tracking_uri
 
 def _submit_and_watch(graph: list[Stage], options: RunOptions, plan: RayPlan, tracking_uri: str | None,
                       mlflow: bool, echo: Callable[[str], None]) -> dict[str, TaskState]:
-    board = ray.remote(num_cpus=0)(ProgressBoard).remote({s.key: s.label for s in graph})
+    # an actor handle: Ray's types do not give its methods their ``.remote``
+    board: Any = ray.remote(num_cpus=0)(ProgressBoard).remote({s.key: s.label for s in graph})
     worker_logs = mlflow and is_server_uri(tracking_uri)
     refs: dict[str, ray.ObjectRef] = {}
     for stage in graph:

@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ..spec.protocol import Protocol
 from ..results.comparability import Selection
 from ..results.schema import RunResult, TunedStamp, format_setting, row_label
-from .plan import PlannedRun
-from ..run.workbench import Workbench
 from ..run.options import RunOptions
+from ..run.workbench import Workbench
+from ..spec.protocol import Protocol
+from .plan import PlannedRun
 
 Kind = Literal["deployed", "joint", "joint-part", "references", "run"]
 Stored = tuple[RunResult, Path]
@@ -81,8 +81,8 @@ def stage_graph(runs: list[PlannedRun], results_dir: Path, options: RunOptions |
     """The stages still to do for ``runs``, in an order that runs every stage after those it needs (the
     runs' own order otherwise, so a local sweep goes seed by seed as before). A joint or references stage
     whose results are already stored is left out; the deployed-model stage stays (when cached, it loads)."""
-    from ..run.pipeline import selection
     from ..run.options import RunOptions
+    from ..run.pipeline import selection
 
     graph: dict[str, Stage] = {}
     chosen = {}  # protocol key -> the stored runs that count (the one rule, results.comparability.select_runs)

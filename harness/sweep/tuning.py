@@ -19,12 +19,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ...methods.registry import method_settings, parse_method, resolve_settings
 from ..errors import BenchError
 from ..results.schema import load_result
 from ..results.tuned import TunedEntry, has_entry, save_entry
-from .study_checks import check_dim, check_values, same_space, space_key
 from ..spec.protocol import MAX_TRIALS, OBJECTIVES, Protocol, TuningRules
-from ...methods.registry import method_settings, parse_method, resolve_settings
+from .study_checks import check_dim, check_values, same_space, space_key
 
 # the curve a trial reports at each eval point for pruning, by objective: the accuracy its metric averages
 PRUNING_CURVE = {"S_delta": "old", "P_delta": "new"}  # every other objective: accuracy on all seen classes
@@ -58,10 +58,12 @@ def ruleset(protocol: Protocol, trials: int | None, objective: str | None) -> Tu
         raise BenchError(f"--objective {objective!r} is not a metric tuning can score; use one of "
                          f"{', '.join(OBJECTIVES)}.")
     base = protocol.tuning
-    if base is None and trials is None:
-        raise BenchError(f"Protocol {protocol.name} declares no tuning ruleset (`tuning: {{trials: N, objective: "
-                         f"CK_delta}}`); give --trials N (and --objective) to tune on it anyway.")
-    return TuningRules(trials=trials if trials is not None else base.trials,
+    if trials is None:
+        if base is None:
+            raise BenchError(f"Protocol {protocol.name} declares no tuning ruleset (`tuning: {{trials: N, "
+                             f"objective: CK_delta}}`); give --trials N (and --objective) to tune on it anyway.")
+        trials = base.trials
+    return TuningRules(trials=trials,
                        objective=objective or (base.objective if base is not None else "CK_delta"))
 
 
@@ -81,8 +83,9 @@ def search_space(method: str, protocol: Protocol, given: dict[str, Any] | None =
         space = {}
         for key, raw in given.items():
             try:
-                space[key] = Dim(**{k: tuple(v) if k == "choices" and isinstance(v, list) else v
-                                    for k, v in raw.items()})
+                fields: dict[str, Any] = {k: tuple(v) if k == "choices" and isinstance(v, list) else v
+                                          for k, v in raw.items()}
+                space[key] = Dim(**fields)
             except (TypeError, AttributeError):
                 raise BenchError(f"Search space entry {key!r}: {raw!r} must be {{low, high[, log]}} or {{choices: [...]}}.") from None
     if not space:
@@ -254,8 +257,8 @@ def trial_runner(method: str, seed: int, options: Any, ray_plan: Any, echo: Call
     """``run_trial`` for ``tune``: one trial as the sweep runs a row (its deployed model, joint and A_best
     references of the tuning view first, each made once), locally with live pruning or as Ray tasks. A
     trial whose settings already have a stored result (asked again) reuses it."""
-    from ..run.pipeline import execute, selection
     from ...methods.registry import build_method
+    from ..run.pipeline import execute, selection
     from .plan import PlannedRun, finished
     from .stages import run_local, stage_graph
 

@@ -14,16 +14,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import torch
 from torch import Tensor
 
+from ...methods.base import StandardMethod, TrainBatch
+from ...methods.registry import build_method
 from ..errors import BenchError
 from ..model.flops import uncounted
 from ..run.continual import run_cl
 from ..run.options import RunOptions
 from ..run.workbench import Workbench
-from ...methods.base import StandardMethod, TrainBatch
-from ...methods.registry import build_method
 
 
 def declares_terms(method: StandardMethod) -> bool:
@@ -35,7 +34,7 @@ def declares_terms(method: StandardMethod) -> bool:
 
 def _reaches(method: StandardMethod, term: Tensor) -> bool:
     """Whether ``term`` alone leaves a non-zero gradient on a parameter the optimizer updates."""
-    params = [p for g in method.optimizer.param_groups for p in g["params"]]
+    params = [p for g in method.session_optimizer().param_groups for p in g["params"]]
     if not term.requires_grad:
         return False
     saved = [p.grad for p in params]

@@ -17,9 +17,9 @@ import sys
 import textwrap
 from pathlib import Path
 
+from ...methods.base import Context, StandardMethod, TrainBatch
 from ..data.stream import Catalog, Session
 from ..run.isolation import LentInputs, MemoryView, TrainStream
-from ...methods.base import Context, StandardMethod, TrainBatch
 
 # (how a method reaches it, the class): in the order a plugin author meets them
 OBJECTS = [
@@ -42,7 +42,7 @@ def _first_paragraph(doc: str | None) -> str:
 
 
 def _trailing_comment(lines: list[str], node: ast.stmt) -> str:
-    line = lines[node.end_lineno - 1]
+    line = lines[(node.end_lineno or node.lineno) - 1]
     code, sep, comment = line.partition("  #")
     return comment.strip().removeprefix("#").strip() if sep else ""
 
@@ -52,7 +52,7 @@ def members(cls: type) -> list[tuple[str, str, str]]:
     itself declares, in source order."""
     source = textwrap.dedent(inspect.getsource(cls))
     lines = source.splitlines()
-    body = ast.parse(source).body[0].body  # type: ignore[attr-defined]
+    body = ast.parse(source).body[0].body  # type: ignore[attr-defined]  # the source is a class statement
     out = []
     for i, node in enumerate(body):
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):

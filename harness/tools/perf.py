@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-
 from .roofline import GEMM_SIZE, gemm_gmacs, roofline_precision
 from .roofline import device_seconds as _timed
 
@@ -156,8 +155,8 @@ def _rig(protocol: str, device: str, amp: bool, allow_download: bool) -> _Rig:
 
     from ..model import flops as FL
     from ..model.backbone import network_or_random_init, split_network
-    from ..model.device import autocast, resolve_device
     from ..model.cpu import prepare_cpu
+    from ..model.device import autocast, resolve_device
     from ..spec.protocol import load_protocol
 
     spec = load_protocol(protocol)
@@ -213,12 +212,12 @@ def _time_training(rig: _Rig, updates: int, warmup: int, repeats: int,
     import torch
     import torch.nn.functional as F
 
-    from ..model import flops as FL
-    from ..run.budget_guards import count_optimizer_steps, observe_within_budget
-    from ..run.workbench import Workbench
     from ...methods.base import Context
     from ...methods.registry import build_method
+    from ..model import flops as FL
     from ..model.fastoptim import adamw
+    from ..run.budget_guards import count_optimizer_steps, observe_within_budget
+    from ..run.workbench import Workbench
 
     spec, dev, b = rig.spec, rig.dev, rig.spec.training.batch
     batch, cached_train = b.new + b.old, not spec.training.augment
@@ -234,6 +233,7 @@ def _time_training(rig: _Rig, updates: int, warmup: int, repeats: int,
     # included); each loop has its own optimizer. The FLOP meter is attached for harness blocks only.
     _spec, method = build_method("vanilla", spec.name)
     shared = copy.deepcopy(rig.model)
+    # stand-ins: a stream of which only .train is read, and no memory (nothing here rehearses)
     stream = SimpleNamespace(train=train_store.catalog)
     bench = Workbench(spec, stream, dev, train_store, train_store, shared,  # type: ignore[arg-type]
                       precision="bf16" if rig.fast else "fp32")
@@ -309,8 +309,8 @@ def _time_evaluation(rig: _Rig, eval_samples: int, repeats: int,
     import torch
 
     from ..data.inputs import InputStore, Preprocess
-    from ..model.cpu import CPU_FORWARD_CHUNK
     from ..model import flops as FL
+    from ..model.cpu import CPU_FORWARD_CHUNK
     from ..run.evaluation import EvalPlan, evaluate
 
     spec, dev, model = rig.spec, rig.dev, rig.model
@@ -329,7 +329,7 @@ def _time_evaluation(rig: _Rig, eval_samples: int, repeats: int,
     # counted once per row shape: 16-row chunks, every forward hooked (the ratio is this run's)
     old_path = {f"{key}, 16-row chunks, hooked": store
                 for key, store in stores.items() if key != "no cache, decode each time" and dev.type == "cpu"}
-    runs = ([(key, store, None) for key, store in stores.items()]
+    runs: list[tuple[str, Any, int | None]] = ([(key, store, None) for key, store in stores.items()]
             + [(key, store, CPU_FORWARD_CHUNK) for key, store in old_path.items()])
     times: dict[str, list[float]] = {key: [] for key, _, _ in runs}
     for r in range(repeats + 1):  # round 0 warms up

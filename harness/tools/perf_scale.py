@@ -62,15 +62,15 @@ def measure(protocol, model, device, batch: int, images: int, repeats: int) -> C
     """The per-image costs of ``protocol``'s data path with ``model`` (a SplitModel) on ``device``."""
     import torch
     import torch.nn.functional as F
-    from ..model.fastoptim import adamw
     from PIL import Image
 
-    from ..model import flops as FL
-    from ..data.sources import FileSplit
     from ..data.features import write_shards
     from ..data.inputs import Preprocess, decode_on
+    from ..data.sources import FileSplit
+    from ..model import flops as FL
     from ..model.cpu import TRUNK_PASS_CHUNK, in_cpu_chunks
     from ..model.device import autocast
+    from ..model.fastoptim import adamw
 
     b = protocol.backbone
     size = next((s.synthetic.image_size for s in (protocol.pretrain_data, *protocol.stream_data)
@@ -81,7 +81,7 @@ def measure(protocol, model, device, batch: int, images: int, repeats: int) -> C
         names = []
         for i in range(images):  # smooth content + noise: a JPEG of realistic size, not of pure noise
             base = rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)
-            img = Image.fromarray(base).resize((size, size), Image.BICUBIC)
+            img = Image.fromarray(base).resize((size, size), Image.Resampling.BICUBIC)
             arr = np.clip(np.asarray(img).astype(np.int16) + rng.integers(-12, 13, (size, size, 3)), 0, 255)
             names.append(f"{i:05d}.jpg")
             Image.fromarray(arr.astype(np.uint8)).save(Path(tmp) / names[-1], quality=90)
@@ -195,15 +195,14 @@ def paper_report(protocol_name: str, device_name: str, batch: int | None, images
     """Print the measured per-image costs and the projected time of each stage of the protocol."""
     import torch
 
-    from ..model.backbone import network_or_random_init, split_network
     from ..data.datapath import plan_data_path
-    from ..data.inputs import loader_workers
+    from ..data.inputs import Preprocess, gpu_decodable, loader_workers
+    from ..data.stream import build_stream
+    from ..model.backbone import network_or_random_init, split_network
+    from ..model.device import resolve_device
     from ..paths import cache_dir
     from ..spec.protocol import load_protocol
-    from ..model.device import resolve_device
-    from ..data.stream import build_stream
     from .roofline import GEMM_SIZE, gemm_gmacs, roofline_precision
-    from ..data.inputs import Preprocess, gpu_decodable
 
     protocol = with_budget_of(load_protocol(protocol_name), budget_of)
     device = resolve_device(device_name)
@@ -242,8 +241,8 @@ def paper_report(protocol_name: str, device_name: str, batch: int | None, images
     stages = stage_images(protocol, stream)
     streamed = (plan.train.mode == "trunk-stream", plan.test.mode == "trunk-stream")
     if costs.decode_device is not None and not device_decode:
-        click.echo(f"  (this protocol's images are not JPEG files: its run decodes them in CPU workers, and so "
-                   f"does this projection)")
+        click.echo("  (this protocol's images are not JPEG files: its run decodes them in CPU workers, and so "
+                   "does this projection)")
         costs = dataclasses.replace(costs, decode_device=None)
     here = project(costs, stages, *streamed, workers, device.type == "cuda")
     rows = [("this machine (measured costs)", here)]

@@ -238,9 +238,10 @@ def _cheapest_update_tflops(protocol: Protocol) -> float:
         model = split_network(create_network(spec), spec, protocol.pretrain_data.num_classes)
         for part in (model.trunk, model.body):
             part.requires_grad_(False)
-        shape, per_sample = (spec.in_chans, spec.input_size, spec.input_size), 0.0
-        for part in FL.PARTS:
-            cost = FL.part_cost(getattr(model, part), shape)
+        shape: tuple[int, ...] = (spec.in_chans, spec.input_size, spec.input_size)
+        per_sample = 0.0
+        for name in FL.PARTS:
+            cost = FL.part_cost(getattr(model, name), shape)
             per_sample, shape = per_sample + cost.forward + cost.backward, cost.out_shape
         _CHEAPEST[protocol.spec_hash] = FL.flops(protocol.training.batch.size * per_sample) / 1e12
     return _CHEAPEST[protocol.spec_hash]

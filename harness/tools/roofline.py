@@ -20,7 +20,7 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def device_seconds(fn: Callable[[], None], device: torch.device) -> float:
+def device_seconds(fn: Callable[[], object], device: torch.device) -> float:
     """Wall seconds of ``fn`` with the device idle before and after (its queued work counted)."""
     _sync(device)
     t0 = time.perf_counter()

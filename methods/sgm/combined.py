@@ -27,8 +27,8 @@ from typing import Any
 import torch
 from pydantic import BaseModel
 
-from ...harness.errors import BenchError
 from ...harness.data.stream import Session
+from ...harness.errors import BenchError
 from ..base import Modifier, StandardMethod, TrainBatch
 from ..configs import OneCycleConfig, SGMConfig
 from .init import DataDrivenInit
@@ -43,6 +43,7 @@ class OneCycle(Modifier):
     name = "onecycle"
     summary = "OneCycle learning-rate schedule (peak: the method's lr for every group, or each group's own)."
     Config = OneCycleConfig
+    config: OneCycleConfig
 
     def scheduler(self, method: StandardMethod, optimizer: torch.optim.Optimizer, total_steps: int | None):
         if total_steps is None:
@@ -89,6 +90,7 @@ class SGM(Modifier):
     name = "sgm"
     summary = "SGM: soft targets + data-driven init + old-class freezing + LoRA + OneCycle."
     Config = SGMConfig
+    config: SGMConfig
 
     def __init__(self, config: BaseModel | None = None) -> None:
         super().__init__(config)
@@ -129,7 +131,7 @@ class SGM(Modifier):
             groups = p.param_groups(method, groups)
         return groups
 
-    def scheduler(self, method: StandardMethod, optimizer: torch.optim.Optimizer, total_steps: int):
+    def scheduler(self, method: StandardMethod, optimizer: torch.optim.Optimizer, total_steps: int | None):
         for p in self.parts:
             p.scheduler(method, optimizer, total_steps)  # oocf registers its step hook here
         return self.onecycle.scheduler(method, optimizer, total_steps) if "onecycle" in self.config.use else None

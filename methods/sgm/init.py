@@ -36,12 +36,12 @@ inputs where trained rows give -3.7; 13 % of old test inputs flip to a new class
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
-from pydantic import BaseModel
 import torch.nn.functional as F
+from pydantic import BaseModel
 from torch import Tensor
 
 from ...harness.data.stream import Session
@@ -67,6 +67,7 @@ class DataDrivenInit(Modifier):
     name = "init"
     summary = "Data-driven output init: new rows = mean of L2-normalised embeddings of the class; bias kept."
     Config = InitConfig
+    config: InitConfig
 
     def __init__(self, config: BaseModel | None = None) -> None:
         super().__init__(config)

@@ -27,16 +27,16 @@ them when the body has none (begin_session, or a resume after it, injects them f
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 from peft import LoraConfig, inject_adapter_in_model
 from peft.tuners.lora import LoraLayer
 from pydantic import BaseModel
-from torch import nn
+from torch import Tensor, nn
 
-from ...harness.errors import BenchError
 from ...harness.data.stream import Session
+from ...harness.errors import BenchError
 from ..base import Modifier, StandardMethod
 from ..configs import LoRAConfig
 
@@ -68,24 +68,26 @@ def inject_adapters(body: nn.Module, targets: list[str], rank: int, alpha: float
                     generator: torch.Generator) -> None:
     """peft adapters on the ``targets`` modules of ``body``, delta zero (B = 0), A drawn from ``generator``:
     ``kaiming_uniform`` as loralib (the published code), or ``gaussian`` N(0, 1/r^2) (the text)."""
-    cfg = LoraConfig(r=rank, lora_alpha=alpha, target_modules=targets, lora_dropout=0.0, bias="none",
-                     init_lora_weights="gaussian")
+    # peft declares lora_alpha an int, yet only divides by it (scaling = alpha / r): a float alpha is exact
+    cfg = LoraConfig(r=rank, lora_alpha=alpha,  # type: ignore[arg-type]
+                     target_modules=targets, lora_dropout=0.0, bias="none", init_lora_weights="gaussian")
     inject_adapter_in_model(cfg, body, adapter_name=ADAPTER)
     with torch.no_grad():
         for _, layer in lora_modules(body):
-            a = layer.lora_A[ADAPTER].weight
+            a = cast(Tensor, layer.lora_A[ADAPTER].weight)  # nn.Module's attribute lookup says Tensor | Module
             if init == "gaussian":
                 a.copy_(torch.randn(a.shape, generator=generator) / rank)
             else:  # loralib: kaiming_uniform_(A, a=sqrt(5)) = U(-b, b), b = 1/sqrt(fan_in)
                 fan_in = a[0].numel()
                 a.copy_((torch.rand(a.shape, generator=generator) * 2 - 1) / fan_in**0.5)
-            layer.lora_B[ADAPTER].weight.zero_()
+            cast(Tensor, layer.lora_B[ADAPTER].weight).zero_()
 
 
 class LoRA(Modifier):
     name = "lora"
     summary = "LoRA (peft) on the body's 1x1 convs; only adapters and head train; folded at session end."
     Config = LoRAConfig
+    config: LoRAConfig
 
     def __init__(self, config: BaseModel | None = None) -> None:
         super().__init__(config)

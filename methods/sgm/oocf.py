@@ -15,20 +15,21 @@ removed: they still produce logits, and rehearsal still trains the body on old s
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import Tensor
 
+from ...harness.data.stream import Session
 from ..base import Modifier, StandardMethod
 from ..configs import OOCFConfig
-from ...harness.data.stream import Session
 
 
 class OldClassFreezing(Modifier):
     name = "oocf"
     summary = "Old output class freezing: rows of earlier classes get no gradient (weight decay: old_rows)."
     Config = OOCFConfig
+    config: OOCFConfig
 
     def __init__(self, config=None) -> None:
         super().__init__(config)
@@ -50,7 +51,7 @@ class OldClassFreezing(Modifier):
 
         self._handles += [fc.weight.register_hook(zero_old), fc.bias.register_hook(zero_old)]
 
-    def scheduler(self, method: StandardMethod, optimizer: torch.optim.Optimizer, total_steps: int):
+    def scheduler(self, method: StandardMethod, optimizer: torch.optim.Optimizer, total_steps: int | None):
         """Called once the session's optimizer exists: restore old rows after each of its steps."""
         if self.config.old_rows == "decay":
             return None

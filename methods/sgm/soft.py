@@ -40,6 +40,7 @@ class SoftTargets(Modifier):
     name = "soft"
     summary = "Dynamic soft targets: per-class running mean of correct softmax outputs, true class set to 1."
     Config = SoftTargetsConfig
+    config: SoftTargetsConfig
 
     def __init__(self, config: BaseModel | None = None) -> None:
         super().__init__(config)
