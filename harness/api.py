@@ -22,7 +22,7 @@ import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pandas as pd
 
@@ -555,7 +555,8 @@ def load_results(results_dir: str | Path) -> pd.DataFrame:
     return frame[results_columns()]
 
 
-def table(results_dir: str | Path, protocols: Iterable[str] = (), fmt: str = "markdown",
+def table(results_dir: str | Path, protocols: Iterable[str] = (),
+          fmt: Literal["markdown", "text", "latex", "json", "csv"] = "markdown",
           columns: Iterable[str] = ()) -> str:
     """The leaderboard's table of the stored runs under ``results_dir`` (``bench leaderboard table``): mean ±
     std [95 % CI] over seeds per row and board, ``protocols`` only when given; ``fmt`` markdown, text,

@@ -170,6 +170,7 @@ def run_local(graph: list[Stage], options: RunOptions, on_start: Callable[[Stage
         if where != current:
             bench, current = None, where  # one workbench in memory at a time
             bench = prepare(stage.protocol, stage.seed, options)
+        assert bench is not None  # the first stage and every change of protocol or seed prepared one above
         if stage.kind == "run":
             method_run(stage, bench)
             continue
