@@ -22,7 +22,7 @@ import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pandas as pd
 
@@ -58,7 +58,8 @@ def run_options(results_dir: str | Path | None = None, device: str = "auto", *, 
     chosen = resolve_device(device)
     check_precision(precision, chosen)
     if cpu_kernels not in KERNEL_SETS:
-        raise BenchError(f"cpu_kernels {cpu_kernels!r} is not a CPU kernel set: choose one of {', '.join(KERNEL_SETS)}.")
+        raise BenchError(f"cpu_kernels {cpu_kernels!r} is not a CPU kernel set: "
+                         f"choose one of {', '.join(KERNEL_SETS)}.")
     return RunOptions(results_dir=resolve_results(Path(results_dir) if results_dir is not None else None),
                       device=str(chosen), trunk_cache=trunk_cache, progress=progress, allow_download=allow_download,
                       overrides=dict(overrides or {}), restart=restart, checkpoint_every=checkpoint_every, wait=wait,
@@ -188,7 +189,8 @@ def _execute_tracked(protocol: Any, method: str, seed: int, options: Any, tracki
     if live.error or problems:
         raise BenchError(" ".join(filter(None, [live.error, *problems]))
                          + f" The result is kept in {path}; mirror it to MLflow later with: bench sync "
-                         f"--results-dir {options.results_dir}" + (f" --tracking-uri {tracking_uri}" if tracking_uri else ""))
+                         f"--results-dir {options.results_dir}" +
+                         (f" --tracking-uri {tracking_uri}" if tracking_uri else ""))
     echo(f"  MLflow run {live.run_id} in {live.store.uri}")
     return result, path
 
@@ -555,7 +557,8 @@ def load_results(results_dir: str | Path) -> pd.DataFrame:
     return frame[results_columns()]
 
 
-def table(results_dir: str | Path, protocols: Iterable[str] = (), fmt: str = "markdown",
+def table(results_dir: str | Path, protocols: Iterable[str] = (),
+          fmt: Literal["markdown", "text", "latex", "json", "csv"] = "markdown",
           columns: Iterable[str] = ()) -> str:
     """The leaderboard's table of the stored runs under ``results_dir`` (``bench leaderboard table``): mean ±
     std [95 % CI] over seeds per row and board, ``protocols`` only when given; ``fmt`` markdown, text,

@@ -121,13 +121,16 @@ def summary_lines(result, path: Path | str) -> list[str]:
         info = METRICS[key]
         lines.append(f"  {key:<9}{format_value(values[key], info):>9} {info.unit:<2} {info.arrow:<2}{info.description}")
     rec = " ".join(str(v) if v is not None else "-" for v in m.recovery_updates["99"])
-    lines.append(f"  updates to recover 99% of the joint model's accuracy on the pre-training classes, per session: {rec}")
+    lines.append(f"  updates to recover 99% of the joint model's accuracy on the "
+                 f"pre-training classes, per session: {rec}")
     b = result.budget
     if b.train_flops is not None:
         ratios = ""
         if b.updates_vs_joint is not None and b.train_flops_vs_joint is not None:
-            ratios = f"; joint needs {b.updates_vs_joint:.1f}x the updates and {b.train_flops_vs_joint:.1f}x the training FLOPs"
-        lines.append(f"  training {b.train_flops / 1e12:.3f} TFLOPs, evaluation {b.eval_flops / 1e12:.3f} TFLOPs{ratios}")
+            ratios = (f"; joint needs {b.updates_vs_joint:.1f}x the updates and "
+                      f"{b.train_flops_vs_joint:.1f}x the training FLOPs")
+        lines.append(f"  training {b.train_flops / 1e12:.3f} TFLOPs, "
+                     f"evaluation {b.eval_flops / 1e12:.3f} TFLOPs{ratios}")
     if b.train_tflops_budget is not None:  # what such a run is about: the compute it was given, the updates it bought
         spent = "-" if b.train_flops is None else f"{b.train_flops / 1e12:.3f}"
         lines.append(f"  FLOP budget {b.train_tflops_budget:g} TFLOPs per session: spent {spent} TFLOPs in "
@@ -260,11 +263,15 @@ def run(protocol: str, method: str, seed: int, overrides: tuple[str, ...], tuned
               help="local: one run after another in this process; ray: each run a Ray task (pip install '.[ray]')")
 @click.option("--address", default=None, metavar="HOST:PORT",
               help="ray: join this cluster [default: start a local one sized to this machine]")
-@click.option("--cpus-per-run", type=float, default=None, help="ray: CPUs each task reserves (a CPU run computes on the harness's fixed thread count all the same) [default: 1]")
-@click.option("--gpus-per-run", type=float, default=None, help="ray: GPUs each task reserves, fractions share one [default: 0]")
+@click.option("--cpus-per-run", type=float, default=None,
+              help="ray: CPUs each task reserves (a CPU run computes on the harness's "
+                   "fixed thread count all the same) [default: 1]")
+@click.option("--gpus-per-run", type=float, default=None,
+              help="ray: GPUs each task reserves, fractions share one [default: 0]")
 @click.option("--max-retries", type=int, default=None, help="ray: retries of a task whose worker died [default: 3]")
 @_run_options
-def sweep(sweep: str | None, schema: bool, seeds: str | None, dry_run: bool, table_path: Path | None, executor: str, address: str | None,
+def sweep(sweep: str | None, schema: bool, seeds: str | None, dry_run: bool, table_path: Path | None,
+          executor: str, address: str | None,
           cpus_per_run: float | None, gpus_per_run: float | None, max_retries: int | None, results_dir: Path | None,
           device: str, trunk_cache: bool, progress: bool, allow_download: bool, tracking_uri: str | None,
           no_mlflow: bool) -> None:
@@ -314,7 +321,8 @@ def sweep(sweep: str | None, schema: bool, seeds: str | None, dry_run: bool, tab
 @click.option("--trials", type=int, default=None, help="trials per method [default: the protocol's tuning ruleset]")
 @click.option("--objective", default=None, help="metric scored on the validation split, e.g. CK_delta "
                                                 "[default: the protocol's tuning ruleset]")
-@click.option("--seed", "-s", default=0, show_default=True, type=int, help="run seed of every trial (and the sampler's)")
+@click.option("--seed", "-s", default=0, show_default=True, type=int,
+              help="run seed of every trial (and the sampler's)")
 @click.option("--storage", default=None, metavar="URL",
               help="Optuna storage (a database URL for teams) [default: sqlite in <results-dir>/tuning]")
 @click.option("--space", "space_file", type=click.Path(path_type=Path), default=None,
@@ -366,7 +374,8 @@ def _ray_plan(executor: str, address: str | None, cpus: float | None, gpus: floa
         if extra:
             raise BenchError(f"{', '.join(extra)} only apply to --executor ray (this sweep runs locally).")
         return None
-    cpus, gpus, retries = 1.0 if cpus is None else cpus, 0.0 if gpus is None else gpus, 3 if retries is None else retries
+    cpus, gpus, retries = (1.0 if cpus is None else cpus, 0.0 if gpus is None else gpus,
+                           3 if retries is None else retries)
     if cpus <= 0 or gpus < 0 or retries < 0:
         raise BenchError(f"--cpus-per-run must be > 0, --gpus-per-run and --max-retries >= 0 (got {cpus:g}, "
                          f"{gpus:g}, {retries}).")
@@ -417,7 +426,8 @@ def ls(what: str) -> None:
                 summary = f"[fails to import] {err}"
             click.echo(f"  {name:<14} {entry.distribution} {entry.version:<8} {summary}")
     click.echo("reference (the harness's own; no modifiers or --set):\n"
-               "  joint          upper bound A_joint: retrained on S1..Sj per session with the protocol's joint section")
+               "  joint          upper bound A_joint: retrained on S1..Sj per session "
+               "with the protocol's joint section")
 
 
 @main.command(name="check-method")
@@ -466,7 +476,8 @@ def sync(results_dir: Path | None, tracking_uri: str | None) -> None:
     for path, rid, added in report.repaired:
         click.echo(f"  repaired MLflow run {rid} of {path}: added {', '.join(added)}")
     if report.replaced:
-        click.echo(f"  deleted {len(report.replaced)} unfinished mirror(s), logged again whole: {', '.join(report.replaced)}")
+        click.echo(f"  deleted {len(report.replaced)} unfinished mirror(s), "
+                   f"logged again whole: {', '.join(report.replaced)}")
     for path, why in report.skipped:
         click.echo(f"  skipped {path}: {shorten(why)}", err=True)
     click.echo(f"Synced {root} to {Store(root, tracking_uri).uri}: {len(report.added)} added, "

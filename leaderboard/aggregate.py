@@ -201,7 +201,8 @@ def reached_of(frame: pd.DataFrame) -> dict[str, Reached]:
     for key in TIME_TO_RESULT_KEYS:
         counted = frame[f"{key}_reached"].notna()
         if counted.any():
-            out[key] = Reached(int(frame.loc[counted, f"{key}_reached"].sum()), int(frame.loc[counted, "sessions"].sum()))
+            out[key] = Reached(int(frame.loc[counted, f"{key}_reached"].sum()),
+                               int(frame.loc[counted, "sessions"].sum()))
     return out
 
 
@@ -255,7 +256,8 @@ class MethodRow:
         entries = sorted(entries, key=lambda e: e.result.seed)
         frame = entry_frame(entries)
         stats = seed_stats(frame, [c.key for c in ALL_COLUMNS]).iloc[0]
-        values = {c.key: {int(seed): None if math.isnan(v) else float(v) for seed, v in zip(frame["seed"], frame[c.key])}
+        values = {c.key: {int(seed): None if math.isnan(v) else float(v)
+                          for seed, v in zip(frame["seed"], frame[c.key])}
                   for c in ALL_COLUMNS}
         first = entries[0]
         return cls(method=first.method, family=first.family, runs=entries, values=values,
@@ -656,7 +658,8 @@ def format_table(boards: Sequence[Board], fmt: TableFormat = "markdown",
         return format_latex(boards, columns)
     order = COLUMN_BY_KEY[DEFAULT_ORDER]
     out: list[str] = []
-    headers = ["method", "seeds", "settings"] + [header_text(c) for c in columns] + [f"Δ{order.symbol} vs {BASELINE} [95% CI]"]
+    headers = (["method", "seeds", "settings"] + [header_text(c) for c in columns] +
+               [f"Δ{order.symbol} vs {BASELINE} [95% CI]"])
     for board in boards:
         title = f"{board.name} (protocol hash {board.current_hash}, {board.precision})"
         out.append(f"## {title}" if fmt == "markdown" else title)

@@ -2,10 +2,10 @@
 
 Protocols named ``BASE@<k>x`` are BASE with its training budget (TFLOPs per session) scaled by k; their
 boards form one *budget family*. Each board is summarized as any other (BASE's joint reference, which
-the budget does not change, its own A_best, its own ranking); this module only lines the boards up by budget, so the family view can never
-disagree with the per-budget boards. The x of a point is the budget the runs recorded
-(``budget.train_tflops_budget``, TFLOPs per session), not k, so a family whose base budget changed shows
-where its runs really were.
+the budget does not change, its own A_best, its own ranking); this module only lines the boards up by
+budget, so the family view can never disagree with the per-budget boards. The x of a point is the budget
+the runs recorded (``budget.train_tflops_budget``, TFLOPs per session), not k, so a family whose base
+budget changed shows where its runs really were.
 """
 
 from __future__ import annotations

@@ -158,7 +158,8 @@ def draw_zoom_row(fig: Figure, grid, frame: pd.DataFrame, refs: pd.DataFrame, li
         draw_lines(ax, mean_band(part, key, "update"), lines, "update")
         if session in joint.index:
             ax.axhline(joint[session], color=JOINT_COLOR, linestyle="--", linewidth=1.0)
-        ax.set_title(f"S{session}: first {int(part['update'].max()):,} of {int(part['total_updates'].iloc[0]):,} updates",
+        ax.set_title(f"S{session}: first {int(part['update'].max()):,} "
+                     f"of {int(part['total_updates'].iloc[0]):,} updates",
                      fontsize=8, fontweight="normal")
         ax.xaxis.set_major_formatter(EngFormatter(sep=""))
         if i % cols == 0:

@@ -62,12 +62,14 @@ class ReportedTable(BaseModel):
 
 def load_reported(path: Path | None = None) -> dict[str, list[ReportedTable]]:
     """protocol name -> the paper's tables for it."""
-    text = path.read_text() if path else (resources.files("bench_stability_gap.leaderboard") / "data" / "reported.yaml").read_text()
+    text = (path.read_text() if path
+            else (resources.files("bench_stability_gap.leaderboard") / "data" / "reported.yaml").read_text())
     try:
         data = yaml.safe_load(text) or {}
         return {str(k): [ReportedTable.model_validate(t) for t in v] for k, v in data.items()}
     except (yaml.YAMLError, ValidationError, AttributeError, TypeError) as exc:
-        raise BenchError(f"Reported numbers file {path or 'leaderboard/data/reported.yaml'} is invalid: {exc}") from None
+        raise BenchError(f"Reported numbers file {path or 'leaderboard/data/reported.yaml'} "
+                         f"is invalid: {exc}") from None
 
 
 assert set(METRIC_KEYS) <= set(COLUMN_BY_KEY)

@@ -144,7 +144,8 @@ def _row_view(row: MethodRow, run_href: dict[int, str], reference: bool = False,
 def _reported_view(table: ReportedTable) -> dict:
     keys = table.columns
     ranked = [r for r in table.rows if not r.reference]
-    col_marks = {k: column_marks([rank_value(r.stat(k), COLUMN_BY_KEY[k]) for r in ranked], COLUMN_BY_KEY[k]) for k in keys}
+    col_marks = {k: column_marks([rank_value(r.stat(k), COLUMN_BY_KEY[k]) for r in ranked], COLUMN_BY_KEY[k])
+                 for k in keys}
     rows = []
     for r in table.rows:
         idx = ranked.index(r) if r in ranked else None

@@ -139,7 +139,8 @@ def load_mlflow(tracking_uri: str, warn: Warn = _ignore) -> Loaded:
         raise BenchError(f"MLflow tracking store {tracking_uri} cannot be read: "
                          f"{without_foreign_page(exc.message)}") from None
     except Exception as exc:  # noqa: BLE001 - MLflow raises many kinds for a bad URI
-        raise BenchError(f"MLflow tracking store {tracking_uri} cannot be read: {without_foreign_page(str(exc))}") from None
+        raise BenchError(f"MLflow tracking store {tracking_uri} cannot be read: "
+                         f"{without_foreign_page(str(exc))}") from None
 
     local_roots: set[Path] = set()
     with tempfile.TemporaryDirectory(prefix="bench-leaderboard-") as tmp:
@@ -193,7 +194,8 @@ def _add_local_joints(loaded: Loaded, roots: set[Path], warn: Warn) -> None:
                 if isinstance(item, RunResult) and item.is_reference and item.run_id not in have:
                     have.add(item.run_id)
                     loaded.add(Entry(result=item, source=str(path),
-                                     note="joint reference read from the results folder (bench run does not log it to MLflow)"),
+                                     note="joint reference read from the results folder "
+                                          "(bench run does not log it to MLflow)"),
                                warn)
 
 

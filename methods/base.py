@@ -40,8 +40,11 @@ class Context:
     inputs: LentInputs              # train inputs by global id, for ids in the memory or the session in progress
     rng: np.random.Generator        # the method's own numpy stream (the harness draws batches from another)
     generator: torch.Generator      # the method's own torch stream, for any parameter init it does
-    counters: dict[str, float] = field(default_factory=dict)  # extra compute a method declares; names and which are charged: harness.model.flops.COUNTERS
-    planned_updates: Callable[[], int] | None = None  # under a FLOP budget: the updates the rest of the session's budget pays for at the next update's price (a prediction, for a schedule's length); None under an update count
+    counters: dict[str, float] = field(default_factory=dict)
+    """extra compute a method declares; names and which are charged: harness.model.flops.COUNTERS"""
+    planned_updates: Callable[[], int] | None = None
+    """under a FLOP budget: the updates the rest of the session's budget pays for at the next update's price
+    (a prediction, for a schedule's length); None under an update count"""
 
 
 @dataclass
@@ -215,13 +218,16 @@ class StandardMethod(Method):
     modifiers: list[Modifier]
     """The modifiers of the method string, in order (``vanilla+soft+oocf``: soft, then oocf)."""
     model: SplitModel
-    """The deployed model (``trunk``, ``body``, ``head``), set by ``setup``; the harness grows ``head`` before each ``begin_session``, and under ``lora`` the body holds adapters during a session (docs: section 13)."""
+    """The deployed model (``trunk``, ``body``, ``head``), set by ``setup``; the harness grows ``head``
+    before each ``begin_session``, and under ``lora`` the body holds adapters during a session (docs:
+    section 13)."""
     ctx: Context
     """What the harness lends for the run, set by ``setup`` (the tables below)."""
     session: Session
     """The session in progress, set by ``begin_session``."""
     optimizer: torch.optim.Optimizer | None
-    """AdamW over the parameter groups, built at each ``begin_session`` (after the modifiers' hooks); None between sessions."""
+    """AdamW over the parameter groups, built at each ``begin_session`` (after the modifiers' hooks); None
+    between sessions."""
     scheduler: Any
     """The learning-rate schedule a modifier returned (``sgm``'s OneCycle), or None."""
 
@@ -306,7 +312,8 @@ class StandardMethod(Method):
         return total
 
     def observe(self, batch: TrainBatch) -> StepStats:
-        """One update: modifiers' ``before_update``, forward, ``targets``, ``loss``, backward, ``after_backward``, step."""
+        """One update: modifiers' ``before_update``, forward, ``targets``, ``loss``, backward,
+        ``after_backward``, step."""
         for m in self.modifiers:
             m.before_update(self, batch)
         self.model.train()

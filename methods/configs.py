@@ -83,11 +83,13 @@ class OutputOnlyConfig(MethodConfig):
 
 
 class DERppConfig(MethodConfig):
-    alpha: float = Field(0.1, ge=0, le=MAX_WEIGHT, description="weight of the logit-matching (MSE) term on memory samples")
+    alpha: float = Field(0.1, ge=0, le=MAX_WEIGHT,
+                         description="weight of the logit-matching (MSE) term on memory samples")
     beta: float = Field(0.9, ge=0, le=MAX_WEIGHT, description="weight of the cross-entropy term on memory samples")
     pad_logits: Literal["zero", "none"] = Field(
         "zero", description="stored logits shorter than the grown head: pad with zeros, or match stored columns only")
-    logit_batch_size: int = Field(256, gt=0, le=MAX_BATCH, description="samples per forward when logits are computed on entry")
+    logit_batch_size: int = Field(256, gt=0, le=MAX_BATCH,
+                                  description="samples per forward when logits are computed on entry")
     pretrain_logits: Literal["on_replay", "at_setup"] = Field(
         "on_replay", description="deployed-model logits of stored pre-training samples: when first replayed, "
                                  "or all at setup (same values)")
@@ -117,7 +119,8 @@ class EWCConfig(MethodConfig):
     gamma: float = Field(1.0, ge=0, le=1, description="online EWC's decay of the accumulated Fisher at each new "
                                                       "estimate (1: the Fishers of every session add up)")
     fisher_samples: int = Field(200, gt=0, le=MAX_SAMPLES, description="samples of a session (S1: of the "
-                                                                      "pre-training data) whose squared gradients estimate its Fisher")
+                                                                      "pre-training data) whose squared "
+                                                                      "gradients estimate its Fisher")
 
     search_space: ClassVar[SearchSpace] = {**MethodConfig.search_space, "weight": Dim(1.0, 1e4, log=True)}
 
@@ -130,16 +133,24 @@ class NMCConfig(Settings):
 
 
 class REMINDConfig(MethodConfig):
-    lr_end: float = Field(1e-5, gt=0, le=MAX_LR, description="per-class lr reached once a class has been seen lr_decay_samples times")
+    lr_end: float = Field(1e-5, gt=0, le=MAX_LR,
+                          description="per-class lr reached once a class has been seen lr_decay_samples times")
     lr_schedule: Literal["per_class", "none"] = Field("per_class", description="REMIND's per-class lr decay, or none")
     lr_decay_samples: int | None = Field(
-        1300, gt=0, le=MAX_SAMPLES, description="samples of a class after which its lr is lr_end (REMIND: 1300); unset: its count in the stream")
-    lr_step: int = Field(100, gt=0, le=MAX_SAMPLES, description="the per-class lr changes every lr_step samples of the class (REMIND: 100)")
-    pq_subquantizers: int = Field(8, gt=0, le=4096, description="M: codebooks per feature vector (REMIND: 32, the online_cub_* default); must divide the trunk's channels")
+        1300, gt=0, le=MAX_SAMPLES,
+        description="samples of a class after which its lr is lr_end (REMIND: 1300); unset: its count in the stream")
+    lr_step: int = Field(100, gt=0, le=MAX_SAMPLES,
+                         description="the per-class lr changes every lr_step samples of the class (REMIND: 100)")
+    pq_subquantizers: int = Field(8, gt=0, le=4096,
+                                  description="M: codebooks per feature vector (REMIND: 32, "
+                                              "the online_cub_* default); must divide the trunk's channels")
     pq_bits: int = Field(8, ge=1, le=16, description="bits per code (2**bits centroids per codebook)")
-    pq_fit_samples: int = Field(10000, gt=0, le=MAX_SAMPLES, description="pre-training samples the codebook is fitted on (each gives H*W vectors)")
-    pq_seed: Seed = Field(0, description="which pre-training samples the codebook is fitted on (faiss k-means is seeded too)")
-    reconstruct_new: bool = Field(True, description="train on the arriving sample's reconstruction (REMIND) or its raw features")
+    pq_fit_samples: int = Field(10000, gt=0, le=MAX_SAMPLES,
+                                description="pre-training samples the codebook is fitted on (each gives H*W vectors)")
+    pq_seed: Seed = Field(0, description="which pre-training samples the codebook is fitted on "
+                                         "(faiss k-means is seeded too)")
+    reconstruct_new: bool = Field(True, description="train on the arriving sample's reconstruction (REMIND) "
+                                                    "or its raw features")
     eval_reconstruct: bool = Field(True, description="predict from reconstructed test features (REMIND) or raw ones")
     augment: bool = Field(True, description="feature-map random resized crops and mixup of replayed samples")
     crop_scale: tuple[float, float] = Field((2 / 7, 1.0), description="area fraction of the feature map a crop keeps")
@@ -178,7 +189,8 @@ class InitConfig(Settings):
         "none", description="subtract the session's mean embedding before L2-normalising (none = paper)")
     scale: Literal["unit", "logit"] = Field(
         "unit", description="unit: the paper's mean of unit vectors; logit: match the old rows' own-class logit")
-    calibration_per_class: int = Field(20, gt=0, le=MAX_SAMPLES, description="memory samples per old class for scale: logit")
+    calibration_per_class: int = Field(20, gt=0, le=MAX_SAMPLES,
+                                       description="memory samples per old class for scale: logit")
     batch_size: int = Field(256, gt=0, le=MAX_BATCH, description="samples per forward pass of the embedding sweep")
     when: Literal["auto", "session_start", "first_arrival"] = Field(
         "auto", description="session_start: from the session's samples; first_arrival: from the samples "
@@ -197,16 +209,19 @@ class OOCFConfig(Settings):
 class LoRAConfig(Settings):
     rank: int = Field(48, gt=0, le=MAX_LORA_RANK, description="r; the paper uses 48")
     alpha: float | None = Field(1.0, gt=0, le=1e6, description="B A is scaled by alpha/r; 1 as loralib's default in "
-                                                                  "the published code (1/48 at r 48); null: alpha = r (scaling 1)")
+                                                                  "the published code (1/48 at r 48); "
+                                                                  "null: alpha = r (scaling 1)")
     init: Literal["kaiming_uniform", "gaussian"] = Field(
         "kaiming_uniform", description="A's init: loralib's kaiming_uniform(a=sqrt 5) as the published code, "
                                        "or N(0, 1/r^2) as the paper's text (Gaussian)")
     targets: list[str] | None = Field(None, description="body module names to adapt; unset: backbone.lora_targets")
     norm: Literal["frozen", "batch_stats"] = Field(
         "frozen", description="body BatchNorm while training: frozen (eval mode) or batch_stats (train mode)")
-    lr_scale: float = Field(1.0, gt=0, le=MAX_WEIGHT, description="multiplier on the learning rate of the adapters' groups")
+    lr_scale: float = Field(1.0, gt=0, le=MAX_WEIGHT,
+                            description="multiplier on the learning rate of the adapters' groups")
 
-    search_space: ClassVar[SearchSpace] = {"rank": Dim(choices=(8, 16, 32, 48, 64)), "lr_scale": Dim(0.3, 30.0, log=True)}
+    search_space: ClassVar[SearchSpace] = {"rank": Dim(choices=(8, 16, 32, 48, 64)),
+                                           "lr_scale": Dim(0.3, 30.0, log=True)}
 
 
 class OneCycleConfig(Settings):
@@ -218,7 +233,8 @@ class OneCycleConfig(Settings):
     max_lr: Literal["scalar", "per_group"] = Field(
         "scalar", description="scalar: one peak (the method's lr) for every group, as the published code; "
                               "per_group: each group's own (layer-decayed) lr is its peak")
-    max_lr_scale: float = Field(1.0, gt=0, le=MAX_WEIGHT, description="peak = (the method's or the group's) lr times this")
+    max_lr_scale: float = Field(1.0, gt=0, le=MAX_WEIGHT,
+                                description="peak = (the method's or the group's) lr times this")
 
     search_space: ClassVar[SearchSpace] = {"pct_start": Dim(0.05, 0.5), "max_lr": Dim(choices=("scalar", "per_group"))}
 

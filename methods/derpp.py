@@ -165,7 +165,8 @@ def recount_memory_bytes(memory) -> None:
 
 class DERpp(StandardMethod):
     name = "derpp"
-    summary = "DER++: rehearsal + MSE to the logits stored when a sample was first seen (alpha 0.1) + CE on memory (beta 0.9)."
+    summary = ("DER++: rehearsal + MSE to the logits stored when a sample was first seen (alpha 0.1) + "
+               "CE on memory (beta 0.9).")
     Config = DERppConfig
     config: DERppConfig
 

@@ -57,7 +57,8 @@ class ERACE(StandardMethod):
         per_sample = logits.new_zeros(len(logits))
         if bool(new.any()):
             allowed = torch.zeros(logits.shape[1], dtype=torch.bool, device=logits.device)
-            present = batch.y.to(logits.device)[new] if self.config.mask == "batch" else self.session_classes.to(logits.device)
+            present = (batch.y.to(logits.device)[new] if self.config.mask == "batch"
+                       else self.session_classes.to(logits.device))
             allowed[present] = True
             per_sample[new] = masked_cross_entropy(logits[new], targets[new], allowed.expand(int(new.sum()), -1))
         old = ~new

@@ -106,7 +106,8 @@ def ewc_penalty(current: dict[str, Tensor], anchor: dict[str, Tensor], fisher: d
 
 class EWC(StandardMethod):
     name = "ewc"
-    summary = "EWC (online): no rehearsal; a diagonal-Fisher quadratic penalty pulls weights towards the last session's."
+    summary = ("EWC (online): no rehearsal; a diagonal-Fisher quadratic penalty pulls weights towards the "
+               "last session's.")
     Config = EWCConfig
     config: EWCConfig
     rehearsal = False

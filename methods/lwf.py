@@ -56,7 +56,8 @@ class LwF(StandardMethod):
             return logits.new_zeros(())
         with torch.no_grad():
             teacher = self.teacher(batch.x)[:, : self.n_old].float()
-        self.ctx.counters["teacher_forward_samples"] = self.ctx.counters.get("teacher_forward_samples", 0) + len(batch.y)
+        self.ctx.counters["teacher_forward_samples"] = (self.ctx.counters.get("teacher_forward_samples", 0) +
+                                                        len(batch.y))
         t = self.config.temperature
         student = F.log_softmax(logits[:, : self.n_old].float() / t, dim=1)
         kd = F.kl_div(student, F.log_softmax(teacher / t, dim=1), reduction="batchmean", log_target=True)

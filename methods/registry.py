@@ -238,7 +238,8 @@ def config_class(entry: Entry) -> type[BaseModel]:
     return known if known is not None else entry.load().Config
 
 
-def resolve_settings(spec: MethodSpec, protocol: Protocol | str, overrides: dict[str, Any]) -> tuple[BaseModel, list[BaseModel]]:
+def resolve_settings(spec: MethodSpec, protocol: Protocol | str,
+                     overrides: dict[str, Any]) -> tuple[BaseModel, list[BaseModel]]:
     """The base method's config and each modifier's, from ``--set`` keys (``key`` for the base,
     ``modifier.key`` for a modifier); every bad key or value is a BenchError naming it."""
     overrides = dict(overrides)

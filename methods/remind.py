@@ -96,7 +96,8 @@ class REMIND(StandardMethod):
         self._inputs_cached = bool(getattr(ctx.inputs, "cached", True))
         self.rng = np.random.default_rng([ctx.generator.initial_seed(), 0x5EED])
         labels = ctx.stream.train.labels
-        stream_ids = np.concatenate([s.train_ids for s in ctx.stream.sessions]) if ctx.stream.sessions else np.empty(0, int)
+        stream_ids = (np.concatenate([s.train_ids for s in ctx.stream.sessions]) if ctx.stream.sessions
+                      else np.empty(0, int))
         self.class_total = np.bincount(labels[stream_ids], minlength=int(labels.max()) + 1) if len(stream_ids) else \
             np.zeros(int(labels.max()) + 1, dtype=np.int64)
         self.class_seen = np.zeros_like(self.class_total)
@@ -125,7 +126,8 @@ class REMIND(StandardMethod):
         m, bits = self.config.pq_subquantizers, self.config.pq_bits
         if c % m:
             raise BenchError(f"Method remind: pq_subquantizers={m} must divide the trunk's {c} feature channels "
-                             f"(protocol {self.ctx.protocol.name}); pick a divisor of {c} with --set pq_subquantizers=N.")
+                             f"(protocol {self.ctx.protocol.name}); "
+                             f"pick a divisor of {c} with --set pq_subquantizers=N.")
         self.pq = faiss.ProductQuantizer(c, m, bits)
         self.pq.cp.seed = 1234 + self.config.pq_seed
         self.pq.train(vectors)

@@ -23,13 +23,16 @@ def _copies(tmp_path: Path) -> tuple[Path, ...]:
     return tuple(Path(shutil.copy(p, tmp_path / p.name)) for p in KERNEL_MODULES)
 
 
-def test_editing_the_kernel_code_changes_the_label_and_editing_its_prose_does_not(tmp_path):
+def test_editing_the_kernel_code_changes_the_label_and_editing_its_prose_or_bare_annotations_does_not(tmp_path):
     copies = _copies(tmp_path)
     assert code_digest(copies) == code_digest()  # the copy is the live code
     conv = copies[0]
     source = conv.read_text()
     conv.write_text(source.replace('"""Faster CPU kernels', '"""Reworded: faster CPU kernels', 1)
                     .replace("SMALL_MAP_PIXELS = 4  #", "SMALL_MAP_PIXELS = 4  # reworded comment;"))
+    assert code_digest(copies) == code_digest()
+    # a type declared for the checker alone runs nothing: the label stays
+    conv.write_text(source.replace("SMALL_MAP_PIXELS = 4", "SMALL_MAP_PIXELS: int\nSMALL_MAP_PIXELS = 4", 1))
     assert code_digest(copies) == code_digest()
     conv.write_text(source.replace("SMALL_MAP_PIXELS = 4", "SMALL_MAP_PIXELS = 9"))
     assert code_digest(copies) != code_digest()

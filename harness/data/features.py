@@ -192,7 +192,8 @@ def move_aside(path: Path) -> Path:
     return aside
 
 
-def open_verified(folder: Path, rows: int, batches: Callable[[], Iterable[Tensor]], warn: Callable[[str], None]) -> FeatureShards:
+def open_verified(folder: Path, rows: int, batches: Callable[[], Iterable[Tensor]],
+                  warn: Callable[[str], None]) -> FeatureShards:
     """The shard folder, verified, built once under a file lock when missing or failing verification."""
     from filelock import FileLock
 

@@ -293,7 +293,8 @@ class InputStore:
 
     def _dataset(self, ids: np.ndarray) -> torch.utils.data.Dataset:
         """What DataLoader workers produce for ``ids``: file bytes for the GPU decoder, else images."""
-        return EncodedImages(self.catalog, ids) if self.gpu_decode else CatalogImages(self.catalog, self.preprocess, ids)
+        return (EncodedImages(self.catalog, ids) if self.gpu_decode
+                else CatalogImages(self.catalog, self.preprocess, ids))
 
     def _finish(self, batch: Tensor | list[Tensor]) -> Tensor:
         """A worker's batch as preprocessed images (decoded on the device when it holds file bytes)."""

@@ -229,7 +229,8 @@ class FileSplit(Split):
         try:
             return np.fromfile(path, dtype=np.uint8)
         except OSError as exc:
-            raise BenchError(f"Cannot read image {path} (sample {index} of data source {self.source!r}): {exc}.") from None
+            raise BenchError(f"Cannot read image {path} (sample {index} "
+                             f"of data source {self.source!r}): {exc}.") from None
 
     def all_jpeg(self) -> bool:
         """Whether every file is named as a JPEG (.jpg / .jpeg, any case): the GPU decoder's input."""

@@ -112,7 +112,8 @@ def _submodule(model: nn.Module, path: str, field: str) -> nn.Module:
     try:
         return model.get_submodule(path)
     except AttributeError:
-        raise BenchError(f"backbone.{field} names module {path!r}, which {type(model).__name__} does not have.") from None
+        raise BenchError(f"backbone.{field} names module {path!r}, "
+                         f"which {type(model).__name__} does not have.") from None
 
 
 def _package_weights(module: str) -> Path:

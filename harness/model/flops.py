@@ -39,9 +39,10 @@ What is counted, and how
   method uses without a body forward are charged when it declares them (``trunk_feature_samples``).
   So the figures are the same whatever the cache setting and runs compare fairly (a test checks it
   for vanilla). ``SessionCurve.train_flops`` is cumulative over the run, taken when each point is
-  evaluated (so a session's update-0 value already includes its begin_session work, init passes). ``*_executed`` is what actually ran: with the cache on, one trunk forward per
-  *distinct* image the run fetched (what a lazy cache computes), then body and head as counted;
-  with it off, the same as the headline figure.
+  evaluated (so a session's update-0 value already includes its begin_session work, init passes).
+  ``*_executed`` is what actually ran: with the cache on, one trunk forward per *distinct* image the
+  run fetched (what a lazy cache computes), then body and head as counted; with it off, the same as
+  the headline figure.
 
 Counter names (``Context.counters``; a method adds to them, the harness reads them at run end)
 -------------------------------------------------------------------------------------------------

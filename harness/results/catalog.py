@@ -36,7 +36,8 @@ class MetricInfo:
     equation: str  # constant HTML for the glossary
     symbol_html: str = ""  # the symbol with sub/superscripts, when it differs from ``symbol``
     ranked: bool = True  # False: shown, never sorted by or marked best (wall time: hardware, not method)
-    compute: Callable[[Sequence[SessionCurve]], float | None] | None = None  # one run's curves alone (None: not recorded)
+    # one run's curves alone (None: not recorded)
+    compute: Callable[[Sequence[SessionCurve]], float | None] | None = None
     optional: bool = False  # a leaderboard column shown on request (``--columns``, the site's toggle)
     # time to result: (``TimeToResult`` field, divisor to the unit); the metric is the mean of that per-session
     # list over the sessions that reached the level, shown with how many did (``Metrics.value``, ``reached``)
@@ -128,7 +129,8 @@ CATALOG: tuple[MetricInfo, ...] = (
     MetricInfo("mu", "μ", "average accuracy", "max", 2, "%",
                "mean end-of-session accuracy on all seen classes, sessions 2..N",
                "Mean over learning sessions of the end-of-session accuracy on all classes seen so far.",
-               "μ = <sup>1</sup>⁄<sub>N−1</sub> Σ<sub>j=2..N</sub> A<sub>U<sub>j</sub></sub>(E<sub>1:j</sub>) &nbsp;(%)"),
+               "μ = <sup>1</sup>⁄<sub>N−1</sub> Σ<sub>j=2..N</sub> "
+               "A<sub>U<sub>j</sub></sub>(E<sub>1:j</sub>) &nbsp;(%)"),
     MetricInfo("alpha", "α", "final accuracy", "max", 2, "%", "final accuracy on all classes",
                "Accuracy on all classes at the end of the stream, the classic continual-learning number.",
                "α = A<sub>U<sub>N</sub></sub>(E<sub>1:N</sub>) &nbsp;(%)"),
@@ -156,14 +158,16 @@ CATALOG: tuple[MetricInfo, ...] = (
                "WC-ACC = <sup>1</sup>⁄<sub>N</sub> A<sub>final</sub>(E<sub>N</sub>) + (1 − <sup>1</sup>⁄<sub>N</sub>) "
                "· min-ACC"),
     MetricInfo("recovery", "recovery@p", "updates to recover accuracy on the pre-training classes (paper Table 4)",
-               "min", 0, "", "updates to recover p % of the joint model's accuracy on the pre-training classes, per session",
+               "min", 0, "",
+               "updates to recover p % of the joint model's accuracy on the pre-training classes, per session",
                "0 means no stability gap at all; “–” means the run never recovered in that session.",
                "first eval point after the drop where A<sub>i</sub>(E<sub>1</sub>) ≥ p · "
                "A<sub>joint</sub>(E<sub>1</sub>), p ∈ {97, 98, 99, 100} %"),
     MetricInfo("to_best", "to 99% best", "updates to learn the new classes (paper Fig. 5)", "min", 0, "",
                "updates to reach 99 % of the run's own best new-class accuracy, per session",
                "How fast a method learns each session's new classes, to its own best level.",
-               "first eval point where A<sub>i</sub>(E<sub>j</sub>) ≥ 0.99 · max<sub>i</sub> A<sub>i</sub>(E<sub>j</sub>) "
+               "first eval point where A<sub>i</sub>(E<sub>j</sub>) ≥ 0.99 · "
+               "max<sub>i</sub> A<sub>i</sub>(E<sub>j</sub>) "
                "of the same run"),
     *(_time_to_result(which, unit) for which in ("old", "new") for unit in ("updates", "tflops")),
     MetricInfo("A_joint", "A_joint", "joint reference", "ref", 2, "%",
@@ -225,7 +229,8 @@ OPTIONAL_KEYS: tuple[str, ...] = tuple(m.key for m in CATALOG if m.optional)
 TIME_TO_RESULT_KEYS: tuple[str, ...] = tuple(m.key for m in CATALOG if m.per_session is not None)
 
 # The leaderboard's columns (the paper's Table 1 plus the budget figures and time to result) and the CLI summary's rows.
-TABLE_KEYS: tuple[str, ...] = ("params", "S_delta", "P_delta", "P_delta_paper", "CK_delta", "sigma", "mu", "alpha", "updates",
+TABLE_KEYS: tuple[str, ...] = ("params", "S_delta", "P_delta", "P_delta_paper", "CK_delta",
+                               "sigma", "mu", "alpha", "updates",
                                "tflops") + TIME_TO_RESULT_KEYS + ("wall",)
 SUMMARY_KEYS: tuple[str, ...] = ("params", "S_delta", "P_delta", "CK_delta", "sigma", "mu", "alpha", "min_acc",
                                  "wc_acc")

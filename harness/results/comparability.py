@@ -67,12 +67,15 @@ LEGACY_KERNELS = {"gemm1x1+dw-small+adamw-fused": "e6ff9e545dd0"}
 
 
 def _code_lines(source: str) -> list[str]:
-    """The source's lines without docstrings, comments, trailing blanks and empty lines: what computes.
-    Positions come from the syntax tree and the tokenizer, which agree across Python versions (a dump
-    of the tree does not)."""
+    """The source's lines without docstrings, comments, bare annotations (``name: type``, which declare a
+    type for the checker and run nothing), trailing blanks and empty lines: what computes. Positions come
+    from the syntax tree and the tokenizer, which agree across Python versions (a dump of the tree does
+    not)."""
     lines = source.splitlines()
     dropped: set[int] = set()
     for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.AnnAssign) and node.value is None:
+            dropped.update(range(node.lineno - 1, node.end_lineno or node.lineno))
         body = getattr(node, "body", None)
         if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
                 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)

@@ -473,7 +473,8 @@ def compute_metrics(
     refs = _by_session(joint)
     joint_old = [_joint_recovery_reference(_reference(refs, c.session, "joint reference"), recovery_on)
                  for c in ordered]
-    best = [max(c.new) if speed_reference == "own" else float(_reference(best_new, c.session, "best new-class accuracy"))
+    best = [max(c.new) if speed_reference == "own"
+            else float(_reference(best_new, c.session, "best new-class accuracy"))
             for c in ordered]
     has_flops = any(c.train_flops is not None for c in ordered)
     return Metrics(

@@ -77,7 +77,8 @@ class Budget(Strict):
     eval_flops_per_session: list[float] | None = None
     train_flops_executed: float | None = None
     eval_flops_executed: float | None = None
-    macs_per_sample: dict[str, float] | None = Field(None, description="forward MACs per sample: trunk, body, head (final)")
+    macs_per_sample: dict[str, float] | None = Field(None,
+                                                     description="forward MACs per sample: trunk, body, head (final)")
     forward_samples: dict[str, int] | None = Field(None, description="phase/part/forward|backward -> samples")
     declared: dict[str, float] = Field(default_factory=dict, description="the method's Context.counters at run end")
     batch_limit: int | None = Field(None, description="most samples one update may train on (backward)")
@@ -194,7 +195,8 @@ def now_iso() -> str:
 
 def library_versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
-    for dist in ("bench-stability-gap", "torch", "torchvision", "timm", "peft", "fvcore", "mlflow", "numpy", "pydantic"):
+    for dist in ("bench-stability-gap", "torch", "torchvision", "timm", "peft", "fvcore",
+                 "mlflow", "numpy", "pydantic"):
         try:
             out[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:

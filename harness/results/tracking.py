@@ -291,7 +291,8 @@ class Store:
             except BenchError:
                 raise
             except mlflow.exceptions.MlflowException as exc:
-                raise BenchError(f"MLflow tracking store {self.uri} is not usable: {_first_line(without_foreign_page(exc.message))}") from None
+                raise BenchError(f"MLflow tracking store {self.uri} is not usable: "
+                                 f"{_first_line(without_foreign_page(exc.message))}") from None
             except Exception as exc:  # noqa: BLE001 - requests, sqlalchemy and OS errors all mean the same here
                 raise BenchError(f"MLflow tracking store {self.uri} is not usable: "
                                  f"{type(exc).__name__}: {_first_line(str(exc))}") from None
@@ -323,7 +324,8 @@ def log_run_or_explain(result: RunResult, json_path: Path, results_dir: Path,
         return log_run(result, json_path, results_dir, tracking_uri, tags, artifacts, protocol), store.uri
     except BenchError as err:
         sync = f"bench sync --results-dir {results_dir}" + (f" --tracking-uri {tracking_uri}" if tracking_uri else "")
-        raise BenchError(f"{err} The result is kept in {json_path}; mirror it once the store works with: {sync}") from None
+        raise BenchError(f"{err} The result is kept in {json_path}; "
+                         f"mirror it once the store works with: {sync}") from None
 
 
 class LiveRun:
@@ -452,7 +454,8 @@ def _mirrored(client) -> tuple[dict[str, Any], dict[str, list[str]]]:
             if bench_id is None:
                 continue
             if run.data.tags.get(SYNCED_TAG) == "true" or (
-                    "bench.json" in run.data.tags and run.info.status != "RUNNING"):  # logged before bench.synced existed
+                    # logged before bench.synced existed
+                    "bench.json" in run.data.tags and run.info.status != "RUNNING"):
                 done.setdefault(bench_id, run)
             else:
                 partial.setdefault(bench_id, []).append(run.info.run_id)

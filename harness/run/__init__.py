@@ -1,1 +1,2 @@
-"""One run, start to finish: the workbench, the training loop, the joint reference, the continual sessions, evaluation, checkpoints and the budget guards."""
+"""One run, start to finish: the workbench, the training loop, the joint reference, the continual sessions,
+evaluation, checkpoints and the budget guards."""

@@ -102,6 +102,7 @@ def memory_spec(protocol: Protocol, method: Method) -> MemorySpec:
     ``split`` stays: the paper bounds every method's buffer by its S1/stream shares, and its stream
     part already evicts from the largest class as GDumb does."""
     spec = protocol.memory
-    if method.memory_policy and spec.policy not in ("unlimited", "none", "split") and method.memory_policy != spec.policy:
+    if (method.memory_policy and spec.policy not in ("unlimited", "none", "split") and
+            method.memory_policy != spec.policy):
         spec = spec.model_copy(update={"policy": method.memory_policy})
     return spec

@@ -49,7 +49,8 @@ class TrainStream:
     seed: int                       # the run's seed (it chose the class order)
     train: Catalog                  # the train split: labels of every global id (read-only)
     class_names: tuple[str, ...]    # by stream label
-    pretrain_ids: np.ndarray        # S1's train ids (the deployed model's data; lent through ctx.inputs until session 2 begins)
+    pretrain_ids: np.ndarray
+    """S1's train ids (the deployed model's data; lent through ctx.inputs until session 2 begins)"""
     pretrain_classes: int           # K: the pre-training classes are labels 0..K-1
     sessions: tuple[Session, ...]   # the learning sessions j = 2..N, in order
     task_of_class: np.ndarray       # per label: 0 for the pre-training classes, k for those introduced in session k+1

@@ -84,7 +84,8 @@ class Memory:
     def _add_split(self, ids: np.ndarray, pretrain: bool) -> None:
         if pretrain:
             room = self.pretrain_capacity - len(self.pretrain)
-            keep = ids if len(ids) <= room else np.random.default_rng(PRETRAIN_SUBSET_SEED).choice(ids, room, replace=False)
+            keep = (ids if len(ids) <= room
+                    else np.random.default_rng(PRETRAIN_SUBSET_SEED).choice(ids, room, replace=False))
             for gid in np.sort(keep):
                 self.pretrain.add(int(gid))
                 self._store(int(gid))

@@ -89,7 +89,8 @@ def _common(protocol: Protocol, bench: Workbench, seed: int, options: RunOptions
         # the same count and kernel set
         options={"device": str(bench.device), "trunk_cache": options.trunk_cache, "weights": bench.weights,
                  "precision": bench.precision,
-                 "torch_threads": torch.get_num_threads(), "cpu_kernels": cpu_kernels(bench.device, options.cpu_kernels),
+                 "torch_threads": torch.get_num_threads(),
+                 "cpu_kernels": cpu_kernels(bench.device, options.cpu_kernels),
                  "data_path": bench.data_path.as_dict() if bench.data_path is not None else None,
                  # a protocol file of one's own: where it is, so messages can name a command that runs it
                  **({"protocol_file": protocol.source_file} if protocol.source_file else {})},
@@ -248,7 +249,8 @@ def _train_best_new_references(protocol: Protocol, bench: Workbench, seed: int, 
         return
     done = selection(protocol, options, bench.weights)
     say(options, f"A_best for P_Δ comes from {', '.join(protocol.best_new_reference)} (seed {seed}, "
-                 f"{bench.precision}); training the missing {bench.precision} reference run(s) first: {', '.join(todo)}.")
+                 f"{bench.precision}); training the missing {bench.precision} "
+                 f"reference run(s) first: {', '.join(todo)}.")
     fresh = []
     quiet = dataclasses.replace(options, on_eval=None)  # live tracking follows the run asked for, not these
     for text in todo:

@@ -111,7 +111,8 @@ class Workbench:
 def prepare(protocol: Protocol, seed: int, options: RunOptions) -> Workbench:
     """Open the data, build the network, cache trunk features, and train or load the deployed model."""
     device = resolve_device(options.device)
-    prepare_cpu(device, options.cpu_kernels)  # before the first float op: the trunk pass, the deployed model and the run inherit it
+    # before the first float op: the trunk pass, the deployed model and the run inherit it
+    prepare_cpu(device, options.cpu_kernels)
     precision = run_precision(protocol, options)
     stream = build_stream(protocol, seed)
     check_batch_sizes(stream)  # counts the spec could not fix are known now, before any compute
@@ -130,7 +131,8 @@ def prepare(protocol: Protocol, seed: int, options: RunOptions) -> Workbench:
     root = cache_dir() / "trunk"
     root.mkdir(parents=True, exist_ok=True)
     trunk = model.trunk if options.trunk_cache else None
-    pre = {"test": Preprocess(protocol.backbone), "train": Preprocess(protocol.backbone, augment=protocol.training.augment)}
+    pre = {"test": Preprocess(protocol.backbone),
+           "train": Preprocess(protocol.backbone, augment=protocol.training.augment)}
     amp = precision == "bf16" and device.type == "cuda"  # the trunk pass under bf16 autocast (CUDA only)
     gpu = {split: options.gpu_decode and gpu_decodable(getattr(stream, split), pre[split], device) for split in pre}
     weights = weights_digest(protocol.backbone)
@@ -138,11 +140,13 @@ def prepare(protocol: Protocol, seed: int, options: RunOptions) -> Workbench:
     # the tuning view evaluates on held-out train samples: their features are cached apart from the test split's
     names = {"train": "train", "test": "test" if protocol.scored_on == "test" else f"validation-{protocol.validation}"}
     keys = {split: feature_cache_key(protocol.backbone, sources, names[split],  # what the trunk saw differs by decoder
-                                     "-".join(v for v in (arithmetic, "nvjpeg" if gpu[split] else "", cache_tag(device, options.cpu_kernels))
+                                     "-".join(v for v in (arithmetic, "nvjpeg" if gpu[split] else "",
+                                                          cache_tag(device, options.cpu_kernels))
                                               if v),
                                      weights) for split in pre}
     plan = plan_data_path(protocol, stream, trunk, device, amp, root, keys)  # before any trunk pass
-    plan = dataclasses.replace(plan, gpu_decode=tuple(n for n, split in (("eval", "test"), ("train", "train")) if gpu[split]))
+    plan = dataclasses.replace(plan,
+                               gpu_decode=tuple(n for n, split in (("eval", "test"), ("train", "train")) if gpu[split]))
     plan = dataclasses.replace(plan, old_mix=tuple(plan_old_mix(protocol, stream)))  # each session's batch by source
     say(options, plan.describe())
     t0 = time.perf_counter()

@@ -372,7 +372,8 @@ class Protocol(Spec):
         default_factory=lambda: ["vanilla"], min_length=1,
         description="method strings whose runs (default settings, same seed) set A_best(E_j) for P_Δ, with "
                     "the scored run itself; the harness runs any that are missing first")
-    validation: Validation | None = Field(None, description="held-out training samples that runs made for tuning are scored on")
+    validation: Validation | None = Field(None, description="held-out training samples that runs made for tuning "
+                                                            "are scored on")
     tuning: TuningRules | None = Field(None, description="the tuning ruleset every method tuned here follows")
     scored_on: Literal["test", "validation"] = Field(
         "test", description="validation: this spec is the tuning view (held-out samples replace the test split); "
@@ -509,7 +510,8 @@ def _size_problems(p: Protocol) -> list[str]:
     if None not in sizes:
         total = sum(n for n in sizes if n is not None)
         per_class = min(s.train_per_class for s in p.stream_data if s.train_per_class is not None)
-        smallest = p.classes_per_session * per_class if p.ordering == "cil" and p.classes_per_session else total // p.sessions
+        smallest = (p.classes_per_session * per_class if p.ordering == "cil" and p.classes_per_session
+                    else total // p.sessions)
         if p.training.batch.new > smallest:
             problems.append(f"training.batch.new ({p.training.batch.new}) exceeds the {smallest} training samples "
                             f"of the smallest session")

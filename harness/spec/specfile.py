@@ -84,7 +84,8 @@ def decode_spec(data: bytes, what: str, origin: str) -> str:
     """The text of a spec file, which must be UTF-8 (a BOM is allowed); anything else is named."""
     label = f"{what.capitalize()} {origin}"
     if len(data) > MAX_SPEC_BYTES:
-        raise BenchError(f"{label} is {len(data)} bytes; a spec is at most {MAX_SPEC_BYTES} bytes. Is it the right file?")
+        raise BenchError(f"{label} is {len(data)} bytes; "
+                         f"a spec is at most {MAX_SPEC_BYTES} bytes. Is it the right file?")
     if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE, codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE)):
         raise BenchError(f"{label} is UTF-16/32 encoded; save it as UTF-8.")
     try:
@@ -185,7 +186,8 @@ def safe_yaml(text: str, what: str, origin: str) -> object:
     except yaml.YAMLError as exc:
         raise BenchError(f"{label} is not usable YAML: {exc}.") from None
     except RecursionError:
-        raise BenchError(f"{label} is nested too deeply to read (more than {MAX_DEPTH} levels are never needed).") from None
+        raise BenchError(f"{label} is nested too deeply to read "
+                         f"(more than {MAX_DEPTH} levels are never needed).") from None
 
 
 def _mapping(text: str, what: str, origin: str) -> dict:

@@ -88,7 +88,8 @@ class SweepGrid(BaseModel):
         size = len(self.methods) * math.prod(len(v) for v in self.set.values())  # counted, never built
         if size > MAX_GRID_RUNS:
             raise ValueError(f"the grid holds {size:,} combinations of methods and settings (before seeds), more "
-                             f"than the {MAX_GRID_RUNS:,} a sweep may plan; split it into smaller grids or fewer values")
+                             f"than the {MAX_GRID_RUNS:,} a sweep may plan; "
+                             f"split it into smaller grids or fewer values")
         return self
 
     def groups(self) -> list[SweepGroup]:
@@ -131,7 +132,8 @@ class PlannedRun:
 
     @property
     def label(self) -> str:
-        extra = " --tuned" if self.tuned else "".join(f" --set {k}={format_setting(v)}" for k, v in self.overrides.items())
+        extra = " --tuned" if self.tuned else "".join(
+            f" --set {k}={format_setting(v)}" for k, v in self.overrides.items())
         return f"{self.protocol.name} {self.method} seed {self.seed}{extra}"
 
     @property

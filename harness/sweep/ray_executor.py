@@ -253,7 +253,8 @@ def _submit_and_watch(graph: list[Stage], options: RunOptions, plan: RayPlan, tr
             except ray.exceptions.RayError as err:
                 blocked = [k for k in stage.needs if k in failed]
                 failed.add(stage.key)
-                status, note = ("skipped", f"needs {blocked[0]}, which failed") if blocked else ("failed", _failure_note(err))
+                status, note = (("skipped", f"needs {blocked[0]}, which failed") if blocked
+                                else ("failed", _failure_note(err)))
                 board.finished.remote(stage.key, status, note)
                 continue
             if mlflow and not worker_logs:  # a local store (sqlite): one writer, the driver

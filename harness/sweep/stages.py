@@ -65,7 +65,8 @@ class Stage:
         if self.kind == "joint-part":
             return f"{self.protocol.name} joint model {self.part + 1} seed {self.seed}"
         if self.kind == "references":
-            return f"{self.protocol.name} {'+'.join(self.protocol.best_new_reference)} (A_best reference) seed {self.seed}"
+            return (f"{self.protocol.name} {'+'.join(self.protocol.best_new_reference)} (A_best reference) "
+                    f"seed {self.seed}")
         extra = f" [{self.tuned.ruleset}]" if self.tuned else "".join(
             f" --set {k}={format_setting(v)}" for k, v in self.overrides.items())
         return f"{self.protocol.name} {self.method} seed {self.seed}{extra}"
@@ -74,7 +75,8 @@ class Stage:
 def made_by_references(run: PlannedRun, counted: Selection) -> bool:
     """A row the references stage makes: one of the protocol's A_best methods, with default settings, that
     has no stored run yet (a stored one made with other settings is rerun as a row of its own)."""
-    return not run.overrides and run.method in run.protocol.best_new_reference and (run.method, run.seed) not in counted.runs
+    return (not run.overrides and run.method in run.protocol.best_new_reference and
+            (run.method, run.seed) not in counted.runs)
 
 
 def stage_graph(runs: list[PlannedRun], results_dir: Path, options: RunOptions | None = None) -> list[Stage]:
@@ -170,6 +172,7 @@ def run_local(graph: list[Stage], options: RunOptions, on_start: Callable[[Stage
         if where != current:
             bench, current = None, where  # one workbench in memory at a time
             bench = prepare(stage.protocol, stage.seed, options)
+        assert bench is not None  # the first stage and every change of protocol or seed prepared one above
         if stage.kind == "run":
             method_run(stage, bench)
             continue

@@ -33,7 +33,8 @@ def check_dim(key: str, dim: Any) -> None:
     """One dimension by Optuna's rules: finite numbers with low < high (low > 0 on a log scale), or a
     non-empty list of plain values."""
     if dim.choices is not None:
-        bad = [c for c in dim.choices if not isinstance(c, CHOICE_TYPES) or isinstance(c, float) and not math.isfinite(c)]
+        bad = [c for c in dim.choices
+               if not isinstance(c, CHOICE_TYPES) or isinstance(c, float) and not math.isfinite(c)]
         if not dim.choices or bad:
             raise BenchError(shorten(f"The search space's {key!r} needs a non-empty list of plain values (numbers, "
                                      f"strings, true/false), got choices {list(dim.choices)!r}."))

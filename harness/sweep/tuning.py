@@ -87,7 +87,8 @@ def search_space(method: str, protocol: Protocol, given: dict[str, Any] | None =
                                           for k, v in raw.items()}
                 space[key] = Dim(**fields)
             except (TypeError, AttributeError):
-                raise BenchError(f"Search space entry {key!r}: {raw!r} must be {{low, high[, log]}} or {{choices: [...]}}.") from None
+                raise BenchError(f"Search space entry {key!r}: "
+                                 f"{raw!r} must be {{low, high[, log]}} or {{choices: [...]}}.") from None
     if not space:
         raise BenchError(f"Method {method!r} declares no search space (a `search_space` beside its Config) and none "
                          f"was given with --space: there is nothing to tune.")
@@ -164,7 +165,8 @@ class Reporter:
     (1 - it for a gap), reported to the trial; a trial the pruner stops raises ``TrialPruned``."""
 
     def __init__(self, trial: Any, objective: str) -> None:
-        self.trial, self.curve, self.minimize = trial, PRUNING_CURVE.get(objective, "all"), OBJECTIVES[objective] == "minimize"
+        self.trial, self.curve, self.minimize = (trial, PRUNING_CURVE.get(objective, "all"),
+                                                 OBJECTIVES[objective] == "minimize")
         self.seen: list[float] = []
 
     def __call__(self, session: int, update: int, acc: Any) -> None:
@@ -295,7 +297,8 @@ def trial_runner(method: str, seed: int, options: Any, ray_plan: Any, echo: Call
                                  f"`bench tune` to resume the study (the trial is asked again).")
         done = stored(view, overrides, config)
         if done is None:
-            raise BenchError(f"The trial of {method} with {overrides} finished but its result is not in {opts.results_dir}.")
+            raise BenchError(f"The trial of {method} with {overrides} finished but "
+                             f"its result is not in {opts.results_dir}.")
         return done
 
     return run_trial

@@ -94,7 +94,8 @@ class Outcome:
 def same_state(a: Any, b: Any) -> bool:
     """Deep equality of two state dicts (tensors and arrays by value)."""
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape and bool(torch.equal(a, b))
+        return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape and
+                bool(torch.equal(a, b)))
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return np.array_equal(np.asarray(a), np.asarray(b))
     if isinstance(a, dict) and isinstance(b, dict):
@@ -129,7 +130,8 @@ def state_round_trip(bench: Workbench, text: str, overrides: dict[str, Any], tra
     fresh.end_session(last)
     fresh.load_state_dict(loaded)
     if not same_state(fresh.state_dict(), state):
-        raise BenchError(f"Method {fresh.name!r}: state_dict() saved and loaded into a fresh instance (load_state_dict) "
+        raise BenchError(f"Method {fresh.name!r}: state_dict() saved and loaded into a "
+                         f"fresh instance (load_state_dict) "
                          f"does not give the same state back. Rule: a method's state_dict holds everything it "
                          f"keeps besides the model and the memory, so a run can be checkpointed and resumed.")
 
@@ -169,7 +171,8 @@ def check_method(text: str, overrides: dict[str, Any] | None = None, seed: int =
             return (f"{budget.optimizer_steps} updates, at most {budget.max_trained_per_update} samples trained per "
                     f"update, memory peak {budget.memory_peak_samples}/{CAP}, final accuracy {curves[-1].all[-1]:.3f}")
 
-        for key, bench, what in (("offline", capped, "offline, storage capped"), ("online", online, "online, per sample")):
+        for key, bench, what in (("offline", capped, "offline, storage capped"),
+                                 ("online", online, "online, per sample")):
             record(f"run ({what}): budget, storage, test isolation", functools.partial(run, bench, key))
 
         def determinism() -> str:

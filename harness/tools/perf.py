@@ -296,7 +296,8 @@ def _report_training(times_plain: list[float], times_harness: list[float], updat
         t, best = _median(ts), min(ts)
         click.echo(f"  {name:<21}{n / t:10.1f} images/s   {1e3 * t / updates:8.2f} ms/update   "
                    f"[{n / best:8.1f} images/s]")
-    click.echo(f"  harness / plain time {t_harness / t_plain:10.3f} x   [best {min(times_harness) / min(times_plain):.3f} x]")
+    click.echo(f"  harness / plain time {t_harness / t_plain:10.3f} x   "
+               f"[best {min(times_harness) / min(times_plain):.3f} x]")
     return {"plain PyTorch loop": n / t_plain, "harness update": n / t_harness}
 
 
@@ -376,7 +377,8 @@ def _print_roofline(rig: _Rig, gemm: list[float], train_macs: float, train_rates
     macs, cached_train = rig.macs, not rig.spec.training.augment
     roofline = _median(gemm)
     click.echo(f"\nroofline: {rig.gemm_precision} GEMM {GEMM_SIZE}x{GEMM_SIZE}, {torch.get_num_threads()} thread(s), "
-               f"median of {len(gemm)} timings interleaved with the stages: {roofline:.2f} GMAC/s [best {max(gemm):.2f}]")
+               f"median of {len(gemm)} timings interleaved with the stages: "
+               f"{roofline:.2f} GMAC/s [best {max(gemm):.2f}]")
     click.echo(f"  training per image: {train_macs / 1e6:.2f} M MACs (forward + backward"
                f"{', trunk cached' if cached_train else ''}); evaluation: {(macs['body'] + macs['head']) / 1e6:.2f} M "
                f"cached, {sum(macs.values()) / 1e6:.2f} M uncached")

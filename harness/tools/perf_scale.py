@@ -165,7 +165,8 @@ def project(costs: Costs, stages: dict, train_streamed: bool, eval_streamed: boo
             s += n["decode"] * feed(costs.decode, costs.trunk / compute_scale)
         if "train" in n:
             stream_cost = costs.trunk / compute_scale if train_streamed else 0.0
-            s += n["train"] * feed(costs.decode if train_streamed else 0.0, stream_cost + costs.train_step / compute_scale)
+            s += n["train"] * feed(costs.decode if train_streamed else 0.0,
+                                   stream_cost + costs.train_step / compute_scale)
         if "eval" in n:
             stream_cost = costs.trunk / compute_scale if eval_streamed else 0.0
             s += n["eval"] * feed(costs.decode if eval_streamed else 0.0, stream_cost + costs.body_eval / compute_scale)
@@ -187,7 +188,8 @@ def with_budget_of(protocol, other_name: str | None):
 
     other = load_protocol(other_name)
     fields = ("pretrain", "training", "memory", "eval", "joint", "sessions", "classes_per_session", "ordering")
-    return protocol.model_copy(update={f: getattr(other, f) for f in fields} | {"name": f"{protocol.name}@{other.name}"})
+    return protocol.model_copy(update={f: getattr(other, f) for f in fields} |
+                               {"name": f"{protocol.name}@{other.name}"})
 
 
 def paper_report(protocol_name: str, device_name: str, batch: int | None, images: int, repeats: int,
@@ -225,7 +227,8 @@ def paper_report(protocol_name: str, device_name: str, batch: int | None, images
                f"{torch.get_num_threads()} | {workers} decode worker(s) | weights: {note}")
     click.echo(plan.describe())
     click.echo(f"per image (median of {repeats}, batch {batch}):")
-    click.echo(f"  JPEG decode + preprocess  {1e3 * costs.decode:8.2f} ms  ({1 / costs.decode:7.1f} images/s per worker)")
+    click.echo(f"  JPEG decode + preprocess  {1e3 * costs.decode:8.2f} ms  "
+               f"({1 / costs.decode:7.1f} images/s per worker)")
     if costs.decode_device is not None:
         click.echo(f"  JPEG decode on {device} (nvJPEG) {1e3 * costs.decode_device:6.2f} ms  "
                    f"({1 / costs.decode_device:7.1f} images/s, batch of {images})")
