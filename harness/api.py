@@ -22,7 +22,7 @@ import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import pandas as pd
 
@@ -557,8 +557,11 @@ def load_results(results_dir: str | Path) -> pd.DataFrame:
     return frame[results_columns()]
 
 
-def table(results_dir: str | Path, protocols: Iterable[str] = (),
-          fmt: Literal["markdown", "text", "latex", "json", "csv"] = "markdown",
+TableFormat = Literal["markdown", "text", "latex", "json", "csv"]
+TABLE_FORMATS: tuple[str, ...] = get_args(TableFormat)
+
+
+def table(results_dir: str | Path, protocols: Iterable[str] = (), fmt: TableFormat = "markdown",
           columns: Iterable[str] = ()) -> str:
     """The leaderboard's table of the stored runs under ``results_dir`` (``bench leaderboard table``): mean ±
     std [95 % CI] over seeds per row and board, ``protocols`` only when given; ``fmt`` markdown, text,
@@ -568,6 +571,8 @@ def table(results_dir: str | Path, protocols: Iterable[str] = (),
     from ..leaderboard.cli import chosen_boards
     from ..leaderboard.sources import load_folder
 
+    if fmt not in TABLE_FORMATS:  # the Literal binds the type checker only, not a notebook's caller
+        raise BenchError(f"table fmt {fmt!r} is not a table format: choose one of {', '.join(TABLE_FORMATS)}.")
     root = Path(results_dir).expanduser()
     if not root.is_dir():
         raise BenchError(f"Results folder {root} does not exist (run `bench run ...` first, or give another folder).")

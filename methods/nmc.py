@@ -65,7 +65,6 @@ class NearestMeanHead(Modifier):
 
     def __init__(self, config: BaseModel | None = None) -> None:
         super().__init__(config)
-        self.config: NMCConfig
         self.means: Tensor | None = None    # (classes, features), unit rows
         self.present: Tensor | None = None  # (classes,) bool: a sample of the class was held
         self.updates = 0

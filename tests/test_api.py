@@ -153,3 +153,10 @@ def test_sweep_of_a_bf16_protocol_plans_against_bf16_runs(tiny_protocol_file: Pa
     results, _ = stored_in("fp32", "cpu")
     api.sweep(str(grid), results_dir=results, mlflow=False, device="cuda")
     assert [(s.kind, s.method) for s in graphs[1] if s.kind == "run"] == [("run", "finetune")]  # to run in bf16
+
+
+def test_table_refuses_an_unknown_format_naming_it_and_the_choices(tmp_path: Path) -> None:
+    from bench_stability_gap.harness.api import table
+
+    with pytest.raises(BenchError, match=r"table fmt 'docx' is not a table format: choose one of markdown, text"):
+        table(tmp_path, fmt="docx")  # type: ignore[arg-type]
