@@ -410,6 +410,7 @@ def run_sweep(spec: Any, seeds: list[int] | None, options: Any, tracking: Tracki
         if runs is None or dry_run:
             return SweepOutcome(runs or [])
         graph = stage_graph(runs, options.results_dir, options)
+        options = dataclasses.replace(options, reuse_stored=True)  # planned as missing: a concurrent sweep's is reused
         shared = sum(stage.kind != "run" for stage in graph)
         echo(f"{len(graph)} stage(s) to go, counted [i/{len(graph)}] below: {len(graph) - shared} method run(s) "
              f"and {shared} shared stage(s) (deployed models, joint references, the A_best reference runs, which "

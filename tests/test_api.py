@@ -102,6 +102,29 @@ def test_sweep_runs_a_grid_on_one_workbench_and_skips_what_is_stored(tiny_protoc
     assert list(again["run_id"]) == list(frame["run_id"]) and prepared == {"tiny_cil_reduced": 1}
 
 
+def test_a_run_a_concurrent_sweep_stored_after_this_sweep_planned_is_reused_not_trained_again(
+        tiny_protocol_file: Path, tmp_path: Path, results_with_joint: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two sweeps of one grid: the other one finished the run (and let go of its claim) between this sweep's
+    plan, which found it missing, and this sweep's turn to run it."""
+    from bench_stability_gap.harness import api
+    from bench_stability_gap.harness.sweep.plan import load_sweep
+
+    grid = write_grid(tmp_path / "grid.yaml", tiny_protocol_file, ["finetune"])
+    results = results_with_joint
+    planned = api.plan_sweep(load_sweep(str(grid)), None, api.run_options(results, "cpu"))
+    assert planned is not None and [r.done for r in planned] == [None]  # missing when this sweep planned
+    other = run(str(tiny_protocol_file), "finetune", 0, results_dir=results, mlflow=False, device="cpu")
+    monkeypatch.setattr(api, "plan_sweep", lambda *args, **kwargs: planned)  # this sweep's plan, made before
+    trained = counting(monkeypatch, "bench_stability_gap.harness.run.pipeline._continual_result",
+                       lambda protocol, bench, spec, *rest: spec.text)
+    frame = api.sweep(str(grid), results_dir=results, mlflow=False, device="cpu")
+    assert list(frame["run_id"]) == [other.run_id] and not trained  # reused: nothing trained twice
+    assert len(list((results / "runs").rglob("*.json"))) == 3  # the joint reference, vanilla (A_best) and one finetune
+    # a plain run still repeats a stored run when asked to (``rerun``): the reuse is the sweep's rule only
+    again = run(str(tiny_protocol_file), "finetune", 0, results_dir=results, mlflow=False, device="cpu", rerun=True)
+    assert again.run_id != other.run_id and trained == {"finetune": 1}
+
+
 def test_a_run_parses_each_stored_result_once_and_an_identical_run_is_not_trained_again(
         tiny_protocol_file: Path, results_with_joint: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     results = results_with_joint

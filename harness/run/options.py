@@ -33,6 +33,9 @@ class RunOptions:
     checkpoint_seconds: float = 120.0
     restart: bool = False  # discard a stored checkpoint instead of resuming from it
     wait: bool = True  # when another process computes the same phase: wait and reuse (False: refuse at once)
+    # a sweep's run, planned as missing: a result with the same settings stored since (by a concurrent sweep of
+    # the same grid, which may have finished it before this one took its claim) is reused, not trained again
+    reuse_stored: bool = False
     on_eval: Callable[[int, int, Any], None] | None = None  # (session, update, accuracies): live tracking
     # called after every training update with (phase, update, updates in phase), e.g. ("session 3", 120, 600):
     # an executor running the run elsewhere (a Ray task) reports from it where the run is

@@ -290,20 +290,23 @@ def execute(protocol: Protocol, method_text: str, seed: int, options: RunOptions
     joint, _ = joint_reference(protocol, seed, dataclasses.replace(options, on_eval=None), bench)
     is_reference = not options.overrides and method_text in protocol.best_new_reference
     _best_new_references(protocol, bench, seed, joint, method_text if is_reference else None, options)
-    overrides = dict(options.overrides)
+    overrides, config = dict(options.overrides), method_settings(method)
 
     def stored() -> dict[str, tuple[RunResult, Path]]:
-        """This run's stored results (same spec, method string, settings and seed), by run id."""
+        """This run's stored results (same spec, method string, overrides, resolved settings and seed), by id."""
         return {r.run_id: (r, path) for path, r in selection(protocol, options, bench.weights).runs.values()
-                if r.method.spec == spec.text and r.overrides == overrides and r.seed == seed}
+                if r.method.spec == spec.text and r.overrides == overrides and r.seed == seed and r.config == config}
 
-    before = stored()
+    # a plain run repeats on purpose what is stored already; a sweep's run was planned as missing, so whatever
+    # is stored by the time it holds its claim was stored meanwhile
+    before = {} if options.reuse_stored else stored()
     with _claim(options, "run", f"Run {spec.text} of {protocol.name} (seed {seed})", protocol=protocol.spec_hash,
-                method=spec.text, config=method_settings(method), overrides=overrides, seed=seed,
+                method=spec.text, config=config, overrides=overrides, seed=seed,
                 precision=bench.precision, tuned=tuned is not None) as waited:
-        fresh = [found for rid, found in stored().items() if rid not in before] if waited else []
-        if fresh:  # the process this one waited for stored this very run: reuse it
-            say(options, f"Reusing run {fresh[0][0].run_id}, stored meanwhile by the process this one waited for.")
+        fresh = [found for rid, found in stored().items() if rid not in before] \
+            if waited or options.reuse_stored else []
+        if fresh:  # another process stored this very run meanwhile: reuse it
+            say(options, f"Reusing run {fresh[0][0].run_id}, stored meanwhile by another process.")
             return fresh[0]
         result = _continual_result(protocol, bench, spec, method, seed, overrides, joint, options, run_id,
                                    tuned)
