@@ -32,6 +32,7 @@ from pydantic import BaseModel
 from torch import Tensor
 
 from ...harness.data.stream import Session
+from ...harness.model.device import to_device
 from ..base import Modifier, StandardMethod, TrainBatch
 from ..configs import SoftTargetsConfig
 
@@ -46,6 +47,8 @@ class SoftTargets(Modifier):
         super().__init__(config)
         self.u = torch.empty(0, 0)                      # (K, K): row k = u_k
         self.counts = torch.empty(0, dtype=torch.long)  # c_k
+        self._new_of: Session | None = None  # the session whose new classes ``_new_classes`` holds
+        self._new_classes = torch.empty(0, dtype=torch.long)
 
     @property
     def num_classes(self) -> int:
@@ -76,36 +79,39 @@ class SoftTargets(Modifier):
 
     def build(self, probs: Tensor, y: Tensor, is_new: Tensor | None = None) -> Tensor:
         """Targets for a batch from u as it is now (does not update u). ``is_new`` marks samples of the
-        session's new classes, whose base vector is their current softmax (``new_samples: softmax``)."""
+        session's new classes, whose base vector is their current softmax (``new_samples: softmax``).
+        Rows are chosen by ``torch.where``, never by boolean-mask indexing, which waits for the device to
+        count the rows: an update of SGM then never waits for the GPU."""
         k = self.num_classes
         rows = torch.arange(len(y), device=y.device)
         t = self.u[y].clone()
         if is_new is not None and self.config.new_samples == "softmax":
-            t[is_new] = probs[is_new].to(t.dtype)
+            t = torch.where(is_new[:, None], probs.to(t.dtype), t)
         pred = probs.argmax(1)
-        wrong = pred != y
-        t[rows[wrong], pred[wrong]] = 1.0 / k
+        # the predicted unit of a wrong prediction gets 1/K; a right one's is the true class, set to 1 next
+        t[rows, pred] = torch.where(pred != y, 1.0 / k, t[rows, pred])
         t[rows, y] = 1.0
         return t / t.sum(1, keepdim=True)
 
     def update(self, probs: Tensor, y: Tensor) -> None:
-        """u_k <- (c_k u_k + sum of the batch's correct softmax vectors of class k) / (c_k + n_k)."""
+        """u_k <- (c_k u_k + sum of the batch's correct softmax vectors of class k) / (c_k + n_k), for every
+        class with n_k > 0 (the others keep u_k and c_k to the bit)."""
         correct = probs.argmax(1) == y if self.config.update_on == "correct" else torch.ones_like(y, dtype=torch.bool)
-        if not bool(correct.any()):
-            return
-        yc, pc = y[correct], probs[correct].to(self.u.dtype)
-        sums = torch.zeros_like(self.u).index_add_(0, yc, pc)
-        n = torch.bincount(yc, minlength=self.num_classes)
-        hit = n > 0
-        c = self.counts[hit].to(self.u.dtype)[:, None]
-        self.u[hit] = (c * self.u[hit] + sums[hit]) / (c + n[hit].to(self.u.dtype)[:, None])
-        self.counts[hit] += n[hit]
+        pc = torch.where(correct[:, None], probs.to(self.u.dtype), 0.0)  # a wrong one adds exactly zero
+        sums = torch.zeros_like(self.u).index_add_(0, y, pc)
+        n = torch.zeros_like(self.counts).index_add_(0, y, correct.to(self.counts.dtype))
+        c = self.counts.to(self.u.dtype)[:, None]
+        self.u.copy_(torch.where((n > 0)[:, None], (c * self.u + sums) / (c + n.to(self.u.dtype)[:, None]), self.u))
+        self.counts += n
 
     def targets(self, method: StandardMethod, batch: TrainBatch, logits: Tensor) -> Tensor:
         probs = logits.detach().float().softmax(1)
         self.grow(logits.shape[1], logits.device)
-        new_classes = torch.as_tensor(np.asarray(method.session.new_classes, dtype=np.int64), device=batch.y.device)
-        t = self.build(probs, batch.y, torch.isin(batch.y, new_classes))  # by class, as the code's old_class mask
+        if self._new_of is not method.session:  # copied to the device once a session, not once an update
+            self._new_of = method.session
+            self._new_classes = to_device(torch.as_tensor(np.asarray(method.session.new_classes, dtype=np.int64)),
+                                          batch.y.device)
+        t = self.build(probs, batch.y, torch.isin(batch.y, self._new_classes))  # by class, as the code's mask
         self.update(probs, batch.y)
         return t.to(logits.dtype)
 
