@@ -32,8 +32,9 @@ step() {  # step NAME SECONDS command...
     echo "== $name: rc $rc, $((SECONDS - t0)) s (limit $limit s)"
     grep -v -E "it/s|upd/s|batch/s|s/it" "$OUT/$name.log" | tail -n "${TAIL:-14}"
 }
-step pytest 80 python3 -m pytest -q -p no:cacheprovider tests/test_stage_time.py tests/test_precision.py tests/test_decode.py \
-    tests/test_backbone.py tests/test_fastoptim.py tests/test_resident.py
+step pytest 110 python3 -m pytest -q -p no:cacheprovider tests/test_stage_time.py tests/test_precision.py tests/test_decode.py \
+    tests/test_backbone.py tests/test_fastoptim.py tests/test_resident.py \
+    tests/test_host_syncs.py::test_on_cuda_no_update_synchronises
 # the rooflines are measured in the run's precision (bf16 under autocast); each stage's share beside it
 step perf_tiny 70 bench perf -p tiny_cil --device cuda --repeats 3 --updates 20
 step perf_paper 80 bench perf --paper -p cil_places_lt_synthetic --budget-of cil_places_lt --device cuda

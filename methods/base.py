@@ -55,11 +55,24 @@ class TrainBatch:
     y: Tensor              # stream labels (int64)
     ids: np.ndarray        # global train ids (numpy int64), the memory's currency
     is_new: Tensor         # bool mask: sample comes from the current session (the first rows), not the memory
+    # ``y`` and ``is_new`` on the host, where the harness made the batch: a method that needs them there reads
+    # these (``host_labels``, ``host_is_new``), since copying a GPU tensor back waits for the GPU's queue
+    labels: np.ndarray | None = None
+    new: np.ndarray | None = None
+
+    def host_labels(self) -> np.ndarray:
+        return self.labels if self.labels is not None else self.y.cpu().numpy()
+
+    def host_is_new(self) -> np.ndarray:
+        return self.new if self.new is not None else self.is_new.cpu().numpy()
 
 
 @dataclass
 class StepStats:
-    loss: float
+    """What an update reports: its loss, as a 0-dim tensor (the harness reads it with the others at eval points,
+    so an update never waits for the device) or a float."""
+
+    loss: Tensor | float
 
 
 class Method(ABC):
@@ -333,7 +346,7 @@ class StandardMethod(Method):
             self.scheduler.step()
         for m in self.modifiers:
             m.after_update(self)
-        return StepStats(loss=float(loss.detach()))
+        return StepStats(loss=loss.detach())
 
     def end_session(self, session: Session) -> None:
         """The modifiers' ``end_session`` (LoRA folds its adapters), then the optimizer is dropped."""

@@ -249,8 +249,8 @@ class REMIND(StandardMethod):
     # -- the step ------------------------------------------------------------------------------
     def observe(self, batch: TrainBatch) -> StepStats:
         ids = np.asarray(batch.ids, dtype=np.int64)
-        is_new = batch.is_new.cpu().numpy()
-        new_rows = torch.from_numpy(is_new).to(batch.x.device)
+        is_new = batch.host_is_new()
+        new_rows = batch.is_new
         # only the arriving samples need the trunk: the replayed ones come from their codes
         if self._inputs_cached:  # cached trunk features: charged as the trunk pass an uncached run makes
             feats_new = batch.x[new_rows]
@@ -267,10 +267,10 @@ class REMIND(StandardMethod):
         if self.config.augment:
             x = self.random_resized_crop(x)
             x = self.mixup(x, np.flatnonzero(~is_new))
-        labels = batch.y.cpu().numpy()
+        labels = batch.host_labels()
         self._lr_factor = self.lr_factor(labels[is_new])
         with _features_in(self.model):
-            stats = super().observe(TrainBatch(x, batch.y, batch.ids, batch.is_new))
+            stats = super().observe(TrainBatch(x, batch.y, batch.ids, batch.is_new, batch.labels, batch.new))
         self._lr_factor = 1.0
         for c in labels[is_new]:
             if c >= len(self.class_seen):

@@ -139,7 +139,7 @@ def _one_step(modifiers):
                                  seen_classes=3))
     before = copy.deepcopy(model)
     stats = method.observe(TrainBatch(x, torch.as_tensor(labels), np.arange(3), torch.tensor([False, False, True])))
-    return before, model, stats.loss
+    return before, model, float(stats.loss)
 
 
 def _logits(model) -> list[list[float]]:

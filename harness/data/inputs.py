@@ -35,6 +35,7 @@ from torchvision.transforms import v2 as T
 from tqdm.auto import tqdm
 
 from ..model.cpu import LIBC, TRUNK_PASS_CHUNK, in_cpu_chunks
+from ..model.device import to_device
 from ..progress_bar import progress_bar
 from ..spec.protocol import Backbone
 from .features import FeatureShards, open_verified
@@ -408,7 +409,7 @@ class InputStore:
             return rows.contiguous(memory_format=torch.channels_last) if self.channels_last and rows.ndim == 4 else rows
         if self.table is not None:
             index = torch.from_numpy(self._rows(ids))
-            rows = self.table.index_select(0, index.to(self.table.device))
+            rows = self.table.index_select(0, to_device(index, self.table.device))
             if self.cached:  # a resident table keeps the stored dtype; the model gets float32
                 rows = rows.float()
         elif self.shards is not None:

@@ -29,6 +29,15 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``t`` on ``device``. A host tensor bound for CUDA goes through pinned memory without blocking: a plain
+    ``.to("cuda")`` of pageable memory waits until the GPU has run everything queued before the copy, which
+    would stall the host once per batch."""
+    if device.type != "cuda" or t.device.type == "cuda":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
+
+
 def use_channels_last(model: SplitModel, device: torch.device, precision: str) -> SplitModel:
     """channels_last where it is faster: the whole model on CUDA under bf16. Parameters keep their values;
     only their memory layout changes. (On the CPU the kernel set's matrix products beat oneDNN's

@@ -45,8 +45,9 @@ from .isolation import random_streams
 from .loop import Progress, Stretch, closing_budget, seen_state, setseen_state, train_stretch
 from .memory import Memory
 from .options import RunOptions
-from .report import say, timed
+from .report import say, settle_spans, timed
 from .schedule import EvalSchedule, FlopStop
+from .update_reads import UpdateReads
 from .workbench import Workbench
 
 __all__ = ["ContinualRun", "Diverged", "FlopStop", "run_cl", "session_updates"]
@@ -58,7 +59,9 @@ def session_updates(protocol: Protocol, session: Session) -> int | None:
 
 
 class Diverged(Exception):
-    """A non-finite loss or weight: the run stops, and what it recorded so far is kept as its result."""
+    """A non-finite loss or weight: the run stops, and what it recorded so far is kept as its result. It is
+    found where the loop reads the updates' losses (``UpdateReads``), so the updates made between the first
+    non-finite one and that read are spent and counted in the budget; the curve has no point after it."""
 
     def __init__(self, message: str, curves: list[SessionCurve], budget: Budget, params: int) -> None:
         super().__init__(message)
@@ -130,6 +133,7 @@ class ContinualRun:
             self.b_new, self.b_old = self.b_new + self.b_old, 0
         self.accel = autocast(bench.device, bench.precision)  # reusable: entered at every update and eval point
         self.progress = Progress()
+        self.reads = UpdateReads()  # the losses of the updates since the last read (``settle``)
         self.steps = [0]  # optimizer steps counted by the budget guard (``count_optimizer_steps``)
         self.open: OpenSession | None = None
         self.bar: Any = None
@@ -163,6 +167,7 @@ class ContinualRun:
         self.steps[0] = self.progress.steps
 
     def _mid_state(self, u: int, planned: list | None) -> dict[str, Any]:
+        self.settle()  # the curve it holds has every loss so far
         s = self.open
         assert s is not None and s.arrivals is not None
         return self.state_dict(kind="mid", next_session=s.pos, update=u, curve=s.curve, flops0=(s.train0, s.eval0),
@@ -271,21 +276,20 @@ class ContinualRun:
         return new_ids, old
 
     def update(self, u: int, batch: tuple[np.ndarray, np.ndarray]) -> None:
-        """One observe call on ``batch`` under the budget guards; a non-finite loss or weight ends the run."""
+        """One observe call on ``batch`` under the budget guards. Nothing here reads a device value: the loss
+        is kept, to be read with the others by ``settle``."""
         s, bench = self.open, self.bench
         assert s is not None
         new_ids, old_ids = batch
         ids = np.concatenate([new_ids, old_ids])
         check_no_stray_steps(self.method, self.steps[0], self.progress.observed, "begin_session or predict")
         before = self.train_macs()
-        with timed(self.progress.seconds, "train", bench.device), self.accel:
+        with timed(self.progress.seconds, "train", bench.device, self.reads.spans), self.accel:
             stats, trained = observe_within_budget(self.method, bench.batch(ids, len(new_ids)), self.steps,
                                                    self.meter, self.b_new + self.b_old)
         if s.stop is not None:
             s.stop.last = self.train_macs() - before
-        s.curve["loss"].append(float(stats.loss))  # the paper's Fig. 2a
-        if not math.isfinite(s.curve["loss"][-1]) or not _finite(self.model):
-            self._diverged(u)
+        self.reads.add(u, stats.loss)
         self.progress.most_trained = max(self.progress.most_trained, trained)
         self.progress.observed += 1
         check_memory(self.method, self.memory)
@@ -293,15 +297,32 @@ class ContinualRun:
         if bench.protocol.training.online:
             add_to_memory(self.method, self.memory, new_ids)
 
-    def _diverged(self, u: int) -> None:
+    def settle(self) -> None:
+        """Read what the updates since the last read left on the device, with one host sync: their losses
+        join the session's curve (the paper's Fig. 2a); a non-finite loss ends the run at the first update
+        that had one, a non-finite weight at the last update read."""
         s = self.open
         assert s is not None
-        loss = s.curve["loss"][-1]
-        what = f"loss {loss}" if not math.isfinite(loss) else "a non-finite weight"
+        if not self.reads.losses:
+            return
+        with timed(self.progress.seconds, "train"):  # waiting for the queued updates is training time
+            read = self.reads.read()
+            settle_spans(self.progress.seconds, "train", self.reads.spans)
+            finite = _finite(self.model)
+        for u, loss in read:
+            s.curve["loss"].append(loss)
+            if not math.isfinite(loss):
+                self._diverged(f"at update {u + 1}", f"loss {loss}")
+        if not finite:
+            self._diverged(f"by update {read[-1][0] + 1}", "a non-finite weight")
+
+    def _diverged(self, when: str, what: str) -> None:
+        s = self.open
+        assert s is not None
         partial = {**s.curve, "loss": []}  # the session's points so far (its losses are not all there)
-        self.progress.curves.append(SessionCurve(session=s.session.index, total_updates=s.updates or u + 1,
+        self.progress.curves.append(SessionCurve(session=s.session.index, total_updates=s.updates or s.made,
                                                  before=s.before, **partial))
-        raise Diverged(f"{self.method.name} diverged at update {u + 1} of session {s.session.index}: {what}",
+        raise Diverged(f"{self.method.name} diverged {when} of session {s.session.index}: {what}",
                        self.progress.curves, self.closing(), self.progress.params)
 
     def eval_point(self, u: int) -> None:
@@ -312,7 +333,10 @@ class ContinualRun:
         s.made = u
         ends = u == s.updates if s.stop is None else s.stop(u)
         if not (s.schedule.due(u) or ends) or (u == s.start and s.start > 0):
+            if self.reads.due(u):
+                self.settle()
             return  # (a resumed point was evaluated before the checkpoint)
+        self.settle()  # before the point: a diverged run's curve ends before its first non-finite update
         self.model.eval()
         acc = eval_point(self.lent.predict(self.method), bench.test_inputs, s.plan, bench.protocol.eval.batch_size,
                          self.meter, self.progress.seconds, bench.device, self.accel,
@@ -332,6 +356,7 @@ class ContinualRun:
         session's curve and FLOPs, and a boundary checkpoint."""
         s, bench = self.open, self.bench
         assert s is not None
+        self.settle()
         self.method.end_session(s.session)
         check_memory(self.method, self.memory)
         self.lent.check_storage(self.method)

@@ -13,15 +13,19 @@ from tqdm.auto import tqdm
 from ..results.schema import GPU_STAGE
 from .options import RunOptions
 
+Span = tuple[torch.cuda.Event, torch.cuda.Event]
+
 
 @contextmanager
-def timed(seconds: dict[str, float], stage: str, device: torch.device | None = None) -> Iterator[None]:
+def timed(seconds: dict[str, float], stage: str, device: torch.device | None = None,
+          spans: list[Span] | None = None) -> Iterator[None]:
     """Add the wall time of the block to ``seconds[stage]`` (kept in checkpoints, so resumes add up).
 
     On a CUDA ``device`` it also adds the GPU time the block spans, measured by CUDA events, to
     ``seconds[GPU_STAGE + stage]``: wall time on a GPU counts the host's launch overhead and the GPU's
-    queue, so the two differ and both are worth reporting. Every timed block ends in a host read of its
-    result (a loss, an accuracy), so waiting for the end event costs no extra synchronisation."""
+    queue, so the two differ and both are worth reporting. The block waits for its end event, unless
+    ``spans`` is given: then the events are kept there, for ``settle_spans`` to read once the host has
+    synchronised anyway (a training update must not wait for the GPU just to be timed)."""
     gpu = getattr(device, "type", None) == "cuda"
     if gpu:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -33,9 +37,21 @@ def timed(seconds: dict[str, float], stage: str, device: torch.device | None = N
         seconds[stage] = seconds.get(stage, 0.0) + time.perf_counter() - t0
         if gpu:
             end.record()
-            end.synchronize()
-            key = GPU_STAGE + stage
-            seconds[key] = seconds.get(key, 0.0) + start.elapsed_time(end) / 1000.0
+            if spans is not None:
+                spans.append((start, end))
+            else:
+                settle_spans(seconds, stage, [(start, end)])
+
+
+def settle_spans(seconds: dict[str, float], stage: str, spans: list[Span]) -> None:
+    """Add the GPU time of the kept ``spans`` to ``seconds[GPU_STAGE + stage]`` and empty the list (waits for
+    the last one's end)."""
+    if not spans:
+        return
+    spans[-1][1].synchronize()
+    key = GPU_STAGE + stage
+    seconds[key] = seconds.get(key, 0.0) + sum(start.elapsed_time(end) for start, end in spans) / 1000.0
+    spans.clear()
 
 
 def report_progress(options: RunOptions, phase: str, update: int, total: int) -> None:

@@ -26,7 +26,7 @@ from ..data.stream import Session, Stream, build_stream, check_batch_sizes
 from ..errors import BenchError
 from ..model.backbone import SplitModel, create_network, split_network, weights_digest
 from ..model.cpu import cache_tag, prepare_cpu
-from ..model.device import autocast, resolve_device, use_channels_last
+from ..model.device import autocast, resolve_device, to_device, use_channels_last
 from ..paths import cache_dir
 from ..spec.protocol import Protocol
 from .isolation import (
@@ -83,10 +83,10 @@ class Workbench:
     precision: str = "fp32"  # run_precision: what every training and evaluation pass computes in
 
     def batch(self, ids: np.ndarray, n_new: int) -> TrainBatch:
-        is_new = torch.zeros(len(ids), dtype=torch.bool)
-        is_new[:n_new] = True
-        labels = torch.from_numpy(self.stream.train.labels[ids]).to(self.device)
-        return TrainBatch(self.train_inputs.get(ids), labels, ids, is_new.to(self.device))
+        """The batch of ``ids``, the first ``n_new`` of them new, on the device (no copy waits for the GPU)."""
+        labels = self.stream.train.labels[ids]
+        return TrainBatch(self.train_inputs.get(ids), to_device(torch.from_numpy(labels), self.device), ids,
+                          torch.arange(len(ids), device=self.device) < n_new, labels, np.arange(len(ids)) < n_new)
 
     def context(self, memory: Memory, rng: np.random.Generator, generator: torch.Generator,
                 method_name: str = "harness") -> Context:

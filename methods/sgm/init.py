@@ -95,8 +95,7 @@ class DataDrivenInit(Modifier):
         """Online: rows of classes arriving for the first time, from their arrived samples in ``batch``."""
         if not self.pending:
             return
-        arriving = batch.is_new.cpu().numpy()
-        labels = batch.y.cpu().numpy()
+        arriving, labels = batch.host_is_new(), batch.host_labels()
         first = sorted({int(c) for c in labels[arriving]} & self.pending)
         if not first:
             return
