@@ -55,15 +55,16 @@ class TrainBatch:
     y: Tensor              # stream labels (int64)
     ids: np.ndarray        # global train ids (numpy int64), the memory's currency
     is_new: Tensor         # bool mask: sample comes from the current session (the first rows), not the memory
-    # ``y`` and ``is_new`` on the host, where the harness made the batch: a method that needs them there reads
-    # these (``host_labels``, ``host_is_new``), since copying a GPU tensor back waits for the GPU's queue
-    labels: np.ndarray | None = None
-    new: np.ndarray | None = None
+    labels: np.ndarray | None = None  # ``y`` on the host, when the harness made the batch
+    new: np.ndarray | None = None     # ``is_new`` on the host, likewise
 
     def host_labels(self) -> np.ndarray:
+        """``y`` as a numpy array, without a copy back from the device where the batch carries it (that copy
+        waits for everything the GPU has queued)."""
         return self.labels if self.labels is not None else self.y.cpu().numpy()
 
     def host_is_new(self) -> np.ndarray:
+        """``is_new`` as a numpy array, likewise."""
         return self.new if self.new is not None else self.is_new.cpu().numpy()
 
 
