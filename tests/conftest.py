@@ -22,12 +22,30 @@ if TYPE_CHECKING:
     from bench_stability_gap.harness.run.workbench import Workbench
 
 
+@pytest.hookimpl(trylast=True)  # after pytest-xdist's own hook, whose group names it carries over
 def pytest_collection_modifyitems(config, items) -> None:
     """Under pytest-xdist workers, the slow tier goes first: its tests take 10-100 s each, and handed out
     last they would queue on one worker while the other sits idle. A single process keeps the file order,
     so a plain failure in a quick test shows first."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
+        _keep_xdist_groups(items)
         items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+def _keep_xdist_groups(items) -> None:
+    """Under ``--dist loadgroup``, pytest-xdist (3.8) tells its scheduler a test's ``xdist_group`` by
+    writing ``<nodeid>@<group>`` to the item's ``_nodeid``; pytest 9.2 derives ``nodeid`` from a structured
+    id instead, so the suffix is lost and every group silently ignored (tests of one Ray cluster spread
+    over all workers, each starting a cluster). Carry the suffixed id over; a no-op where xdist wrote none
+    or where pytest still reads ``_nodeid``."""
+    try:
+        from _pytest.nodeid import NodeId
+    except ImportError:  # a pytest before structured ids: xdist's suffix works as written
+        return
+    for item in items:
+        written = vars(item).get("_nodeid")
+        if isinstance(written, str) and written != item.nodeid and hasattr(item, "_id"):
+            item._id = NodeId.parse(written)
 
 
 @pytest.fixture(scope="session")

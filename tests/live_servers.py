@@ -43,8 +43,9 @@ def start(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
     return subprocess.Popen(cmd, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def stop(procs: list[subprocess.Popen]) -> None:
-    """SIGTERM each started process's group, then SIGKILL whatever of their process trees is left."""
+def stop(procs: list[subprocess.Popen], grace: float = 5.0) -> None:
+    """SIGTERM each started process's group, then SIGKILL whatever of their process trees is left after
+    ``grace`` seconds."""
     tree = []
     for proc in procs:
         try:
@@ -57,7 +58,7 @@ def stop(procs: list[subprocess.Popen]) -> None:
             os.killpg(proc.pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
-    _, alive = psutil.wait_procs(tree, timeout=5)
+    _, alive = psutil.wait_procs(tree, timeout=grace)
     for p in alive:
         try:
             p.kill()
@@ -78,7 +79,11 @@ def mlflow_server(tmp_path_factory, mlflow_template):
     port, log = free_port(), root / "server.log"
     proc = start([str(BIN / "mlflow"), "server", "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
                   "--artifacts-destination", str(root / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
-                  "--workers", "1"], {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}, log)
+                  "--workers", "1"],
+                 # without MLflow's job runner (its GenAI jobs): five huey consumer processes that bench never
+                 # uses, each importing MLflow at the start and polling for work while the server lives
+                 {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
+                 log)
     uri = f"http://127.0.0.1:{port}"
 
     def healthy() -> bool:

@@ -37,8 +37,12 @@ pytest.importorskip("ray")  # the `ray` extra; ci/install.sh installs it, so CI 
 BIN = Path(sys.executable).parent
 SWEEP_TIMEOUT_S = 480  # a reduced sweep on a loaded 2-core machine
 
-# Under pytest-xdist the tests sharing the cluster run on one worker, which starts it once.
-pytestmark = pytest.mark.xdist_group("ray-cluster")
+# Under pytest-xdist the tests of one group run on one worker, which starts the module's cluster once for
+# them. Two groups of about equal length, so that the cluster tests (the suite's longest stretch on one
+# worker) run on two workers side by side, each worker with a cluster of its own (own ports, temp folder
+# and token).
+killed_worker_group = pytest.mark.xdist_group("ray-cluster-a")
+cluster_group = pytest.mark.xdist_group("ray-cluster-b")
 
 
 @dataclass
@@ -67,7 +71,7 @@ def ray_cluster(tmp_path_factory):
                      procs[-1], log)
         yield Cluster(f"127.0.0.1:{port}", env)
     finally:
-        stop(procs)
+        stop(procs, grace=1.0)  # Ray's daemons ignore SIGTERM for seconds; the test is done with them
         shutil.rmtree(temp, ignore_errors=True)
 
 
@@ -88,6 +92,7 @@ def task_process(prefix: str) -> psutil.Process | None:
 
 
 @pytest.mark.slow
+@killed_worker_group
 def test_ray_sweep_survives_a_killed_worker_and_matches_the_local_executor(ray_cluster, bench_cache, tmp_path,
                                                                           monkeypatch):
     # sessions of 18 updates, not 6: a session of the reduced protocol can pass between two looks at the log
@@ -139,6 +144,7 @@ def test_ray_sweep_survives_a_killed_worker_and_matches_the_local_executor(ray_c
 
 
 @pytest.mark.slow
+@cluster_group
 def test_ray_tasks_log_to_a_tracking_server_and_the_leaderboard_builds_from_it(ray_cluster, mlflow_server,
                                                                                tiny_protocol_file, bench_cache, tmp_path):
     from mlflow.tracking import MlflowClient
@@ -193,6 +199,7 @@ def mlflow_records(results: Path) -> dict[str, tuple[str | None, list[str], list
 
 
 @pytest.mark.slow
+@cluster_group
 def test_ray_and_local_sweeps_and_sync_give_the_same_mlflow_records(ray_cluster, tiny_protocol_file, bench_cache,
                                                                     seeded_store, tmp_path):
     """Whichever path mirrors a run (a Ray sweep's driver, a local sweep, `bench sync` of a folder), its
@@ -257,6 +264,7 @@ print("seconds", time.monotonic() - started)
 
 
 @pytest.mark.slow
+@killed_worker_group
 def test_the_joint_reference_trained_as_one_task_per_model_equals_the_local_one(ray_cluster, tmp_path, monkeypatch):
     from bench_stability_gap.harness.run.options import RunOptions
     from bench_stability_gap.harness.run.pipeline import execute

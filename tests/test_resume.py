@@ -6,14 +6,17 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from bench_stability_gap.harness.results.schema import iter_results
+from support import reduced_tiny
 
 pytestmark = pytest.mark.slow
 
@@ -68,24 +71,48 @@ def test_killed_runs_resume_to_the_uninterrupted_numbers(tiny_protocol_file, res
     assert not list((results / "checkpoints").glob("*.pt"))
 
 
-def test_restart_discards_the_checkpoint(tiny_protocol_file, results_with_joint, bench_cache):
-    results, cache = results_with_joint, bench_cache  # the joint reference is not what this test is about
-    assert bench(tiny_protocol_file, results, cache, "continual:30").returncode == -signal.SIGKILL
+@pytest.fixture(scope="module")
+def killed_in_the_run(tmp_path_factory, joint_results, bench_cache) -> tuple[Path, Path]:
+    """(protocol file, results folder) of a run killed 30 updates into its continual phase, past its A_best
+    reference: killed once for the module (the kill costs a whole process); each test gets a copy."""
+    folder = tmp_path_factory.mktemp("killed-in-the-run")
+    protocol = folder / "tiny_cil_reduced.yaml"
+    protocol.write_text(yaml.safe_dump(reduced_tiny()))
+    results = folder / "results"  # the joint reference is not what these tests are about
+    shutil.copytree(joint_results / "runs", results / "runs")
+    died = bench(protocol, results, bench_cache, "continual:30")
+    assert died.returncode == -signal.SIGKILL, (died.returncode, died.stderr[-2000:])
+    return protocol, results
+
+
+# Under pytest-xdist the tests of the killed run share one worker, so that the kill happens once.
+killed_run_group = pytest.mark.xdist_group("resume-killed-run")
+
+
+@pytest.fixture()
+def killed_run(killed_in_the_run, tmp_path) -> tuple[Path, Path]:
+    """A fresh copy of the killed run's results folder (its checkpoints and left-behind claims included)."""
+    protocol, results = killed_in_the_run
+    return protocol, Path(shutil.copytree(results, tmp_path / "killed"))
+
+
+@killed_run_group
+def test_restart_discards_the_checkpoint(killed_run, bench_cache):
+    (protocol, results), cache = killed_run, bench_cache
     saved = list((results / "checkpoints").glob("run-*.pt"))
     assert saved  # the A_best reference finished; this run left its checkpoint(s)
-    again = bench(tiny_protocol_file, results, cache, None, "--restart")
+    again = bench(protocol, results, cache, None, "--restart")
     assert again.returncode == 0, again.stderr
     assert "Resuming" not in again.stdout + again.stderr
     assert not any(p.exists() for p in saved)
 
 
-def test_an_unreadable_checkpoint_is_moved_aside_and_the_run_starts_over(tiny_protocol_file, results_with_joint,
-                                                                        bench_cache):
-    results, cache = results_with_joint, bench_cache
-    assert bench(tiny_protocol_file, results, cache, "continual:30").returncode == -signal.SIGKILL
+@killed_run_group
+def test_an_unreadable_checkpoint_is_moved_aside_and_the_run_starts_over(killed_run, bench_cache):
+    (protocol, results), cache = killed_run, bench_cache
     (saved,) = [p for p in (results / "checkpoints").glob("run-*.pt") if not p.name.endswith(".mid.pt")]
     saved.write_bytes(saved.read_bytes()[:100])  # truncated, as a full disk leaves it
-    again = bench(tiny_protocol_file, results, cache)
+    again = bench(protocol, results, cache)
     assert again.returncode == 0, again.stderr
     assert "could not be read" in again.stdout + again.stderr and str(saved) in again.stdout + again.stderr
     assert saved.with_name(saved.name + ".corrupt").is_file()
