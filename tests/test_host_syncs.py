@@ -88,7 +88,7 @@ def test_the_mode_sees_each_kind_of_read_with_its_line() -> None:
                                                      "bincount", "tolist"]
 
 
-def test_no_update_of_the_papers_methods_reads_a_device_value(tiny_protocol_file, tmp_path, monkeypatch):
+def test_no_update_of_the_papers_methods_reads_a_device_value(tiny_protocol_file, results_with_joint, monkeypatch):
     from bench_stability_gap.harness.api import run
 
     methods: set[str] = set()
@@ -101,9 +101,7 @@ def test_no_update_of_the_papers_methods_reads_a_device_value(tiny_protocol_file
         return real_settle(self)
 
     monkeypatch.setattr(continual.ContinualRun, "settle", settle)
-    # the stock kernels, as on CUDA (the fast CPU kernels are CPU code and never run on a GPU)
-    result = run(str(tiny_protocol_file), "vanilla+sgm", 0, results_dir=tmp_path / "r", mlflow=False, device="cpu",
-                 cpu_kernels="stock")
+    result = run(str(tiny_protocol_file), "vanilla+sgm", 0, results_dir=results_with_joint, mlflow=False, device="cpu")
     assert methods == {"vanilla", "vanilla+sgm"}  # vanilla is the protocol's A_best reference: trained first
     updates = len(per_update)  # this run's, and those of the A_best reference runs it trains first
     assert updates >= sum(c.total_updates for c in result.curves) > 0
