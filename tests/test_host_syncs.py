@@ -25,6 +25,7 @@ from bench_stability_gap.harness.run.update_reads import UpdateReads
 READS = {"__float__", "__int__", "__bool__", "__index__", "item", "tolist", "numpy", "cpu", "nonzero", "argwhere",
          "bincount", "unique", "unique_consecutive", "masked_select", "repeat_interleave"}
 INDEXING = {"__getitem__", "__setitem__", "index_put", "index_put_"}
+ROOT = Path(continual.__file__).resolve().parents[2]  # the repository (the package's root)
 THIS, OVERRIDES = Path(__file__).name, ("torch/overrides.py", "torch/_tensor.py", "torch/utils/_device.py")
 
 
@@ -35,10 +36,14 @@ def _boolean_index(args: tuple) -> bool:
 
 
 def _site() -> str:
-    """The line outside torch's dispatch and this file that made the call."""
+    """The line outside torch's dispatch and this file that made the call: a path in the repository (or in
+    site-packages), wherever the checkout is."""
     for frame in reversed(traceback.extract_stack()):
         if not frame.filename.endswith(THIS) and not frame.filename.endswith(OVERRIDES):
-            return f"{frame.filename.split('site-packages/')[-1].split('/work/')[-1]}:{frame.lineno}"
+            path = Path(frame.filename)
+            name = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else \
+                frame.filename.split("site-packages/")[-1]
+            return f"{name}:{frame.lineno}"
     return "?"
 
 
@@ -131,7 +136,7 @@ def test_online_sgm_reads_the_device_only_when_a_class_first_arrives(tmp_path, b
     run(str(path), "vanilla+sgm", 0, results_dir=tmp_path / "r", mlflow=False, device="cpu", cpu_kernels="stock")
     with_reads = [c for c in reads if c]
     assert len(reads) > 40 and 0 < len(with_reads) <= 20  # at most once per stream class (4 sessions x 5)
-    assert {site.split(":")[0] for c in with_reads for _, site in c} <= {"main/methods/sgm/init.py"}
+    assert {site.split(":")[0] for c in with_reads for _, site in c} <= {"methods/sgm/init.py"}
 
 
 def test_the_kept_losses_read_back_as_the_floats_of_each_update() -> None:
