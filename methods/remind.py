@@ -46,6 +46,7 @@ REMIND needs the trunk to be frozen (it always is) and, for speed, cached: trunk
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -270,7 +271,7 @@ class REMIND(StandardMethod):
         labels = batch.host_labels()
         self._lr_factor = self.lr_factor(labels[is_new])
         with _features_in(self.model):
-            stats = super().observe(TrainBatch(x, batch.y, batch.ids, batch.is_new, batch.labels, batch.new))
+            stats = super().observe(dataclasses.replace(batch, x=x))
         self._lr_factor = 1.0
         for c in labels[is_new]:
             if c >= len(self.class_seen):

@@ -417,10 +417,9 @@ class InputStore:
             rows = ahead if ahead is not None else self.shards.read(self._rows(ids))
         else:
             rows = self._images(ids)
+        rows = to_device(rows, self.device)
         if self.device.type != "cuda":
-            return rows.to(self.device)
-        if rows.device.type != "cuda":  # pinned host memory, asynchronous copy
-            rows = rows.pin_memory().to(self.device, non_blocking=True)
+            return rows
         return rows.contiguous(memory_format=torch.channels_last) if rows.ndim == 4 else rows
 
 
