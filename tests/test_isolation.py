@@ -154,6 +154,26 @@ def test_a_predict_that_trains_in_place_is_caught():
             predict(torch.ones(1, 4))
 
 
+def test_a_part_shared_as_unused_is_not_copied_but_a_predict_that_changes_it_is_caught():
+    class Trunked(Predictor):
+        def __init__(self) -> None:
+            super().__init__()
+            self.trunk = nn.Linear(4, 4)  # as a cached trunk: nothing reads it again
+
+        def predict(self, x):
+            with torch.no_grad():
+                self.trunk.weight.mul_(2.0)
+            return self.model(x)
+
+    m = Trunked()
+    with isolated_predict(Predictor(), shared=[], unused=[m.trunk]):
+        pass
+    with pytest.raises(BenchError, match="changed its trunk.weight"):
+        with isolated_predict(m, shared=[], unused=[m.trunk]) as predict:
+            assert predict.__self__.trunk is m.trunk and predict.__self__.model is not m.model
+            predict(torch.ones(1, 4))
+
+
 STASH: list = []
 
 

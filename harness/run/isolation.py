@@ -34,6 +34,7 @@ from ..data.stream import Catalog, Session, Stream
 from ..errors import BenchError
 from ..spec.protocol import Protocol
 from .memory import Memory
+from .module_copy import deepcopy_with_modules
 
 METHOD_STREAM = 1  # SeedSequence spawn key of the method's own generators (the harness's is the run seed)
 
@@ -347,16 +348,18 @@ def _changed(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
 
 
 @contextmanager
-def isolated_predict(method: Any, shared: list[Any]) -> Iterator[Callable[[Tensor], Tensor]]:
+def isolated_predict(method: Any, shared: list[Any], unused: Sequence[Any] = ()) -> Iterator[Callable[[Tensor], Tensor]]:
     """``predict`` of a throwaway copy of ``method`` (``shared``: the harness's read-only objects, lent
-    rather than copied, plus what ``method.shared_in_eval_copy()`` names). After the eval point, a copy
-    whose state changed, or a change to the method's class or module state, is a BenchError."""
+    rather than copied, plus what ``method.shared_in_eval_copy()`` names; ``unused``: parts of the method
+    nothing reads for the rest of the run, such as a trunk whose features are cached, shared with the copy
+    but still checked). After the eval point, a copy whose state changed, or a change to the method's
+    class or module state, is a BenchError."""
     keep = [*shared, *getattr(method, "shared_in_eval_copy", lambda: [])()]
-    memo: dict[int, Any] = {id(x): x for x in keep}
+    memo: dict[int, Any] = {id(x): x for x in [*keep, *unused]}
     for value in vars(method).values():  # optimizer state is not needed to predict: not copied
         if isinstance(value, torch.optim.Optimizer) or hasattr(value, "optimizer") and hasattr(value, "step"):
             memo[id(value)] = None
-    clone = copy.deepcopy(method, memo)
+    clone = deepcopy_with_modules(method, memo)
     owners = _owner_state(method)
     before = fingerprint(clone, keep)
     yield clone.predict
@@ -376,5 +379,5 @@ def isolated_model_predict(model: torch.nn.Module, outputs: int) -> Iterator[Cal
     """The first ``outputs`` logits of a throwaway copy of ``model``: a stage without a method (the joint
     reference) is evaluated as a method is, so nothing an eval point does survives in the model it goes
     on training or storing. The copy keeps the model's FLOP hooks (closures, copied by reference)."""
-    clone = copy.deepcopy(model)
+    clone = deepcopy_with_modules(model)
     yield lambda x: clone(x)[:, :outputs]

@@ -51,6 +51,9 @@ class Lending:
     ctx: Context
     memory: Memory
     shape: tuple[int, ...]
+    unused: tuple[Any, ...] = ()
+    """Parts of the run's model nothing reads again (its trunk, once its features are cached): an eval
+    copy shares them instead of copying them, and still checks that predict left them unchanged."""
 
     @property
     def shared(self) -> list[Any]:
@@ -62,7 +65,7 @@ class Lending:
         self.ctx.inputs.current = session.train_ids
 
     def predict(self, method: Any) -> AbstractContextManager[Callable[[Tensor], Tensor]]:
-        return isolated_predict(method, self.shared)
+        return isolated_predict(method, self.shared, self.unused)
 
     def check_storage(self, method: Any) -> None:
         check_retained_samples(method, self.memory, self.shape, self.shared)
@@ -97,10 +100,12 @@ class Workbench:
         return Context(self.protocol, train_view(self.stream, method_name), self.device, MemoryView(memory), inputs,
                        rng, generator)
 
-    def lend(self, memory: Memory, method: Any, streams: RandomStreams) -> Lending:
-        """The context for ``method`` (its own random streams, views without test data) and its checks."""
+    def lend(self, memory: Memory, method: Any, streams: RandomStreams, model: SplitModel) -> Lending:
+        """The context for ``method`` (its own random streams, views without test data) and its checks;
+        ``model``: the run's copy of the deployed model."""
         ctx = self.context(memory, streams.method, streams.method_torch, method.name)
-        return Lending(ctx, memory, sample_shape(self.train_inputs))
+        unused = (model.trunk,) if model.trunk_cached else ()
+        return Lending(ctx, memory, sample_shape(self.train_inputs), unused)
 
     @property
     def input_shape(self) -> tuple[int, int, int]:
