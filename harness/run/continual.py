@@ -126,7 +126,8 @@ class ContinualRun:
         self.meter = FL.FlopMeter(self.model, bench.input_shape, bool(self.model.trunk_cached))
         bench.train_inputs.reset_seen()
         bench.test_inputs.reset_seen()
-        self.lent = bench.lend(self.memory, method, streams, self.model)  # views without test data, the method's own streams
+        # views without test data, the method's own streams
+        self.lent = bench.lend(self.memory, method, streams, self.model)
         self.ctx = self.lent.ctx
         self.b_new, self.b_old = p.training.batch.new, p.training.batch.old
         if not method.rehearsal:

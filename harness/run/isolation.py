@@ -17,7 +17,6 @@ no such digging are caught with a BenchError naming the method and the rule:
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -348,7 +347,8 @@ def _changed(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
 
 
 @contextmanager
-def isolated_predict(method: Any, shared: list[Any], unused: Sequence[Any] = ()) -> Iterator[Callable[[Tensor], Tensor]]:
+def isolated_predict(method: Any, shared: list[Any],
+                     unused: Sequence[Any] = ()) -> Iterator[Callable[[Tensor], Tensor]]:
     """``predict`` of a throwaway copy of ``method`` (``shared``: the harness's read-only objects, lent
     rather than copied, plus what ``method.shared_in_eval_copy()`` names; ``unused``: parts of the method
     nothing reads for the rest of the run, such as a trunk whose features are cached, shared with the copy

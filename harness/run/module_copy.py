@@ -11,7 +11,6 @@ state; a module whose class copies or pickles itself in its own way goes through
 from __future__ import annotations
 
 import copy
-import functools
 from collections import OrderedDict
 from typing import Any, TypeVar
 
@@ -21,14 +20,19 @@ T = TypeVar("T")
 
 _ATOMIC = frozenset((type(None), bool, int, float, str))  # exact types: a subclass may carry state
 _EMPTIABLE = frozenset((dict, OrderedDict, set, list))
-_OWN_COPY = ("__deepcopy__", "__reduce_ex__", "__reduce__")  # __getstate__/__setstate__ are called below, as deepcopy calls them
+# a class defining one of these copies its own way; __getstate__/__setstate__ are called below, as deepcopy calls them
+_OWN_COPY = ("__deepcopy__", "__reduce_ex__", "__reduce__")
 
 
-@functools.cache
+_PLAIN: dict[type, bool] = {}
+
+
 def _plain(cls: type) -> bool:
     """True when ``cls`` copies as ``nn.Module`` does: no class between it and Module defines its own copy."""
-    return not any(name in vars(c) for c in cls.__mro__ if c is not nn.Module and issubclass(c, nn.Module)
-                   for name in _OWN_COPY)
+    if cls not in _PLAIN:
+        _PLAIN[cls] = not any(name in vars(c) for c in cls.__mro__ if c is not nn.Module and issubclass(c, nn.Module)
+                              for name in _OWN_COPY)
+    return _PLAIN[cls]
 
 
 def _value(value: Any, memo: dict[int, Any]) -> Any:
