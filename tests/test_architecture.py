@@ -97,3 +97,21 @@ def test_no_function_of_the_package_is_over_80_lines() -> None:
     out = subprocess.run([sys.executable, str(ROOT / "ci" / "function_lengths.py")], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, "functions over 80 lines (split them):\n" + out.stdout
+
+
+def test_methods_import_without_peft_until_lora_is_injected() -> None:
+    """peft (and the transformers it imports) costs a process seconds; a run without LoRA never loads it."""
+    block_peft = BLOCK_TORCH.replace('{"torch", "torchvision", "timm", "fvcore", "peft", "faiss"}',
+                                     '{"peft", "transformers"}')
+    assert block_peft != BLOCK_TORCH
+    out = subprocess.run([sys.executable, "-c", block_peft + textwrap.dedent("""
+        import torch
+        from bench_stability_gap.harness import cli
+        from bench_stability_gap.methods.registry import METHOD_GROUP, MODIFIER_GROUP, entries
+        from bench_stability_gap.methods.sgm.lora import lora_modules
+        loaded = [e.load() for group in (METHOD_GROUP, MODIFIER_GROUP) for e in entries(group).values()]
+        print(len(loaded), lora_modules(torch.nn.Sequential(torch.nn.Linear(2, 2))))
+    """)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    count, found = out.stdout.split(maxsplit=1)
+    assert int(count) >= 10 and found.strip() == "[]"

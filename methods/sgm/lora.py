@@ -27,11 +27,10 @@ them when the body has none (begin_session, or a resume after it, injects them f
 
 from __future__ import annotations
 
-from typing import Any, cast
+import sys
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
-from peft import LoraConfig, inject_adapter_in_model
-from peft.tuners.lora import LoraLayer
 from pydantic import BaseModel
 from torch import Tensor, nn
 
@@ -40,11 +39,22 @@ from ...harness.errors import BenchError
 from ..base import Modifier, StandardMethod
 from ..configs import LoRAConfig
 
+if TYPE_CHECKING:
+    from peft.tuners.lora import LoraLayer
+
 ADAPTER = "default"
 
 
 def lora_modules(module: nn.Module) -> list[tuple[str, LoraLayer]]:
-    return [(n, m) for n, m in module.named_modules() if isinstance(m, LoraLayer)]
+    """The LoRA-wrapped modules of ``module``, by name.
+
+    peft is imported where adapters are injected, not with this module: importing it (and the transformers
+    it imports) costs a process 2-3 s that a run of a method without LoRA need not spend. Until it is
+    imported no module can be a LoRA layer."""
+    lora = sys.modules.get("peft.tuners.lora")
+    if lora is None:
+        return []
+    return [(n, m) for n, m in module.named_modules() if isinstance(m, lora.LoraLayer)]
 
 
 def fold_lora(module: nn.Module) -> int:
@@ -68,6 +78,8 @@ def inject_adapters(body: nn.Module, targets: list[str], rank: int, alpha: float
                     generator: torch.Generator) -> None:
     """peft adapters on the ``targets`` modules of ``body``, delta zero (B = 0), A drawn from ``generator``:
     ``kaiming_uniform`` as loralib (the published code), or ``gaussian`` N(0, 1/r^2) (the text)."""
+    from peft import LoraConfig, inject_adapter_in_model
+
     # peft declares lora_alpha an int, yet only divides by it (scaling = alpha / r): a float alpha is exact
     cfg = LoraConfig(r=rank, lora_alpha=alpha,  # type: ignore[arg-type]
                      target_modules=targets, lora_dropout=0.0, bias="none", init_lora_weights="gaussian")
