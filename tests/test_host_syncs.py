@@ -150,6 +150,31 @@ def test_the_kept_losses_read_back_as_the_floats_of_each_update() -> None:
     assert read[:3] == [(0, float(values[0])), (1, float(values[1])), (2, 0.5)] and read[3][1] != read[3][1]
 
 
+def test_a_read_widens_the_kept_losses_once_not_once_per_update() -> None:
+    """On CUDA each widening is a kernel launch: 100 losses cost 100 of them if widened one by one."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Kernels(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.names: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.append(func.__name__)
+            return func(*args, **(kwargs or {}))
+
+    reads = UpdateReads()
+    dtypes = (torch.float32, torch.bfloat16, torch.float16)
+    losses = [torch.tensor(u / 7, dtype=dtypes[u % 3]) for u in range(100)]
+    for u, loss in enumerate(losses):
+        reads.add(u, loss)
+    with Kernels() as kernels:
+        read = reads.read()
+    assert read == [(u, float(loss)) for u, loss in enumerate(losses)]
+    computing = [n for n in kernels.names if n not in ("detach.default", "view.default")]
+    assert computing == ["stack.default", "_to_copy.default"]
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (ci/gpu_checks.sh runs it)")
 def test_on_cuda_no_update_synchronises(tiny_protocol_file, tmp_path, monkeypatch):
     """vanilla+sgm and its A_best reference run, vanilla: any synchronising call in an update raises."""

@@ -37,9 +37,11 @@ class UpdateReads:
 
     def read(self) -> list[tuple[int, float]]:
         """The kept losses as Python floats, with one host sync for all of them, and the list emptied.
-        The same floats as ``float(loss)`` after each update: float32 and bfloat16 widen to float64 exactly."""
+        The same floats as ``float(loss)`` after each update: stacking promotes them to their widest dtype,
+        and that and the widening to float64 are exact for float16, bfloat16 and float32. Widening once, after
+        the stack, is one kernel on CUDA instead of one per update."""
         kept, self.losses = self.losses, []
         tensors = [loss for _, loss in kept if isinstance(loss, Tensor)]
-        values = iter(torch.stack([t.detach().reshape(()).to(tensors[0].device, torch.float64) for t in tensors])
-                      .tolist() if tensors else [])
+        values = iter(torch.stack([t.detach().reshape(()).to(tensors[0].device) for t in tensors])
+                      .to(torch.float64).tolist() if tensors else [])
         return [(u, next(values) if isinstance(loss, Tensor) else float(loss)) for u, loss in kept]
