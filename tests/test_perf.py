@@ -21,6 +21,23 @@ def test_bench_perf_runs_on_synthetic_tensors_and_prints_the_ratios():
         assert words in out.output
 
 
+@pytest.mark.parametrize("device", ["xla", "cpu:0", "cuda:7"])
+@pytest.mark.parametrize("paper", [[], ["--paper", "-p", "cil_places_lt_synthetic"]])
+def test_bench_perf_refuses_a_device_bench_run_refuses_before_building_anything(device, paper, monkeypatch):
+    from support import refused
+
+    from bench_stability_gap.harness.tools import perf, perf_scale
+
+    def built(*args, **kwargs):
+        raise AssertionError("bench perf built its network before checking --device")
+
+    monkeypatch.setattr(perf, "_rig", built)
+    monkeypatch.setattr(perf_scale, "paper_report", built)
+    out = CliRunner().invoke(main, ["perf", "--device", device, *paper])
+    refused(out, f"--device {device!r} is not a device bench can train on here", "Give one of: auto, cpu", lines=1)
+    assert CliRunner().invoke(main, ["run", "--device", device, "--no-mlflow"]).output == out.output
+
+
 def test_roofline_share_is_achieved_macs_over_the_gemm_rate():
     from bench_stability_gap.harness.tools.perf import gemm_gmacs, roofline_line
 

@@ -118,8 +118,10 @@ def perf(protocol: str, device: str, updates: int, warmup: int, repeats: int, ev
     """Time a protocol's update and continual evaluation: plain PyTorch loop vs the harness
     (or, with --paper, the data path's per-image costs and the full protocol's projected time)."""
     from .perf_scale import check_paper_options, paper_report
+    from .preflight import check_device
 
     check_paper_options(paper, project_tflops)
+    check_device(device)  # the rule bench run applies: a device torch cannot use is refused before any compute
     if paper:
         paper_report(protocol, device, None, paper_images, min(repeats, 3), project_tflops, budget_of)
         return
