@@ -38,6 +38,37 @@ def test_bench_perf_refuses_a_device_bench_run_refuses_before_building_anything(
     assert CliRunner().invoke(main, ["run", "--device", device, "--no-mlflow"]).output == out.output
 
 
+@pytest.mark.parametrize("args, needles", [
+    (["--budget-of", "online_cub_20k"], ["--budget-of online_cub_20k: online_cub_20k's budget does not fit "
+                                         "cil_places_lt_synthetic's data", "classes_per_session (40) does not divide "
+                                         "the 365 stream classes"]),
+    (["--project-tflops", "-3"], ["--project-tflops -3: a device's sustained rate is a positive, finite number"]),
+    (["--project-tflops", "inf"], ["--project-tflops inf: a device's sustained rate"]),
+])
+def test_bench_perf_paper_refuses_options_that_project_nothing_real_before_measuring(args, needles, monkeypatch):
+    from support import refused
+
+    from bench_stability_gap.harness.data import stream
+
+    def built(*a, **k):
+        raise AssertionError("bench perf --paper built the stream before checking its options")
+
+    monkeypatch.setattr(stream, "build_stream", built)
+    out = CliRunner().invoke(main, ["perf", "--paper", "-p", "cil_places_lt_synthetic", *args])
+    refused(out, *needles, lines=1)
+
+
+def test_a_budget_that_fits_the_data_is_projected_under_both_names():
+    from bench_stability_gap.harness.spec.protocol import load_protocol
+    from bench_stability_gap.harness.tools.perf_scale import with_budget_of
+
+    real = load_protocol("cil_places_lt")
+    twin = with_budget_of(load_protocol("cil_places_lt_synthetic"), "cil_places_lt")
+    assert twin.name == "cil_places_lt_synthetic@cil_places_lt"
+    assert (twin.training, twin.eval, twin.joint, twin.sessions) == (real.training, real.eval, real.joint, real.sessions)
+    assert twin.pretrain_data == load_protocol("cil_places_lt_synthetic").pretrain_data
+
+
 def test_roofline_share_is_achieved_macs_over_the_gemm_rate():
     from bench_stability_gap.harness.tools.perf import gemm_gmacs, roofline_line
 

@@ -22,15 +22,20 @@ FLOP rates: that device's sustained rate is an assumption the user states, print
 from __future__ import annotations
 
 import dataclasses
+import math
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 import numpy as np
 
 from ..errors import BenchError
+
+if TYPE_CHECKING:
+    from ..spec.protocol import Protocol
 
 
 @dataclass
@@ -179,17 +184,27 @@ def _hms(seconds: float) -> str:
     return f"{h:d} h {rem // 60:02d} min" if h else f"{rem // 60:d} min {rem % 60:02d} s"
 
 
-def with_budget_of(protocol, other_name: str | None):
+def with_budget_of(protocol: Protocol, other_name: str | None) -> Protocol:
     """``protocol``'s data with another protocol's budget (updates, batches, eval points, joint):
-    a synthetic twin's counts projected at the real protocol's full budget."""
+    a synthetic twin's counts projected at the real protocol's full budget. The combination is validated
+    as a protocol file is: a session layout that does not fit the data (40 classes a session of 365) would
+    otherwise project a stream no run could draw."""
     if not other_name:
         return protocol
-    from ..spec.protocol import load_protocol
+    from pydantic import ValidationError
+
+    from ..spec.protocol import Protocol, load_protocol
+    from ..spec.specfile import validation_problems
 
     other = load_protocol(other_name)
     fields = ("pretrain", "training", "memory", "eval", "joint", "sessions", "classes_per_session", "ordering")
-    return protocol.model_copy(update={f: getattr(other, f) for f in fields} |
-                               {"name": f"{protocol.name}@{other.name}"})
+    merged = protocol.model_copy(update={f: getattr(other, f) for f in fields})
+    try:
+        Protocol.model_validate(merged.model_dump())
+    except ValidationError as err:
+        raise BenchError(f"--budget-of {other_name}: {other.name}'s budget does not fit {protocol.name}'s data: "
+                         f"{validation_problems(err).removeprefix('(top level): ')}.") from None
+    return merged.model_copy(update={"name": f"{protocol.name}@{other.name}"})
 
 
 def paper_report(protocol_name: str, device_name: str, batch: int | None, images: int, repeats: int,
@@ -263,5 +278,9 @@ def paper_report(protocol_name: str, device_name: str, batch: int | None, images
 
 
 def check_paper_options(paper: bool, project_tflops: float | None) -> None:
+    """The options of ``--paper`` that can be checked before anything is measured."""
     if project_tflops is not None and not paper:
         raise BenchError("--project-tflops applies to bench perf --paper only.")
+    if project_tflops is not None and not (math.isfinite(project_tflops) and project_tflops > 0):
+        raise BenchError(f"--project-tflops {project_tflops:g}: a device's sustained rate is a positive, finite "
+                         f"number of TFLOP/s (e.g. 400 for an H100's bf16 at about 40 % of its peak).")
