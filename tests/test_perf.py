@@ -58,6 +58,23 @@ def test_bench_perf_paper_refuses_options_that_project_nothing_real_before_measu
     refused(out, *needles, lines=1)
 
 
+@pytest.mark.parametrize("args, needle", [
+    (["--budget-of", "cil_places_lt"], "--budget-of applies to bench perf --paper only."),
+    (["--paper-images", "8", "--project-tflops", "400"], "--project-tflops and --paper-images apply to bench perf "
+                                                         "--paper only."),
+])
+def test_an_option_of_the_projection_without_paper_is_refused_not_ignored(args, needle, monkeypatch):
+    from support import refused
+
+    from bench_stability_gap.harness.tools import perf
+
+    def built(*a, **k):
+        raise AssertionError("bench perf ran the plain benchmark, ignoring an option of --paper")
+
+    monkeypatch.setattr(perf, "_rig", built)
+    refused(CliRunner().invoke(main, ["perf", "-p", "tiny_cil", *args]), needle, lines=1)
+
+
 def test_a_budget_that_fits_the_data_is_projected_under_both_names():
     from bench_stability_gap.harness.spec.protocol import load_protocol
     from bench_stability_gap.harness.tools.perf_scale import with_budget_of

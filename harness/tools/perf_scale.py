@@ -25,6 +25,7 @@ import dataclasses
 import math
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -277,10 +278,14 @@ def paper_report(protocol_name: str, device_name: str, batch: int | None, images
         click.echo(f"  {'total':<20} {_hms(sum(times.values())):>14}")
 
 
-def check_paper_options(paper: bool, project_tflops: float | None) -> None:
-    """The options of ``--paper`` that can be checked before anything is measured."""
-    if project_tflops is not None and not paper:
-        raise BenchError("--project-tflops applies to bench perf --paper only.")
+def check_paper_options(paper: bool, project_tflops: float | None, given: Sequence[str] = ()) -> None:
+    """The options of ``--paper`` that can be checked before anything is measured (``given``: the options the
+    user set). One of them without ``--paper`` is refused rather than ignored: the plain benchmark would run,
+    and look like the projection asked for."""
+    only_paper = [o for o in ("--project-tflops", "--budget-of", "--paper-images") if o in given]
+    if only_paper and not paper:
+        raise BenchError(f"{' and '.join(only_paper)} {'apply' if len(only_paper) > 1 else 'applies'} to "
+                         f"bench perf --paper only.")
     if project_tflops is not None and not (math.isfinite(project_tflops) and project_tflops > 0):
         raise BenchError(f"--project-tflops {project_tflops:g}: a device's sustained rate is a positive, finite "
                          f"number of TFLOP/s (e.g. 400 for an H100's bf16 at about 40 % of its peak).")
