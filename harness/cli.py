@@ -290,7 +290,7 @@ def sweep(sweep: str | None, schema: bool, seeds: str | None, dry_run: bool, tab
     if sweep is None:
         raise BenchError("bench sweep needs SWEEP: a built-in sweep's name or a sweep YAML file "
                          "(bench sweep --schema prints what the file may hold).")
-    ray_plan = _ray_plan(executor, address, cpus_per_run, gpus_per_run, max_retries, device)
+    ray_plan = _ray_plan(executor, address, cpus_per_run, gpus_per_run, max_retries, device, "sweep")
     spec = load_sweep(sweep)
     try:
         chosen = [int(s) for s in seeds.split(",")] if seeds else None
@@ -356,7 +356,7 @@ def tune(protocol: str, method: str, trials: int | None, objective: str | None, 
         given = read
     request = tune_request(protocol, method, trials=trials, objective=objective, seed=seed, storage=storage,
                            space=given, results_dir=results_dir)
-    ray_plan = _ray_plan(executor, address, cpus_per_run, gpus_per_run, None, device)
+    ray_plan = _ray_plan(executor, address, cpus_per_run, gpus_per_run, None, device, "study")
     check_backbone(request.protocol)
     options = _options({}, results_dir, device, trunk_cache, progress, allow_download)
     entry = run_tune(request, options, ray_plan, click.echo)
@@ -366,13 +366,15 @@ def tune(protocol: str, method: str, trials: int | None, objective: str | None, 
 
 
 def _ray_plan(executor: str, address: str | None, cpus: float | None, gpus: float | None, retries: int | None,
-              device: str):
-    """The Ray settings, checked before anything runs (None for the local executor)."""
+              device: str, what: str):
+    """The Ray settings, checked before anything runs (None for the local executor); ``what`` runs: a sweep
+    or a study."""
     given = {"--address": address, "--cpus-per-run": cpus, "--gpus-per-run": gpus, "--max-retries": retries}
     if executor == "local":
         extra = [k for k, v in given.items() if v is not None]
         if extra:
-            raise BenchError(f"{', '.join(extra)} only apply to --executor ray (this sweep runs locally).")
+            raise BenchError(f"{' and '.join(extra)} {'apply' if len(extra) > 1 else 'applies'} to --executor ray "
+                             f"only (without it, this {what} runs locally).")
         return None
     cpus, gpus, retries = (1.0 if cpus is None else cpus, 0.0 if gpus is None else gpus,
                            3 if retries is None else retries)

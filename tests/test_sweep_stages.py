@@ -136,7 +136,8 @@ def test_shared_storage_probe_sees_the_same_folder_and_names_what_a_node_cannot_
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--address", "127.0.0.1:6379"], "--address only apply to --executor ray"),
+    (["--address", "127.0.0.1:6379"], "--address applies to --executor ray only (without it, this sweep runs locally)"),
+    (["--cpus-per-run", "2", "--max-retries", "1"], "--cpus-per-run and --max-retries apply to --executor ray only"),
     (["--executor", "ray", "--device", "cuda"], "needs --gpus-per-run"),
     (["--executor", "ray", "--gpus-per-run", "0.5", "--device", "cpu"],
      "--gpus-per-run 0.5 reserves GPUs, but --device is cpu"),
