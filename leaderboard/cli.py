@@ -67,11 +67,12 @@ def leaderboard() -> None:
 @click.option("--title", default="Stability-gap leaderboard", show_default=True)
 def build(results_dir: Path | None, tracking_uri: str | None, out: Path, mlflow_ui: str | None, title: str) -> None:
     """Write a self-contained static site (open OUT/index.html; no server needed)."""
-    from .site import build_site, check_out
+    from .site import build_site, check_mlflow_ui, check_out
     from .sources import load
 
     if results_dir is not None and tracking_uri is not None:
         raise BenchError("Give either --results-dir DIR or --tracking-uri URI, not both.")
+    check_mlflow_ui(mlflow_ui)
     results = _results_folder(results_dir, tracking_uri)
     check_out(out, results)  # before any result is read
     loaded = load(results_dir, tracking_uri, warn=_warn)

@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from importlib import metadata, resources
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
@@ -216,6 +216,17 @@ def _option_view(key: str, value: object) -> dict:
     return {"key": key, "rows": None, "text": str(value)}
 
 
+def check_mlflow_ui(ui: str | None) -> None:
+    """``--mlflow-ui`` is an http(s) address with a host: every run page links to it, and a ``javascript:``
+    or ``data:`` URL there would run in the browser of whoever opens the site."""
+    if ui is None:
+        return
+    parts = urlsplit(ui)
+    if parts.scheme.lower() not in ("http", "https") or not parts.netloc:
+        raise BenchError(f"--mlflow-ui {ui!r}: the MLflow UI's address is an http:// or https:// URL with a host "
+                         f"(e.g. http://127.0.0.1:5000); the run pages link to it.")
+
+
 def _mlflow_href(entry: Entry, ui: str | None) -> tuple[str | None, str | None]:
     """(link to the run in the MLflow UI, how to open that UI) for an entry logged to MLflow."""
     link = entry.mlflow
@@ -385,6 +396,7 @@ def build_site(loaded: Loaded, out: Path, *, mlflow_ui: str | None = None, repor
     from ..harness.atomic import StorageFault, fault_message, storage_error
 
     t0 = time.perf_counter()
+    check_mlflow_ui(mlflow_ui)
     final = check_out(Path(out), results)
     reported = load_reported(reported_path)
     assign_slugs(loaded.entries)

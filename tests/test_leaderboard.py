@@ -28,6 +28,7 @@ from chromium import CHROMIUM_FLAGS, playwright_and_chromium
 from click.testing import CliRunner
 
 from bench_stability_gap.harness.cli import main
+from bench_stability_gap.harness.errors import BenchError
 from bench_stability_gap.harness.results.metrics import best_new_accuracy, compute_metrics, plasticity_gap
 from bench_stability_gap.harness.spec.protocol import load_protocol
 from bench_stability_gap.harness.results.schema import RunResult, load_result, save_result
@@ -440,6 +441,20 @@ def test_table_command_prints_the_same_aggregates(results_dir: Path) -> None:
     assert frame[frame["is_reference"]]["S_delta"].isna().all()
     unknown = runner.invoke(main, ["leaderboard", "table", "--results-dir", str(results_dir), "--protocol", "tiny_cl"])
     assert unknown.exit_code == 2 and "tiny_cil" in unknown.output
+
+
+@pytest.mark.parametrize("ui", ["javascript:alert(1)", "JavaScript://%0Aalert(1)", "data:text/html,x", "mlflow:5000",
+                                "http://", "ftp://mlflow.example"])
+def test_an_mlflow_ui_that_is_not_an_http_address_is_refused_before_anything_is_read(ui, tmp_path: Path) -> None:
+    from support import refused
+
+    site = tmp_path / "site"
+    out = CliRunner().invoke(main, ["leaderboard", "build", "--results-dir", str(tmp_path / "none"), "--out", str(site),
+                                    "--mlflow-ui", ui])
+    refused(out, f"--mlflow-ui {ui!r}: the MLflow UI's address is an http:// or https:// URL with a host", lines=1)
+    assert not site.exists()
+    with pytest.raises(BenchError, match="--mlflow-ui"):  # the library entry point too
+        build_site(load_folder(tmp_path), site, mlflow_ui=ui)
 
 
 def test_tracking_uri_reads_the_json_artifacts_from_mlflow(results_dir: Path, tmp_path: Path, seeded_store) -> None:
