@@ -1,8 +1,8 @@
 """What the leaderboard says about each built-in method and modifier: its family and its paper.
 
 Kept beside the registry, torch-free, as timm keeps a model's metadata beside its registration: the
-leaderboard reads it without importing any method. A plugin declares the same on its class (``family``,
-``paper`` class attributes); a name found in neither is shown in the family ``other`` without a link.
+leaderboard reads it without importing any method. A name not listed here (a plugin's method, which the
+leaderboard does not import) is shown in the family ``other`` without a link.
 A method string's family is that of its last modifier that has one (``vanilla+nmc``: head), else its
 base's (``vanilla+sgm``: rehearsal, the base SGM wraps).
 """
