@@ -545,10 +545,7 @@ def load_results(results_dir: str | Path) -> pd.DataFrame:
     from ..leaderboard.aggregate import entry_frame, scored_entries, summarize
     from ..leaderboard.sources import load_folder
 
-    root = Path(results_dir).expanduser()
-    if not root.is_dir():
-        raise BenchError(f"Results folder {root} does not exist (run `bench run ...` first, or give another folder).")
-    loaded = load_folder(root, warn=lambda message: warnings.warn(message, stacklevel=3))
+    loaded = load_folder(Path(results_dir), warn=lambda message: warnings.warn(message, stacklevel=3))
     scored = scored_entries(summarize(loaded.entries))
     if not scored:
         return pd.DataFrame(columns=results_columns())
@@ -574,10 +571,7 @@ def table(results_dir: str | Path, protocols: Iterable[str] = (), fmt: TableForm
 
     if fmt not in TABLE_FORMATS:  # the Literal binds the type checker only, not a notebook's caller
         raise BenchError(f"table fmt {fmt!r} is not a table format: choose one of {', '.join(TABLE_FORMATS)}.")
-    root = Path(results_dir).expanduser()
-    if not root.is_dir():
-        raise BenchError(f"Results folder {root} does not exist (run `bench run ...` first, or give another folder).")
-    loaded = load_folder(root, warn=lambda message: warnings.warn(message, stacklevel=3))
+    loaded = load_folder(Path(results_dir), warn=lambda message: warnings.warn(message, stacklevel=3))
     boards = chosen_boards(summarize(loaded.entries), tuple(protocols), loaded.origin)
     if fmt == "csv":
         return boards_frame(boards).to_csv(index=False) if boards else ""

@@ -78,7 +78,9 @@ def load_folder(root: Path, warn: Warn = _ignore) -> Loaded:
     """Every ``*.json`` under ``root/runs`` (the layout ``bench run`` writes), else under ``root``."""
     root = Path(root).expanduser()
     if not root.is_dir():
-        raise BenchError(f"Results folder {root} does not exist (run `bench run ...` first, or pass --results DIR).")
+        what = "is a file, not a folder" if root.exists() else "does not exist"
+        raise BenchError(f"Results folder {root} {what}: run `bench run ...` first, or name the folder that holds "
+                         f"the results.")
     loaded = Loaded(origin=f"results folder {root.resolve()}")
     # the layout bench run writes, else a folder of JSON files copied from somewhere; junk (symlinks,
     # folders named *.json, unreadable entries) is skipped with a warning naming it

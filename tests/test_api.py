@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import re
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +24,25 @@ def test_load_results_of_an_empty_folder_is_an_empty_frame_with_the_columns(tmp_
     assert {"run_id", "method", "seed", "S_delta", "P_delta_paper", "bwt", "forgetting", *LOAD_COLUMNS} <= set(frame.columns)
     with pytest.raises(BenchError, match="does not exist"):
         load_results(tmp_path / "nowhere")
+
+
+def test_a_results_folder_that_is_missing_or_a_file_is_named_so_by_the_api_and_the_cli(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+    from support import refused
+
+    from bench_stability_gap.harness.api import table
+    from bench_stability_gap.harness.cli import main
+
+    (tmp_path / "a-file").write_text("")
+    said = {name: f"Results folder {tmp_path / name} {what}: run `bench run ...` first"
+            for name, what in (("nowhere", "does not exist"), ("a-file", "is a file, not a folder"))}
+    for name, message in said.items():
+        for call in (load_results, table):
+            with pytest.raises(BenchError, match=re.escape(message)):
+                call(tmp_path / name)
+    # the CLI says the same of a missing folder (a file is refused by click's own folder check first)
+    out = CliRunner().invoke(main, ["leaderboard", "table", "--results-dir", str(tmp_path / "nowhere")])
+    refused(out, said["nowhere"], lines=1)
 
 
 def test_load_results_one_row_per_run_and_a_corrupt_file_named(tmp_path: Path) -> None:
