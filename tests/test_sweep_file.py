@@ -59,3 +59,15 @@ def test_bad_sweep_files_exit_2_naming_the_key_or_path(tmp_path):
                          ([], "the sweep holds no run")):
         out = invoke("sweep", str(_sweep(tmp_path, {"grid": grid})), "--dry-run")
         assert out.exit_code == 2 and needle in out.output, out.output
+
+
+def test_a_seed_or_method_listed_twice_plans_one_run(tmp_path):
+    twice = [{"protocol": "tiny_cil", "methods": ["vanilla", "vanilla"]}, {"protocol": "tiny_cil", "methods": ["vanilla"]}]
+    path = _sweep(tmp_path, {"seeds": [1, 0, 1], "runs": twice})
+    for extra in ([], ["--seeds", "2,2"]):
+        out = invoke("sweep", str(path), "--dry-run", "--results-dir", str(tmp_path / "results"), *extra)
+        assert out.exit_code == 0, out.output
+        seeds = [1, 0] if not extra else [2]
+        assert f"Sweep mine: {len(seeds)} run(s), 0 already done, {len(seeds)} to run" in out.output
+        assert [line.split("seed ")[1].split(":")[0] for line in out.output.splitlines()
+                if " tiny_cil vanilla seed " in line] == [str(s) for s in seeds]

@@ -202,8 +202,13 @@ def plan(sweep: Sweep, results_dir: Path, seeds: list[int] | None = None,
     options = options or RunOptions(results_dir=results_dir)
     counted = {name: selection(spec, options) for name, spec in protocols.items()}
     cells = []  # (group, method, overrides, tuned, resolved settings): built once, whatever the number of seeds
+    listed: set[str] = set()  # a method listed twice with the same settings (in a group or two) is one run
     for group in groups:
         for method in group.methods:
+            key = (group.protocol, method, group.tuned, sorted((k, format_setting(v)) for k, v in group.set.items()))
+            if repr(key) in listed:
+                continue
+            listed.add(repr(key))
             check_joint_request(method, dict(group.set))
             overrides, tuned = dict(group.set), None
             if group.tuned:
@@ -212,7 +217,7 @@ def plan(sweep: Sweep, results_dir: Path, seeds: list[int] | None = None,
             _, built = build_method(method, protocols[group.protocol], overrides)
             cells.append((group, method, overrides, tuned, method_settings(built)))
     out = []
-    for seed in seeds if seeds is not None else sweep.seeds:
+    for seed in _distinct(seeds if seeds is not None else sweep.seeds):  # a seed listed twice is one run
         for group, method, overrides, tuned, config in cells:
             spec = protocols[group.protocol]
             done = finished(spec, method, overrides, seed, config, counted[group.protocol], tuned)
