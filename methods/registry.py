@@ -171,7 +171,10 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
         key, eq, value = pair.partition("=")
         if not eq or not key.strip():
             raise BenchError(f"--set {pair!r} must look like key=value (e.g. --set lr=0.001).")
-        out[key.strip()] = safe_yaml(value, "--set", repr(pair))
+        name, parsed = key.strip(), safe_yaml(value, "--set", repr(pair))
+        if name in out and out[name] != parsed:  # which one would win is a guess the user should not have to make
+            raise BenchError(f"--set {name} is given twice, as {out[name]!r} and {parsed!r}: give it once.")
+        out[name] = parsed
     return out
 
 

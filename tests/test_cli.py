@@ -32,6 +32,8 @@ def test_show_protocol_prints_spec_and_hash():
     (("run", "--method", "vanilla++"), "malformed"),
     (("run", "--set", "lr"), "key=value"),
     (("run", "--set", "lrr=0.1"), "lrr"),
+    (("run", "--set", "lr=0.1", "--set", "lr=0.2"), "--set lr is given twice, as 0.1 and 0.2: give it once."),
+    (("sweep", "table1_tiny_cil", "--dry-run", "--seeds", "0,x"), "--seeds '0,x' must be comma-separated integers"),
     (("show", "protocol", "nope"), "Unknown protocol 'nope'"),
 ])
 def test_bad_input_exits_2_with_a_named_error(args, needle):
