@@ -203,3 +203,18 @@ def test_table_refuses_an_unknown_format_naming_it_and_the_choices(tmp_path: Pat
 
     with pytest.raises(BenchError, match=r"table fmt 'docx' is not a table format: choose one of markdown, text"):
         table(tmp_path, fmt="docx")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("seed", ["0", 0.5, True, None])
+def test_a_seed_that_is_not_an_integer_is_refused_before_any_compute(seed: Any, tmp_path: Path, monkeypatch) -> None:
+    """From Python a seed of the wrong type reached numpy's seeding (a TypeError) or, as True, trained a
+    deployed model as seed 1 under another name."""
+    from bench_stability_gap.harness.run import workbench
+
+    def prepared(*args, **kwargs):
+        raise AssertionError("a workbench was prepared for a seed that is not an integer")
+
+    monkeypatch.setattr(workbench, "prepare", prepared)
+    with pytest.raises(BenchError, match=f"--seed {re.escape(repr(seed))} is a {type(seed).__name__}; a seed is an "
+                                         f"integer, e.g. 0."):
+        run("tiny_cil", "vanilla", seed, results_dir=tmp_path, mlflow=False)

@@ -71,3 +71,10 @@ def test_a_seed_or_method_listed_twice_plans_one_run(tmp_path):
         assert f"Sweep mine: {len(seeds)} run(s), 0 already done, {len(seeds)} to run" in out.output
         assert [line.split("seed ")[1].split(":")[0] for line in out.output.splitlines()
                 if " tiny_cil vanilla seed " in line] == [str(s) for s in seeds]
+
+
+def test_a_seed_that_yaml_reads_as_a_bool_or_a_string_is_refused(tmp_path):
+    for seeds, got in (([True], "(got True)"), (["1"], "(got '1')")):
+        out = invoke("sweep", str(_sweep(tmp_path, {"seeds": seeds, "runs": [{"protocol": "tiny_cil",
+                                                                             "methods": ["vanilla"]}]})), "--dry-run")
+        assert out.exit_code == 2 and f"seeds.0: Input should be a valid integer {got}" in out.output, out.output

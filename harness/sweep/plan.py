@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
 
 from ...methods.registry import build_method, method_settings
 from ..errors import BenchError, not_a_file
@@ -105,7 +105,7 @@ class Sweep(BaseModel):
 
     name: str
     description: str = ""
-    seeds: list[int] = Field(min_length=1)
+    seeds: list[StrictInt] = Field(min_length=1)  # strict: YAML's `true` would otherwise be seed 1
     runs: list[SweepGroup] = Field(default_factory=list, description="groups of methods, each with its overrides")
     grid: list[SweepGrid] = Field(default_factory=list, description="methods × --set values, expanded")
 

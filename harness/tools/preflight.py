@@ -9,6 +9,7 @@ the sweep calls them once per planned run.
 from __future__ import annotations
 
 import json
+import numbers
 import os
 import socket
 import sqlite3
@@ -37,6 +38,10 @@ TRACKING_SCHEMES = ("sqlite", "file", "http", "https", "postgresql", "mysql", "m
 
 
 def check_seed(seed: int, what: str = "--seed") -> None:
+    """A seed is an integer in numpy's range. From Python a str, float or bool would pass a range check (or
+    fail deep in numpy's seeding), and True would even train, as seed 1 under another name."""
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise BenchError(f"{what} {seed!r} is a {type(seed).__name__}; a seed is an integer, e.g. 0.")
     if not 0 <= seed <= MAX_SEED:
         raise BenchError(f"{what} {seed} is outside 0..{MAX_SEED} (numpy's seeding range, with room for the "
                          f"per-session offsets of the joint reference).")
