@@ -173,6 +173,22 @@ def test_a_run_with_impossible_accuracies_is_apart_and_moves_no_one(tmp_path: Pa
     assert {e.run_id: e.p_delta_paper for e in after.ranked_runs} == {e.run_id: e.p_delta_paper for e in before.ranked_runs}
 
 
+@pytest.mark.parametrize("seed, said", [(-3, "greater than or equal to 0"), (2**31, "less than or equal to 2147483647"),
+                                        (True, "a valid integer")])
+def test_a_result_with_a_seed_no_run_can_have_is_skipped_and_refused_by_validate(tmp_path: Path, seed, said) -> None:
+    """A seed outside what ``bench run`` accepts was not made by a run; counted, it would add a seed to a row."""
+    results = real_results()
+    root = write_results(tmp_path / "r", results)
+    vanilla0 = by_method(results)[("vanilla", 0)]
+    path = root / "runs" / "edited.json"
+    path.write_text(json.dumps({**json.loads(vanilla0.model_dump_json()), "run_id": "edited", "seed": seed}))
+    loaded = load_folder(root)
+    assert "edited" not in {e.run_id for e in loaded.entries}
+    assert any(str(path) in where and said in why for where, why in loaded.skipped), loaded.skipped
+    out = CliRunner().invoke(main, ["validate", str(path)])
+    assert out.exit_code == 2 and f"seed: Input should be {said}" in out.output, out.output
+
+
 def test_a_joint_run_with_other_settings_is_never_A_joint(tmp_path: Path) -> None:
     results = real_results()
     joint0 = by_method(results)[("joint", 0)]

@@ -14,10 +14,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
 from ..atomic import write_or_rescue
 from ..errors import BenchError
+from ..spec.protocol import MAX_SEED
 from .curves import ReferenceSession, SessionCurve
 from .metrics import EvalWeighting, Metrics
 from .read_once import forget, parsed
@@ -132,7 +133,7 @@ class RunResult(Strict):
     method: MethodStamp
     config: dict[str, Any]
     overrides: dict[str, Any] = Field(default_factory=dict, description="the --set overrides the run was given")
-    seed: int
+    seed: StrictInt = Field(ge=0, le=MAX_SEED)  # what bench run accepts: any other seed was not made by a run
     trainable_params: int
     curves: list[SessionCurve] = Field(default_factory=list)
     reference: list[ReferenceSession] = Field(default_factory=list, description="joint runs only")
