@@ -22,13 +22,16 @@ import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import pandas as pd
 
 from .errors import BenchError
 from .results.read_once import reading_once
 from .results.schema import RunResult
+
+if TYPE_CHECKING:
+    from .results.tracking import NotMirrored
 
 Echo = Callable[[str], None]
 Summary = Callable[[RunResult, Path], None]
@@ -80,14 +83,14 @@ def _stored_paths(root: Path, protocol: str) -> set[Path]:
 
 
 def _mirror_references(result: RunResult, path: Path, before: set[Path], root: Path, tracking_uri: str | None,
-                       echo: Echo, protocol: Any = None) -> list[str]:
+                       echo: Echo, protocol: Any = None) -> list[NotMirrored]:
     """Mirror to MLflow the reference runs this run trained on the way (the joint model, the protocol's
     A_best set for its seed); returns what could not be mirrored."""
     from .results.schema import load_result
-    from .results.tracking import reference_role
+    from .results.tracking import NotMirrored, reference_role
     from .sweep.mirror import mirror
 
-    problems: list[str] = []
+    problems: list[NotMirrored] = []
     for new in sorted(_stored_paths(root, result.protocol.name) - before - {path}):
         try:
             r = load_result(new)
@@ -99,9 +102,20 @@ def _mirror_references(result: RunResult, path: Path, before: set[Path], root: P
         try:
             rid, _ = mirror(r, new, root, tracking_uri, protocol)
             echo(f"  MLflow run {rid}: reference {r.label} ({role}), trained for this run")
-        except BenchError as err:
-            problems.append(str(err))
+        except NotMirrored as err:
+            problems.append(err)
     return problems
+
+
+def not_mirrored(live_error: str | None, path: Path, references: list[NotMirrored], sync: str) -> BenchError:
+    """One paragraph for a run whose MLflow record failed (``live_error``) and/or whose references could not
+    be mirrored: each cause once (a broken store fails them all alike), every file that keeps what MLflow
+    lacks, and the one command that mirrors them."""
+    causes = list(dict.fromkeys(filter(None, [live_error, *(r.cause for r in references)])))
+    kept = [str(r.kept) for r in references] + ([str(path)] if live_error else [])
+    which = (f"The result is kept in {kept[0]}; mirror it" if len(kept) == 1 else
+             f"The results are kept in {', '.join(kept[:-1])} and {kept[-1]}; mirror them")
+    return BenchError(f"{' '.join(causes)} {which} to MLflow later with: {sync}")
 
 
 def _save_predictions(recorder: Any, result: RunResult, path: Path, echo: Echo) -> None:
@@ -148,7 +162,7 @@ def execute(protocol: Any, method: str, seed: int, options: Any, tracking: Track
 
 def _execute_tracked(protocol: Any, method: str, seed: int, options: Any, tracking_uri: str | None, recorder: Any,
                      tuned: Any, bench: Any, echo: Echo, summary: Summary | None) -> tuple[RunResult, Path]:
-    from .results.tracking import LiveRun, run_name
+    from .results.tracking import LiveRun, run_name, sync_command
     from .run.options import run_precision
     from .run.pipeline import execute as execute_run
     from .run.pipeline import new_run_id
@@ -187,10 +201,7 @@ def _execute_tracked(protocol: Any, method: str, seed: int, options: Any, tracki
         finish_live(live, result, path)
     problems = _mirror_references(result, path, before, options.results_dir, tracking_uri, echo, protocol)
     if live.error or problems:
-        raise BenchError(" ".join(filter(None, [live.error, *problems]))
-                         + f" The result is kept in {path}; mirror it to MLflow later with: bench sync "
-                         f"--results-dir {options.results_dir}" +
-                         (f" --tracking-uri {tracking_uri}" if tracking_uri else ""))
+        raise not_mirrored(live.error, path, problems, sync_command(options.results_dir, tracking_uri))
     echo(f"  MLflow run {live.run_id} in {live.store.uri}")
     return result, path
 

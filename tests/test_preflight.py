@@ -127,6 +127,10 @@ def test_sqlite_uri_pointing_at_a_folder_or_a_non_database(results, tmp_path) ->
     junk.write_text("this is no database " * 100)
     refused(invoke("run", "--results-dir", str(results), "--tracking-uri", f"sqlite:///{junk}"),
             f"{junk} is not an SQLite database")
+    # the default store, the results folder's own mlflow.db, is checked as a given one is: before any compute
+    (results / "mlflow.db").write_bytes(junk.read_bytes())
+    refused(invoke("run", "--results-dir", str(results)), f"{results / 'mlflow.db'} is not an SQLite database",
+            "Move it aside, pass another --tracking-uri, or --no-mlflow; nothing has run.")
 
 
 def test_unreachable_tracking_server_fails_within_seconds(results) -> None:

@@ -278,3 +278,20 @@ def test_live_run_through_a_server_that_dies_keeps_the_json_and_sync_repairs_it(
 
     mirrored = Local(tracking_uri=f"sqlite:///{db}").get_run(report.added[0][1])
     assert mirrored.info.status == "FINISHED" and mirrored.data.tags["bench.run_id"] == result.run_id
+
+
+def test_a_store_that_failed_for_the_run_and_its_references_is_said_once_with_every_kept_file() -> None:
+    from bench_stability_gap.harness.api import not_mirrored
+    from bench_stability_gap.harness.results.tracking import NotMirrored
+
+    cause = "MLflow tracking store sqlite:////r/mlflow.db is not usable: OSError: [Errno 28] No space left on device."
+    sync = "bench sync --results-dir /r"
+    joint, best = (NotMirrored(cause, Path(f"/r/{name}.json"), sync) for name in ("joint", "best"))
+    assert str(joint) == f"{cause} The result is kept in /r/joint.json; mirror it once the store works with: {sync}"
+    both = str(not_mirrored(cause, Path("/r/run.json"), [joint, best], sync))
+    assert both == (f"{cause} The results are kept in /r/joint.json, /r/best.json and /r/run.json; mirror them to "
+                    f"MLflow later with: {sync}")
+    assert str(not_mirrored(None, Path("/r/run.json"), [joint], sync)) == (
+        f"{cause} The result is kept in /r/joint.json; mirror it to MLflow later with: {sync}")
+    other = NotMirrored("The MLflow server http://h:5000 cannot be reached.", Path("/r/best.json"), sync)
+    assert str(not_mirrored(cause, Path("/r/run.json"), [other], sync)).startswith(f"{cause} {other.cause} The results")

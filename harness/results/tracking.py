@@ -315,6 +315,19 @@ def log_run(result: RunResult, json_path: Path, results_dir: Path, tracking_uri:
     return rid
 
 
+def sync_command(results_dir: Path, tracking_uri: str | None = None) -> str:
+    """The command that mirrors a results folder's runs once the store works."""
+    return f"bench sync --results-dir {results_dir}" + (f" --tracking-uri {tracking_uri}" if tracking_uri else "")
+
+
+class NotMirrored(BenchError):
+    """A stored result that could not be logged to MLflow: why (``cause``), and the file that keeps it."""
+
+    def __init__(self, cause: str, kept: Path, sync: str) -> None:
+        super().__init__(f"{cause} The result is kept in {kept}; mirror it once the store works with: {sync}")
+        self.cause, self.kept = cause, kept
+
+
 def log_run_or_explain(result: RunResult, json_path: Path, results_dir: Path,
                        tracking_uri: str | None = None, tags: Mapping[str, str] | None = None,
                        artifacts: Artifacts | None = None, protocol: Any = None) -> tuple[str, str]:
@@ -323,9 +336,7 @@ def log_run_or_explain(result: RunResult, json_path: Path, results_dir: Path,
     try:
         return log_run(result, json_path, results_dir, tracking_uri, tags, artifacts, protocol), store.uri
     except BenchError as err:
-        sync = f"bench sync --results-dir {results_dir}" + (f" --tracking-uri {tracking_uri}" if tracking_uri else "")
-        raise BenchError(f"{err} The result is kept in {json_path}; "
-                         f"mirror it once the store works with: {sync}") from None
+        raise NotMirrored(str(err), json_path, sync_command(results_dir, tracking_uri)) from None
 
 
 class LiveRun:

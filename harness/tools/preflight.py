@@ -21,7 +21,7 @@ from typing import Any
 
 from ..atomic import check_writable_folder  # noqa: F401 - the probe lives with the writes it protects
 from ..errors import BenchError, not_a_file
-from ..results.tracking import sqlite_path
+from ..results.tracking import default_tracking_uri, sqlite_path
 from ..spec.protocol import MAX_SEED, MAX_UPDATES, Protocol
 
 # Space the outputs need at least: a result JSON is tens of KB and the MLflow store grows by about as
@@ -63,7 +63,8 @@ def _check_sqlite(uri: str) -> None:
             finally:
                 con.close()
         except sqlite3.Error as exc:
-            raise BenchError(f"Tracking URI {uri!r}: {db} is not an SQLite database ({exc}).") from None
+            raise BenchError(f"Tracking URI {uri!r}: {db} is not an SQLite database ({exc}). Move it aside, pass "
+                             f"another --tracking-uri, or --no-mlflow; nothing has run.") from None
 
 
 def _check_server(uri: str, timeout: float) -> None:
@@ -149,8 +150,8 @@ def check_outputs(results_dir: Path, tracking_uri: str | None, mlflow: bool) -> 
 
     check_writable_folder(results_dir, "results folder", RESULTS_MIN_FREE)
     check_writable_folder(cache_dir_path(), "cache folder ($BENCH_CACHE_DIR)", CACHE_MIN_FREE)
-    if mlflow:
-        check_tracking_uri(tracking_uri)
+    if mlflow:  # the default store is the results folder's mlflow.db, checked as a given sqlite URI is
+        check_tracking_uri(tracking_uri if tracking_uri is not None else default_tracking_uri(results_dir))
 
 
 def check_device(name: str) -> None:
