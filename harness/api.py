@@ -55,9 +55,7 @@ def run_options(results_dir: str | Path | None = None, device: str = "auto", *, 
     from .paths import results_dir as resolve_results
     from .results.comparability import KERNEL_SETS
     from .run.options import RunOptions
-    from .tools.preflight import check_device
 
-    check_device(device)
     chosen = resolve_device(device)
     check_precision(precision, chosen)
     if cpu_kernels not in KERNEL_SETS:
@@ -107,17 +105,6 @@ def _mirror_references(result: RunResult, path: Path, before: set[Path], root: P
     return problems
 
 
-def not_mirrored(live_error: str | None, path: Path, references: list[NotMirrored], sync: str) -> BenchError:
-    """One paragraph for a run whose MLflow record failed (``live_error``) and/or whose references could not
-    be mirrored: each cause once (a broken store fails them all alike), every file that keeps what MLflow
-    lacks, and the one command that mirrors them."""
-    causes = list(dict.fromkeys(filter(None, [live_error, *(r.cause for r in references)])))
-    kept = [str(r.kept) for r in references] + ([str(path)] if live_error else [])
-    which = (f"The result is kept in {kept[0]}; mirror it" if len(kept) == 1 else
-             f"The results are kept in {', '.join(kept[:-1])} and {kept[-1]}; mirror them")
-    return BenchError(f"{' '.join(causes)} {which} to MLflow later with: {sync}")
-
-
 def _save_predictions(recorder: Any, result: RunResult, path: Path, echo: Echo) -> None:
     """The recorder's npz beside the result JSON (``save_predictions``)."""
     if recorder is None or not result.curves:
@@ -162,7 +149,7 @@ def execute(protocol: Any, method: str, seed: int, options: Any, tracking: Track
 
 def _execute_tracked(protocol: Any, method: str, seed: int, options: Any, tracking_uri: str | None, recorder: Any,
                      tuned: Any, bench: Any, echo: Echo, summary: Summary | None) -> tuple[RunResult, Path]:
-    from .results.tracking import LiveRun, run_name, sync_command
+    from .results.tracking import LiveRun, not_mirrored, run_name, sync_command
     from .run.options import run_precision
     from .run.pipeline import execute as execute_run
     from .run.pipeline import new_run_id

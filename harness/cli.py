@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from ..leaderboard.cli import results_dir_option
-from .errors import BenchError, shorten
+from .errors import BenchError, only_with, shorten
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 # OpenMP threads that spin while waiting make torch 10-20x slower as soon as two processes share the
@@ -203,9 +203,7 @@ def _options(overrides: dict, results_dir: Path | None, device: str, trunk_cache
     device it resolved to printed first."""
     from .api import run_options
     from .model.device import resolve_device
-    from .tools.preflight import check_device
 
-    check_device(device)
     chosen = resolve_device(device)
     meta = click.get_current_context().meta
     how = " (auto: " + ("a CUDA device is present)" if chosen.type == "cuda" else "torch sees no CUDA device)") \
@@ -373,8 +371,7 @@ def _ray_plan(executor: str, address: str | None, cpus: float | None, gpus: floa
     if executor == "local":
         extra = [k for k, v in given.items() if v is not None]
         if extra:
-            raise BenchError(f"{' and '.join(extra)} {'apply' if len(extra) > 1 else 'applies'} to --executor ray "
-                             f"only (without it, this {what} runs locally).")
+            raise BenchError(f"{only_with(extra, '--executor ray')} (without it, this {what} runs locally).")
         return None
     cpus, gpus, retries = (1.0 if cpus is None else cpus, 0.0 if gpus is None else gpus,
                            3 if retries is None else retries)

@@ -27,6 +27,12 @@ def did_you_mean(value: str, choices: Iterable[str], what: str, plural: str | No
     return BenchError(f"Unknown {what} {value!r}.{hint} Known {plural or what + 's'}: {', '.join(choices)}.")
 
 
+def only_with(options: list[str], condition: str) -> str:
+    """"--a applies to X only" / "--a and --b apply to X only": the refusal of options given without the one
+    they belong to, which would otherwise be ignored."""
+    return f"{' and '.join(options)} {'apply' if len(options) > 1 else 'applies'} to {condition} only"
+
+
 def shorten(message: str, limit: int = LONGEST_SHOWN) -> str:
     """``message`` with every unbroken run of characters longer than ``limit`` (a 5,000-character
     method name, a pasted file) cut in the middle, its length said, so one paragraph stays one paragraph."""

@@ -281,8 +281,7 @@ def test_live_run_through_a_server_that_dies_keeps_the_json_and_sync_repairs_it(
 
 
 def test_a_store_that_failed_for_the_run_and_its_references_is_said_once_with_every_kept_file() -> None:
-    from bench_stability_gap.harness.api import not_mirrored
-    from bench_stability_gap.harness.results.tracking import NotMirrored
+    from bench_stability_gap.harness.results.tracking import NotMirrored, not_mirrored
 
     cause = "MLflow tracking store sqlite:////r/mlflow.db is not usable: OSError: [Errno 28] No space left on device."
     sync = "bench sync --results-dir /r"

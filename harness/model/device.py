@@ -22,10 +22,18 @@ def seed_everything(seed: int) -> torch.Generator:
 
 
 def resolve_device(name: str) -> torch.device:
+    """The device ``--device`` names: one torch reports on this machine (auto, cpu, cuda, cuda:N, mps where
+    present). Anything else (tpu, xla, meta, cpu:0, '') would fail mid-run or train on a device that computes
+    nothing, so every path that picks a device refuses it here, before any compute."""
+    cuda = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    mps = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
+    known = ["auto", "cpu"] + (["cuda"] + [f"cuda:{i}" for i in range(cuda)] if cuda else []) + ["mps"] * mps
+    if name not in known:
+        have = (f"{cuda} CUDA device(s)" if cuda else "no CUDA device") + (" and Apple's MPS" if mps else "")
+        raise BenchError(f"--device {name!r} is not a device bench can train on here: torch reports {have}. "
+                         f"Give one of: {', '.join(known)}.")
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise BenchError(f"--device {name} was asked for, but torch sees no CUDA device on this machine.")
+        return torch.device("cuda" if cuda else "cpu")
     return torch.device(name)
 
 

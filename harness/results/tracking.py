@@ -328,6 +328,17 @@ class NotMirrored(BenchError):
         self.cause, self.kept = cause, kept
 
 
+def not_mirrored(live_error: str | None, path: Path, references: list[NotMirrored], sync: str) -> BenchError:
+    """One paragraph for a run whose MLflow record failed (``live_error``) and/or whose references could not
+    be mirrored: each cause once (a broken store fails them all alike), every file that keeps what MLflow
+    lacks, and the one command that mirrors them."""
+    causes = list(dict.fromkeys(filter(None, [live_error, *(r.cause for r in references)])))
+    kept = [str(r.kept) for r in references] + ([str(path)] if live_error else [])
+    which = (f"The result is kept in {kept[0]}; mirror it" if len(kept) == 1 else
+             f"The results are kept in {', '.join(kept[:-1])} and {kept[-1]}; mirror them")
+    return BenchError(f"{' '.join(causes)} {which} to MLflow later with: {sync}")
+
+
 def log_run_or_explain(result: RunResult, json_path: Path, results_dir: Path,
                        tracking_uri: str | None = None, tags: Mapping[str, str] | None = None,
                        artifacts: Artifacts | None = None, protocol: Any = None) -> tuple[str, str]:

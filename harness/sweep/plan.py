@@ -202,13 +202,14 @@ def plan(sweep: Sweep, results_dir: Path, seeds: list[int] | None = None,
     options = options or RunOptions(results_dir=results_dir)
     counted = {name: selection(spec, options) for name, spec in protocols.items()}
     cells = []  # (group, method, overrides, tuned, resolved settings): built once, whatever the number of seeds
-    listed: set[str] = set()  # a method listed twice with the same settings (in a group or two) is one run
+    listed: set[tuple] = set()  # a method listed twice with the same settings (in a group or two) is one run
     for group in groups:
         for method in group.methods:
-            key = (group.protocol, method, group.tuned, sorted((k, format_setting(v)) for k, v in group.set.items()))
-            if repr(key) in listed:
+            settings = tuple(sorted((k, format_setting(v)) for k, v in group.set.items()))
+            key = (group.protocol, method, group.tuned, settings)
+            if key in listed:
                 continue
-            listed.add(repr(key))
+            listed.add(key)
             check_joint_request(method, dict(group.set))
             overrides, tuned = dict(group.set), None
             if group.tuned:

@@ -117,14 +117,14 @@ def perf(protocol: str, device: str, updates: int, warmup: int, repeats: int, ev
          project_tflops: float | None) -> None:
     """Time a protocol's update and continual evaluation: plain PyTorch loop vs the harness
     (or, with --paper, the data path's per-image costs and the full protocol's projected time)."""
+    from ..model.device import resolve_device
     from .perf_scale import check_paper_options, paper_report
-    from .preflight import check_device
 
     source = click.get_current_context().get_parameter_source
     given = [f"--{name.replace('_', '-')}" for name in ("project_tflops", "budget_of", "paper_images")
              if source(name) not in (None, click.core.ParameterSource.DEFAULT)]
     check_paper_options(paper, project_tflops, given)
-    check_device(device)  # the rule bench run applies: a device torch cannot use is refused before any compute
+    resolve_device(device)  # bench run's rule, before the protocol is even read
     if paper:
         paper_report(protocol, device, None, paper_images, min(repeats, 3), project_tflops, budget_of)
         return

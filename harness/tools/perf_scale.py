@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 import click
 import numpy as np
 
-from ..errors import BenchError
+from ..errors import BenchError, only_with
 
 if TYPE_CHECKING:
     from ..spec.protocol import Protocol
@@ -284,8 +284,7 @@ def check_paper_options(paper: bool, project_tflops: float | None, given: Sequen
     and look like the projection asked for."""
     only_paper = [o for o in ("--project-tflops", "--budget-of", "--paper-images") if o in given]
     if only_paper and not paper:
-        raise BenchError(f"{' and '.join(only_paper)} {'apply' if len(only_paper) > 1 else 'applies'} to "
-                         f"bench perf --paper only.")
+        raise BenchError(f"{only_with(only_paper, 'bench perf --paper')}.")
     if project_tflops is not None and not (math.isfinite(project_tflops) and project_tflops > 0):
         raise BenchError(f"--project-tflops {project_tflops:g}: a device's sustained rate is a positive, finite "
                          f"number of TFLOP/s (e.g. 400 for an H100's bf16 at about 40 % of its peak).")

@@ -154,22 +154,6 @@ def check_outputs(results_dir: Path, tracking_uri: str | None, mlflow: bool) -> 
         check_tracking_uri(tracking_uri if tracking_uri is not None else default_tracking_uri(results_dir))
 
 
-def check_device(name: str) -> None:
-    """``--device`` names a device torch reports on this machine (auto, cpu, cuda, cuda:N, mps where
-    present); anything else (tpu, xla, meta, cpu:0, '') would fail mid-run or train on a device that
-    computes nothing, so it is refused first."""
-    import torch
-
-    cuda = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    mps = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
-    known = ["auto", "cpu"] + (["cuda"] + [f"cuda:{i}" for i in range(cuda)] if cuda else []) + ["mps"] * mps
-    if name in known:
-        return
-    have = (f"{cuda} CUDA device(s)" if cuda else "no CUDA device") + (" and Apple's MPS" if mps else "")
-    raise BenchError(f"--device {name!r} is not a device bench can train on here: torch reports {have}. "
-                     f"Give one of: {', '.join(known)}.")
-
-
 def check_backbone(protocol: Protocol) -> None:
     """The backbone exists in timm and ``file:`` weights load as a state dict: needs torch, so it runs
     after the cheap checks, still before any data is read or anything trains."""
