@@ -47,7 +47,7 @@ def test_unknown_weighting_is_an_error():
 
 
 def test_the_texts_eval_cadence_has_a_protocol():
-    # tex l. 239: "every 50 training iterations"; the code's vf = 100 is cil_places_lt's
+    # the paper's §5.1: "every 50 training iterations"; the code's vf = 100 is cil_places_lt's
     base, text = load_protocol("cil_places_lt"), load_protocol("cil_places_lt_every50")
     assert (base.eval.every, text.eval.every) == (100, 50)
     assert text.model_dump(exclude={"name", "version", "description", "paper_ref", "eval"}) == \

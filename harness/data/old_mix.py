@@ -3,7 +3,7 @@ paper's protocols) and earlier learning sessions (earlier Places classes), decla
 
 Two readings of the paper:
 
-* ``pooled`` (the text, tex l. 237: half the batch "from data seen in earlier CL batches and
+* ``pooled`` (the text, §5.1: half the batch "from data seen in earlier CL batches and
   ImageNet-1K"): ``batch.old`` drawn uniformly from the whole memory, so each source's share is its
   share of what the memory holds. With ImageNet's 1.28 M images beside 62,500 Places-LT ones, the
   earlier Places classes get a few of 64 old samples.

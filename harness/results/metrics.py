@@ -28,7 +28,7 @@ SpeedReference = Literal["own", "all_runs"]
 # Time to result: the share of A_joint(E_1:j−1) the old classes must get back to, and of A_best(E_j) (P_Δ's
 # reference) the new classes must reach, after each session starts.
 TIME_TO_RESULT_FRACTION = 0.99
-# How Ω weights a session's eval points (the paper averages every update 1..L, l. 161-173; the curves hold
+# How Ω weights a session's eval points (the paper averages every update 1..L, §3.2; the curves hold
 # eval points only): "interval" (bench) weights point p by the updates since the previous point, update 0
 # left out; "compute" (bench, FLOP-budgeted protocols) by the training FLOPs since the previous point, so
 # methods whose updates cost different FLOPs are averaged over the same compute; "points" is the plain
