@@ -2,7 +2,7 @@
 trunk's output size and the free RAM and disk.
 
 At paper size the frozen trunk's outputs do not fit in RAM (cil_places_lt's training set: 1.34 M x
-96 x 28 x 28 float32 = 405 GB; its eval set 17 GB). The rules, one per split:
+192 x 14 x 14 float32 = 202 GB; its eval set 8.6 GB). The rules, one per split:
 
 * **eval set** (evaluated at every eval point): trunk features computed once and kept on disk when
   they fit there (``trunk-disk``, memory-mapped), loaded into RAM when they also fit a quarter of the
