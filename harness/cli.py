@@ -256,7 +256,8 @@ def run(protocol: str, method: str, seed: int, overrides: tuple[str, ...], tuned
 @click.option("--dry-run", is_flag=True, help="list the runs (and which are already done), run nothing",
               callback=lambda ctx, _p, value: ctx.meta.__setitem__(DRY_RUN, value) or value)
 @click.option("--table", "table_path", type=click.Path(path_type=Path), default=None,
-              help="also write the final Markdown table to this file")
+              help="also write the final Markdown table to this file (never a folder, the sweep file, or a file in a "
+                   "results folder or leaderboard site; checked before any run)")
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
               help="local: one run after another in this process; ray: each run a Ray task (pip install '.[ray]')")
 @click.option("--address", default=None, metavar="HOST:PORT",
@@ -278,6 +279,7 @@ def sweep(sweep: str | None, schema: bool, seeds: str | None, dry_run: bool, tab
     prerequisites (deployed model, joint and A_best references of each seed) are built once, first.
     Protocol paths in a sweep file are read relative to the file; --schema prints what the file may hold."""
     from .api import Tracking, run_sweep, sweep_table
+    from .paths import check_output_file
     from .paths import results_dir as resolve_results
     from .sweep.plan import Sweep, load_sweep
     from .tools.preflight import check_outputs, check_seed
@@ -290,6 +292,9 @@ def sweep(sweep: str | None, schema: bool, seeds: str | None, dry_run: bool, tab
                          "(bench sweep --schema prints what the file may hold).")
     ray_plan = _ray_plan(executor, address, cpus_per_run, gpus_per_run, max_retries, device, "sweep")
     spec = load_sweep(sweep)
+    if table_path is not None:
+        table_path = check_output_file(table_path, "--table", resolve_results(results_dir),
+                                       [Path(sweep)] if Path(sweep).is_file() else [])
     try:
         chosen = [int(s) for s in seeds.split(",")] if seeds else None
     except ValueError:

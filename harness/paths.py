@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
+from .atomic import check_writable_folder
 from .errors import BenchError
 
 
@@ -84,3 +86,28 @@ def results_content(folder: Path) -> str | None:
     except OSError:
         pass
     return None
+
+
+def check_output_file(path: Path, option: str, results: Path | None = None, inputs: Sequence[Path] = ()) -> Path:
+    """A file a command writes beside its results (a table, a figure) may replace an earlier one of its
+    kind, but never a folder, a file in a results folder or a leaderboard site (bench's own stores, which
+    hold what runs computed), or one of the command's own ``inputs``. Checked before any compute; returns
+    the path with links followed."""
+    given, path = path, resolve_folder(path, option)
+    if path.is_dir():
+        raise BenchError(f"{option} {given} is a folder; name the file to write (nothing has run).")
+    stores = [resolve_folder(results, "results folder")] if results is not None else []
+    for folder in path.parents:
+        content = results_content(folder)
+        found = (f"a results folder ({content})" if content is not None
+                 else f"a leaderboard site ({folder})" if site_root(folder) == folder
+                 else f"the results folder {folder}" if folder in stores else None)
+        if found is not None:
+            raise BenchError(f"{option} {given} lies inside {found}, which keeps bench's stored work; write it "
+                             f"somewhere else (nothing has run).")
+    for source in inputs:
+        if resolve_folder(source, "input") == path:
+            raise BenchError(f"{option} {given} is the command's own input {source}; name another file "
+                             f"(nothing has run).")
+    check_writable_folder(path.parent, f"folder of {option}", 0)
+    return path

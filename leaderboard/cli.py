@@ -156,8 +156,9 @@ def budget_curve(results_dir: Path | None, tracking_uri: str | None, family: str
                  fmt: Literal["markdown", "text"]) -> None:
     """Print a budget family's table (each budget x method: S_Δ, P_Δ, CK_Δ and α, mean ± std over seeds) and,
     with --out, write its figure (the gaps against the training TFLOPs per session, log scale)."""
-    from ..harness.atomic import atomic_write, check_writable_folder
+    from ..harness.atomic import atomic_write
     from ..harness.errors import did_you_mean
+    from ..harness.paths import check_output_file
     from .aggregate import summarize
     from .budget_curve import budget_families, figure_bytes, format_family_table
     from .sources import load
@@ -169,7 +170,7 @@ def budget_curve(results_dir: Path | None, tracking_uri: str | None, family: str
         if out.suffix.lower().lstrip(".") not in FIGURE_FORMATS:
             raise BenchError(f"--out {out}: the figure is written as PNG, SVG or PDF, named by its suffix "
                              f"(.png, .svg, .pdf); {out.suffix or 'no suffix'} is none of them.")
-        check_writable_folder(out.parent, "folder of --out", 0)
+        out = check_output_file(out, "--out", results_dir)
     loaded = load(results_dir, tracking_uri, warn=_warn)
     families = budget_families(summarize(loaded.entries))
     if not families:

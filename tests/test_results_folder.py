@@ -162,3 +162,31 @@ def test_validate_a_folder_named_like_a_result(tmp_path) -> None:
     folder.mkdir()
     out = CliRunner().invoke(main, ["validate", str(folder)], catch_exceptions=False)
     assert out.exit_code == 2 and f"Result file {folder} is a folder, not a file" in out.output and "Traceback" not in out.output
+
+
+def test_a_table_or_figure_never_replaces_stored_work_or_an_input(tmp_path) -> None:
+    from bench_stability_gap.harness.cli import main
+    from bench_stability_gap.harness.paths import SITE_MARKER, check_output_file
+
+    results = tmp_path / "R"
+    stored = save_result(results, a_result())
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text("name: x\nseeds: [0]\nruns: [{protocol: tiny_cil, methods: [vanilla]}]\n")
+    kept = {stored: stored.read_bytes(), sweep: sweep.read_bytes()}
+    for target, results_dir, words in (
+        (stored, results, "lies inside a results folder"),  # a stored result
+        (tmp_path, results, "is a folder"),
+        (sweep, results, "is the command's own input"),
+        (tmp_path / "new" / "t.md", tmp_path / "new", "lies inside the results folder"),  # nothing stored there yet
+    ):
+        res = CliRunner().invoke(main, ["sweep", str(sweep), "--dry-run", "--results-dir", str(results_dir),
+                                        "--table", str(target)])
+        assert res.exit_code == 2 and words in res.output and "nothing has run" in res.output, res.output
+    assert all(path.read_bytes() == data for path, data in kept.items())
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / SITE_MARKER).write_text("")
+    with pytest.raises(BenchError, match="lies inside a leaderboard site"):
+        check_output_file(site / "curve.png", "--out")
+    beside = tmp_path / "tables" / "t.md"
+    assert check_output_file(beside, "--table", results) == beside.resolve() and beside.parent.is_dir()
