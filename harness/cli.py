@@ -532,8 +532,9 @@ def validate(file: Path) -> None:
     from .spec.protocol import load_protocol
 
     p = load_protocol(str(file))
-    from .tools.preflight import check_backbone, check_flop_budget
+    from .tools.preflight import check_backbone, check_flop_budget, check_references
 
+    check_references(p)
     check_backbone(p)
     click.echo(f"OK: protocol {p.name} v{p.version}, hash {p.spec_hash}")
     if (most := check_flop_budget(p)) is not None and p.training.budget is not None:

@@ -190,6 +190,19 @@ def test_file_weights_that_are_not_a_state_dict(tmp_path, content, needle) -> No
     refused(out, f"backbone.weights file {weights}", needle)
 
 
+def test_an_unknown_reference_method_is_refused_before_the_deployed_model_trains(results, tmp_path) -> None:
+    """The A_best reference runs train after the deployed model and the joint reference: a typo in
+    best_new_reference must not cost those first."""
+    spec = load_protocol("tiny_cil").model_dump(mode="json")
+    spec["best_new_reference"] = ["vanilla", "vanila"]
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    needles = ("best_new_reference names 'vanila'", "Did you mean: vanilla")
+    refused(invoke("validate", str(path)), *needles)
+    refused(invoke("run", "-p", str(path), "--results-dir", str(results), "--no-mlflow"), *needles)
+    assert not (tmp_path / "cache").exists() and not list(results.rglob("*.json")), "nothing ran"
+
+
 def test_sweep_seeds_are_checked_before_anything_runs(tmp_path) -> None:
     out = invoke("sweep", "table1_tiny_cil", "--seeds", "0,4294967296", "--results-dir", str(tmp_path))
     refused(out, "seed 4294967296 is outside")

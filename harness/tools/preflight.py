@@ -132,7 +132,15 @@ def check_tracking_uri(uri: str | None, timeout: float = REACH_TIMEOUT_S) -> Non
 def check_run(protocol: Protocol, method: str, seed: int, overrides: dict[str, Any], results_dir: Path,
               tracking_uri: str | None, mlflow: bool) -> None:
     """Everything about one run that can be checked without torch or MLflow, in the order a user
-    would fix them: method and settings, seed, folders and free space, tracking store."""
+    would fix them: method and settings, seed, the protocol's reference methods, folders and free space,
+    tracking store."""
+    _check_method_request(method, protocol, overrides)
+    check_seed(seed)
+    check_references(protocol)
+    check_outputs(results_dir, tracking_uri, mlflow)
+
+
+def _check_method_request(method: str, protocol: Protocol, overrides: dict[str, Any]) -> None:
     from ...methods.registry import METHOD_GROUP, check_method, entries
     from ..run.joint_request import check_joint_request
 
@@ -140,8 +148,17 @@ def check_run(protocol: Protocol, method: str, seed: int, overrides: dict[str, A
         check_method(method, protocol, overrides)
     else:
         check_joint_request(method, overrides)
-    check_seed(seed)
-    check_outputs(results_dir, tracking_uri, mlflow)
+
+
+def check_references(protocol: Protocol) -> None:
+    """Every method of ``best_new_reference`` can run here: a run trains the missing ones after the
+    deployed model and the joint reference, so a typo found then would have cost both."""
+    for method in protocol.best_new_reference:
+        try:
+            _check_method_request(method, protocol, {})
+        except BenchError as exc:
+            raise BenchError(f"Protocol {protocol.name}: best_new_reference names {method!r}, which cannot run "
+                             f"here: {exc}") from None
 
 
 def check_outputs(results_dir: Path, tracking_uri: str | None, mlflow: bool) -> None:
