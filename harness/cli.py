@@ -468,12 +468,12 @@ def sync(results_dir: Path | None, tracking_uri: str | None) -> None:
     from .paths import results_dir as resolve_results
     from .results.tracking import Store
     from .sweep.mirror import sync as sync_results
-    from .tools.preflight import check_tracking_uri
+    from .tools.preflight import check_store
 
     root = resolve_results(results_dir)
     if not (root / "runs").is_dir():
         raise BenchError(f"Results folder {root} holds no runs/ folder: nothing to sync.")
-    check_tracking_uri(tracking_uri)
+    check_store(root, tracking_uri)
     report = sync_results(root, tracking_uri)
     for path, rid in report.added:
         click.echo(f"  mirrored {path} -> MLflow run {rid}")

@@ -142,6 +142,30 @@ def test_sync_repairs_a_mirrored_record_that_lacks_the_reference_tag_and_the_plo
     assert set(bench_runs(results)) == {result.run_id}  # repaired in place, never logged twice
 
 
+def test_a_copied_results_folder_never_writes_into_the_original(tmp_path, seeded_store) -> None:
+    """A copied mlflow.db keeps the original folder's artifact location: mirroring into the copy would
+    write artifacts into the other folder, so it is refused before anything runs."""
+    import shutil
+
+    from bench_stability_gap.harness.tools.preflight import check_outputs
+
+    original = seeded_store(tmp_path / "original")
+    save_result(original, fixture_result(0))
+    sync(original)
+    copy = tmp_path / "copy"
+    shutil.copytree(original, copy)
+    save_result(copy, fixture_result(1))
+    before = sorted(p.relative_to(original) for p in original.rglob("*") if p.is_file())
+    out = CliRunner().invoke(main, ["sync", "--results-dir", str(copy)], catch_exceptions=False)
+    assert out.exit_code == 2 and f"in {(original / 'mlartifacts').resolve()}, outside this results folder" in out.output
+    assert "nothing has run" in out.output, out.output
+    with pytest.raises(BenchError, match="outside this results folder"):
+        check_outputs(copy, None, True)  # what bench run, sweep and tune check first
+    check_outputs(copy, None, False)  # --no-mlflow writes no artifacts
+    assert sorted(p.relative_to(original) for p in original.rglob("*") if p.is_file()) == before
+    assert sync(original).present == 1  # the original folder's own store is fine
+
+
 def test_sync_cli_refuses_a_folder_without_results(tmp_path) -> None:
     out = CliRunner().invoke(main, ["sync", "--results-dir", str(tmp_path)], catch_exceptions=False)
     assert out.exit_code == 2 and f"Results folder {tmp_path} holds no runs/ folder" in out.output

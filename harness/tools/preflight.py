@@ -167,8 +167,41 @@ def check_outputs(results_dir: Path, tracking_uri: str | None, mlflow: bool) -> 
 
     check_writable_folder(results_dir, "results folder", RESULTS_MIN_FREE)
     check_writable_folder(cache_dir_path(), "cache folder ($BENCH_CACHE_DIR)", CACHE_MIN_FREE)
-    if mlflow:  # the default store is the results folder's mlflow.db, checked as a given sqlite URI is
-        check_tracking_uri(tracking_uri if tracking_uri is not None else default_tracking_uri(results_dir))
+    if mlflow:
+        check_store(results_dir, tracking_uri)
+
+
+def check_store(results_dir: Path, tracking_uri: str | None) -> None:
+    """The tracking store a command mirrors ``results_dir`` to can be used. The default one, the results
+    folder's mlflow.db, is checked as a given sqlite URI is, and must keep its artifacts in this folder."""
+    if tracking_uri is not None:
+        check_tracking_uri(tracking_uri)
+        return
+    check_tracking_uri(default_tracking_uri(results_dir))
+    db = results_dir / "mlflow.db"
+    home = (results_dir / "mlartifacts").resolve()
+    for name, where in _artifact_locations(db):
+        path = Path(urllib.parse.unquote(urllib.parse.urlparse(where).path)) if where.startswith("file:") else None
+        if path is not None and path.resolve() != home and home not in path.resolve().parents:
+            raise BenchError(
+                f"The MLflow store {db} keeps the artifacts of experiment {name} in {path}, outside this "
+                f"results folder: the folder was copied or moved, and its runs would be written into the other one. "
+                f"Move {db.name} aside (the result JSONs are the record: `bench sync --results-dir "
+                f"{results_dir}` mirrors them into a new store), or pass --no-mlflow; nothing has run.")
+
+
+def _artifact_locations(db: Path) -> list[tuple[str, str]]:
+    """bench's experiments in an MLflow sqlite store and where each keeps its artifacts (read-only,
+    without MLflow, which costs seconds to import)."""
+    if not db.is_file():
+        return []
+    con = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=REACH_TIMEOUT_S)
+    try:
+        return con.execute("SELECT name, artifact_location FROM experiments WHERE name LIKE 'bench/%'").fetchall()
+    except sqlite3.Error:  # a store MLflow has not set up yet: it creates the tables, and the experiments
+        return []
+    finally:
+        con.close()
 
 
 def check_backbone(protocol: Protocol) -> None:
