@@ -169,6 +169,10 @@ def test_a_copied_results_folder_never_writes_into_the_original(tmp_path, seeded
 def test_sync_cli_refuses_a_folder_without_results(tmp_path) -> None:
     out = CliRunner().invoke(main, ["sync", "--results-dir", str(tmp_path)], catch_exceptions=False)
     assert out.exit_code == 2 and f"Results folder {tmp_path} holds no runs/ folder" in out.output
+    save_result(tmp_path, fixture_result(0))
+    (tmp_path / "mlflow.db").write_text("not a database")
+    out = CliRunner().invoke(main, ["sync", "--results-dir", str(tmp_path)], catch_exceptions=False)
+    assert out.exit_code == 2 and "is not an SQLite database" in out.output, out.output
 
 
 @pytest.fixture(scope="module")
