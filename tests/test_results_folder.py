@@ -79,6 +79,22 @@ def test_runner_scan_skips_junk_with_a_warning_naming_each_entry(junk_folder, ca
         assert line is not None and line.startswith("Warning: skipped ") and reason in line, (name, err)
 
 
+def test_a_corrupt_result_beside_a_run_is_said_not_silently_retrained(tmp_path, capsys) -> None:
+    """A cut-short result is set apart from the selection a run or sweep reads (so the run trains again),
+    and a warning names the file and why."""
+    from bench_stability_gap.harness.results.comparability import stored_selection
+
+    good = a_result()
+    path = save_result(tmp_path, good)
+    cut = path.with_name("seed0-cut.json")
+    cut.write_bytes(path.read_bytes()[:300])
+    sel = stored_selection(tmp_path, good.protocol.name, good.protocol.hash, [])
+    assert cut in [p for (p, _), _ in sel.apart]
+    err = capsys.readouterr().err
+    assert f"Warning: skipped {cut}: " in err and "corrupt or not a bench result" in err, err
+    assert f"skipped {path}" not in err  # a result set apart for a reason of its own is no junk to warn of
+
+
 def test_leaderboard_folder_source_skips_junk_and_names_it(junk_folder) -> None:
     root, good, junk = junk_folder
     warnings: list[str] = []

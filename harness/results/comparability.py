@@ -53,7 +53,7 @@ from typing import Any, Generic, TypeVar
 
 from ..errors import BenchError
 from .metrics import Metrics, best_new_accuracy
-from .schema import JOINT, RunResult, iter_results, result_precision
+from .schema import JOINT, RunResult, iter_results, result_precision, warn_skipped
 
 # ------------------------------------------------------------------ on the CPU: threads and kernels
 
@@ -305,6 +305,12 @@ def stored_selection(root: Path, protocol_name: str, protocol_hash: str, best_ne
                      weights: str | None = None,
                      precision: str | None = None,
                      kernels: str = "fast") -> Selection[tuple[Path, RunResult | BenchError]]:
-    """``select_runs`` over the result files of one protocol in a results folder."""
-    return select_runs(iter_results(root, protocol_name), protocol_hash, best_new_methods, joint_config,
-                       result_of=lambda pr: pr[1], weights=weights, precision=precision, kernels=kernels)
+    """``select_runs`` over the result files of one protocol in a results folder. A file that is no result
+    (corrupt, cut short) is said once on stderr, as junk is: a run or sweep that would otherwise find its
+    result missing trains it again without telling why."""
+    sel = select_runs(iter_results(root, protocol_name), protocol_hash, best_new_methods, joint_config,
+                      result_of=lambda pr: pr[1], weights=weights, precision=precision, kernels=kernels)
+    for (path, read), why in sel.apart:
+        if isinstance(read, BenchError):
+            warn_skipped(path, why)
+    return sel
