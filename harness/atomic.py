@@ -126,6 +126,16 @@ def write_or_rescue(path: Path, text: str, what: str) -> Path:
                        f"place); not both, or the run is stored twice.") from None
 
 
+def move_aside(path: Path) -> Path:
+    """Rename a file or folder that failed to load next to itself, kept for a post-mortem and never read
+    again, under a name no earlier one took: a second failure must not overwrite the first's evidence."""
+    n = 0
+    while (aside := path.with_name(f"{path.name}.corrupt-{os.getpid()}" + (f".{n}" if n else ""))).exists():
+        n += 1
+    os.replace(path, aside)
+    return aside
+
+
 def check_writable_folder(path: Path, what: str, min_free: int) -> None:
     """``path`` is (or can become) a folder this process can write to, with ``min_free`` bytes free.
     Probed by writing and syncing a small file, which catches read-only mounts that permission bits

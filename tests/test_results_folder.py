@@ -206,3 +206,15 @@ def test_a_table_or_figure_never_replaces_stored_work_or_an_input(tmp_path) -> N
         check_output_file(site / "curve.png", "--out")
     beside = tmp_path / "tables" / "t.md"
     assert check_output_file(beside, "--table", results) == beside.resolve() and beside.parent.is_dir()
+
+
+def test_a_checkpoint_unreadable_twice_keeps_both_copies_for_a_post_mortem(tmp_path) -> None:
+    from bench_stability_gap.harness.run.checkpoint import Checkpointer
+
+    saver = Checkpointer(tmp_path / "run-x.pt", every=2)
+    for garbage in (b"first", b"second"):
+        saver.path.write_bytes(garbage)
+        assert saver.load() is None and not saver.path.exists()
+    kept = sorted(p.read_bytes() for p in tmp_path.glob("run-x.pt.corrupt-*"))
+    assert kept == [b"first", b"second"]
+

@@ -29,6 +29,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..atomic import move_aside
+
 SHARD_BYTES = 256 * 2**20
 OPEN_SHARDS = 2
 _NUMPY = {"float32": np.float32, "bfloat16": np.int16, "float16": np.float16}  # bf16 kept as its bits
@@ -183,13 +185,6 @@ def problem(folder: Path) -> str | None:
         if h.hexdigest() != expected:
             return f"{path.name}'s content does not match its sha256"
     return None
-
-
-def move_aside(path: Path) -> Path:
-    """Rename a cache entry that failed verification next to itself (kept for a post-mortem, never loaded)."""
-    aside = path.with_name(f"{path.name}.corrupt-{os.getpid()}")
-    os.replace(path, aside)
-    return aside
 
 
 def open_verified(folder: Path, rows: int, batches: Callable[[], Iterable[Tensor]],

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..atomic import atomic_write
+from ..atomic import atomic_write, move_aside
 from ..errors import BenchError
 
 FORMAT = 3  # 2: DER++'s stored logits as blocks; 3: one progress record and FLOP tally for every stage
@@ -143,8 +143,7 @@ class Checkpointer:
             self._before = max(self._before, float(state.get("wall_s", 0.0)))  # absent from older checkpoints
             return state
         except Exception as exc:  # noqa: BLE001 - any failure to read means: start over, say so
-            aside = path.with_name(path.name + ".corrupt")
-            os.replace(path, aside)
+            aside = move_aside(path)
             from tqdm.auto import tqdm
 
             tqdm.write(f"Checkpoint {path} could not be read ({type(exc).__name__}: {exc}); moved to {aside} "

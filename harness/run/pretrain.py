@@ -39,7 +39,7 @@ def deploy(bench: Workbench, options: RunOptions) -> None:
     """
     from filelock import FileLock
 
-    from ..data.features import move_aside
+    from ..atomic import move_aside
     from ..model.backbone import file_sha256
 
     p = bench.protocol.reference  # NAME@Kx trains on S1 exactly as NAME does
