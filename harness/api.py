@@ -41,6 +41,69 @@ def _quiet(_: str) -> None:
     return None
 
 
+# ---------------------------------------------------------------------------------- argument checks
+
+# What an argument takes: its types and the words an error says. From Python nothing checks a signature's types:
+# a number where a path belongs failed in pathlib, a str where a list belongs was read letter by letter
+# ("Unknown protocol 't'"), and 'no' passed as a true flag.
+Kind = tuple[tuple[type, ...], str]
+FOLDER: Kind = ((str, Path), "a folder path (str or Path)")
+FOLDER_OR_NONE: Kind = ((str, Path, type(None)), "a folder path (str or Path) or None")
+PROTOCOL: Kind = ((str, Path), "a protocol's name or YAML path (str or Path)")
+SWEEP: Kind = ((str, Path), "a sweep's name or YAML path (str or Path)")
+METHOD: Kind = ((str,), "a method string, e.g. 'vanilla+sgm'")
+TEXT: Kind = ((str,), "a str")
+TEXT_OR_NONE: Kind = ((str, type(None)), "a str or None")
+FLAG: Kind = ((bool,), "True or False")
+TRIALS: Kind = ((int, type(None)), "a whole number of trials, e.g. 20, or None (the protocol's ruleset)")
+OBJECTIVE: Kind = ((str, type(None)), "a metric's name, e.g. 'CK_delta', or None (the protocol's ruleset)")
+SPACE: Kind = ((dict, type(None)), "a mapping {setting: {low, high[, log]} | {choices: [...]}}, or None")
+STORAGE: Kind = ((str, type(None)), "a database URL, e.g. 'sqlite:///path/optuna.db', or None")
+CHECKPOINT_EVERY = "a whole number of updates >= 0 (0: at session ends only) or None (every 2 minutes)"
+
+
+def _refused(name: str, value: Any, takes: str) -> BenchError:
+    from .spec.specfile import short_repr
+
+    return BenchError(f"{name} takes {takes}, not {short_repr(value)} of type {type(value).__name__}.")
+
+
+def _check(**given: tuple[Any, Kind]) -> None:
+    """Each argument (value, kind) of its kind; a bool is never taken for a number."""
+    for name, (value, (types, takes)) in given.items():
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            raise _refused(name, value, takes)
+
+
+def _flags(**flags: Any) -> None:
+    _check(**{name: (value, FLAG) for name, value in flags.items()})
+
+
+def _names(value: Any, name: str, example: str) -> tuple[str, ...]:
+    """A collection of names as a tuple; one str is refused, not read as its letters."""
+    items = None if isinstance(value, (str, bytes)) or not isinstance(value, Iterable) else tuple(value)
+    if items is None or not all(isinstance(item, str) for item in items):
+        raise _refused(name, value, f"a list of str, e.g. {example}")
+    return items
+
+
+def _seeds(seeds: Any) -> list[int] | None:
+    """The seeds a sweep runs instead of its own (None: its own), each one ``check_seed`` accepts."""
+    from .tools.preflight import check_seed
+
+    if seeds is None:
+        return None
+    if isinstance(seeds, (str, bytes)) or not isinstance(seeds, Iterable):
+        raise _refused("seeds", seeds, "a list of seeds, e.g. [0, 1, 2], or None for the sweep's own")
+    chosen = list(seeds)
+    if not chosen:
+        raise BenchError(f"seeds {chosen} names no seed: give some, e.g. [0, 1, 2], or None for the "
+                         f"sweep's own.")
+    for seed in chosen:
+        check_seed(seed, "seed")
+    return chosen
+
+
 # ---------------------------------------------------------------------------------- run options
 
 
@@ -48,14 +111,22 @@ def run_options(results_dir: str | Path | None = None, device: str = "auto", *, 
                 cpu_kernels: str = "fast", overrides: dict[str, Any] | None = None, trunk_cache: bool = True,
                 progress: bool = False, allow_download: bool = False, restart: bool = False,
                 checkpoint_every: int | None = None, wait: bool = True, gpu_decode: bool = True) -> Any:
-    """The ``RunOptions`` of a run or a sweep, each value checked (device, precision on it, kernel set)
-    before anything computes; the results folder resolved as the CLI does (``BENCH_RESULTS_DIR``, else
-    ./bench-results)."""
+    """The ``RunOptions`` of a run or a sweep, each value checked (argument types, device, precision on it,
+    kernel set, the BENCH_* settings a run reads) before anything computes; the results folder resolved as
+    the CLI does (``BENCH_RESULTS_DIR``, else ./bench-results)."""
+    from .environment import check_environment
     from .model.device import check_precision, resolve_device
     from .paths import results_dir as resolve_results
     from .results.comparability import KERNEL_SETS
     from .run.options import RunOptions
 
+    _check(results_dir=(results_dir, FOLDER_OR_NONE), device=(device, TEXT))
+    _flags(trunk_cache=trunk_cache, progress=progress, allow_download=allow_download, restart=restart, wait=wait,
+           gpu_decode=gpu_decode)
+    if checkpoint_every is not None and (isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int)
+                                         or checkpoint_every < 0):  # the rule of the CLI's --checkpoint-every
+        raise _refused("checkpoint_every", checkpoint_every, CHECKPOINT_EVERY)
+    check_environment()
     chosen = resolve_device(device)
     check_precision(precision, chosen)
     if cpu_kernels not in KERNEL_SETS:
@@ -268,6 +339,9 @@ def run(protocol: str = "tiny_cil", method: str = "vanilla", seed: int = 0, *,
     from ..methods.registry import parse_overrides
     from .model.cpu import cpu_settings_restored
 
+    _check(protocol=(protocol, PROTOCOL), method=(method, METHOD), results_dir=(results_dir, FOLDER_OR_NONE),
+           tracking_uri=(tracking_uri, TEXT_OR_NONE))
+    _flags(tuned=tuned, rerun=rerun, mlflow=mlflow, save_predictions=save_predictions)
     _offline(allow_download)
     overrides = parse_overrides([f"{k.replace('__', '.')}={v}" for k, v in settings.items()])
     tracking = Tracking(tracking_uri, mlflow)
@@ -483,14 +557,17 @@ def sweep(sweep: str, seeds: list[int] | None = None, *, results_dir: str | Path
     from .tools.preflight import check_outputs, check_seed
 
     _offline(allow_download)
-    spec = load_sweep(sweep)
-    for seed in seeds or spec.seeds:
+    spec = load_sweep(str(sweep))
+    for seed in spec.seeds if chosen is None else chosen:
         check_seed(seed, "seed")
+    _check(sweep=(sweep, SWEEP), tracking_uri=(tracking_uri, TEXT_OR_NONE))
+    _flags(mlflow=mlflow)
+    chosen = _seeds(seeds)
     options = run_options(results_dir, device, precision=precision, cpu_kernels=cpu_kernels, trunk_cache=trunk_cache,
                           progress=progress, allow_download=allow_download)
     check_outputs(options.results_dir, tracking_uri, mlflow)
     with cpu_settings_restored():
-        outcome = run_sweep(spec, list(seeds) if seeds else None, options, Tracking(tracking_uri, mlflow))
+        outcome = run_sweep(spec, chosen, options, Tracking(tracking_uri, mlflow))
     frame = load_results(options.results_dir)
     wanted = {(r.protocol.name, r.row, r.seed) for r in outcome.runs}
     keep = [(p, m, s) in wanted for p, m, s in zip(frame["protocol"], frame["method"], frame["seed"])]
@@ -547,6 +624,7 @@ def load_results(results_dir: str | Path) -> pd.DataFrame:
     scored = scored_entries(summarize(loaded.entries))
     if not scored:
         return pd.DataFrame(columns=results_columns())
+    _check(results_dir=(results_dir, FOLDER))
     frame = entry_frame(scored)
     frame["path"] = [e.source for e in scored]
     frame["reason"] = [e.reason or "" for e in scored]
@@ -570,7 +648,10 @@ def table(results_dir: str | Path, protocols: Iterable[str] = (), fmt: TableForm
     if fmt not in TABLE_FORMATS:  # the Literal binds the type checker only, not a notebook's caller
         raise BenchError(f"table fmt {fmt!r} is not a table format: choose one of {', '.join(TABLE_FORMATS)}.")
     loaded = load_folder(Path(results_dir), warn=lambda message: warnings.warn(message, stacklevel=3))
-    boards = chosen_boards(summarize(loaded.entries), tuple(protocols), loaded.origin)
+    boards = chosen_boards(summarize(loaded.entries), protocols, loaded.origin)
+    _check(results_dir=(results_dir, FOLDER))
+    protocols, columns = _names(protocols, "protocols", "['tiny_cil']"), _names(columns, "columns", "['bwt', '-wall']")
     if fmt == "csv":
         return boards_frame(boards).to_csv(index=False) if boards else ""
-    return format_table(boards, fmt, table_columns(columns)) if boards else f"No results in {loaded.origin}.\n"
+    chosen = table_columns(columns)  # checked for every format, csv too (its frame holds every column)
+    return format_table(boards, fmt, chosen) if boards else f"No results in {loaded.origin}.\n"

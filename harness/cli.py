@@ -296,7 +296,7 @@ def sweep(sweep: str | None, schema: bool, seeds: str | None, dry_run: bool, tab
         table_path = check_output_file(table_path, "--table", resolve_results(results_dir),
                                        [Path(sweep)] if Path(sweep).is_file() else [])
     try:
-        chosen = [int(s) for s in seeds.split(",")] if seeds else None
+        chosen = [int(s) for s in seeds.split(",")] if seeds is not None else None  # an empty one is refused
     except ValueError:
         raise BenchError(f"--seeds {seeds!r} must be comma-separated integers, e.g. 0,1,2.") from None
     for seed in chosen or spec.seeds:

@@ -1,13 +1,13 @@
 """Progress display that suits where it goes: a tqdm bar on a terminal, plain periodic lines elsewhere.
 
 A bar redraws itself with carriage returns; written to a file (a sweep's log, a batch job's stderr) that
-is megabytes of one line. Off a terminal the main bars print one plain line every ``PLAIN_EVERY_S``
-seconds (and at their end) instead, and the short inner bars (an eval pass, a trunk pass) print nothing.
+is megabytes of one line. Off a terminal the main bars print one plain line every $BENCH_PROGRESS_EVERY_S
+seconds (``PLAIN_EVERY_S`` by default; and at their end) instead, and the short inner bars (an eval pass, a
+trunk pass) print nothing.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -15,7 +15,9 @@ from typing import Any, TextIO
 
 from tqdm.auto import tqdm
 
-PLAIN_EVERY_S = float(os.environ.get("BENCH_PROGRESS_EVERY_S", "30"))  # seconds between plain lines
+from .environment import PROGRESS_EVERY_S
+
+PLAIN_EVERY_S = 30.0  # seconds between plain lines unless $BENCH_PROGRESS_EVERY_S sets it
 
 
 def on_terminal(stream: TextIO | None = None) -> bool:
@@ -30,12 +32,15 @@ def duration(seconds: float) -> str:
 
 class PlainBar:
     """The part of tqdm's interface the harness uses, written as whole lines: label, count, total, rate,
-    ETA and the postfix, every ``every`` seconds and once at ``close``."""
+    ETA and the postfix, every ``every`` seconds (None: the environment's interval, read when the bar starts
+    so that a malformed one is refused as a setting, not at import) and once at ``close``."""
 
     def __init__(self, desc: str = "", total: float | None = None, initial: float = 0, unit: str = "it",
-                 every: float = PLAIN_EVERY_S, file: TextIO | None = None, clock: Callable[[], float] = time.monotonic,
+                 every: float | None = None, file: TextIO | None = None, clock: Callable[[], float] = time.monotonic,
                  **_: Any) -> None:
-        self.desc, self.total, self.n, self.unit, self.every = desc, total, initial, unit, every
+        given = PROGRESS_EVERY_S.read() if every is None else every
+        self.desc, self.total, self.n, self.unit = desc, total, initial, unit
+        self.every = PLAIN_EVERY_S if given is None else given
         self.file, self.clock = file, clock
         self.start_n, self.t0 = initial, clock()
         self.last = self.t0

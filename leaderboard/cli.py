@@ -100,17 +100,20 @@ def _results_folder(results_dir: Path | None, tracking_uri: str | None) -> Path 
 @click.option("--format", "fmt", type=click.Choice(["markdown", "text", "csv", "latex", "json"]), default="markdown",
               show_default=True, help="csv: one row per run the table averages (the tidy frame), for pandas & co.; "
                                       "latex: booktabs, best bold, second underlined; json: every number of the table")
-@click.option("--columns", "extra", default="", metavar="KEYS",
+@click.option("--columns", "extra", default=None, metavar="KEYS",
               help="comma-separated: optional columns to add (acc, avg_acc, forgetting, bwt, fwt, or 'all'), and any "
                    "column to remove with a leading - (e.g. -wall,-tflops)")
 def table(results_dir: Path | None, tracking_uri: str | None, protocols: tuple[str, ...],
-          fmt: Literal["markdown", "text", "csv", "latex", "json"], extra: str) -> None:
+          fmt: Literal["markdown", "text", "csv", "latex", "json"], extra: str | None) -> None:
     """Print the leaderboard's aggregated numbers (mean ± std [95 % Student-t CI] over seeds, the paired
     difference with vanilla) as a Markdown, text, LaTeX or JSON table, or the per-run numbers behind them as CSV."""
     from .aggregate import boards_frame, format_table, summarize, table_columns
     from .sources import load
 
-    columns = table_columns(k.strip() for k in extra.split(",") if k.strip())
+    keys = [k.strip() for k in (extra or "").split(",") if k.strip()]
+    if extra is not None and not keys:  # given but blank: a mistake, not a request for the standard columns
+        raise BenchError(f"--columns {extra!r} names no column: give comma-separated keys, e.g. bwt,fwt or -wall.")
+    columns = table_columns(keys)
     if results_dir is not None and tracking_uri is not None:
         raise BenchError("Give either --results-dir DIR or --tracking-uri URI, not both.")
     loaded = load(results_dir, tracking_uri, warn=_warn)

@@ -218,3 +218,44 @@ def test_a_seed_that_is_not_an_integer_is_refused_before_any_compute(seed: Any, 
     with pytest.raises(BenchError, match=f"--seed {re.escape(repr(seed))} is a {type(seed).__name__}; a seed is an "
                                          f"integer, e.g. 0."):
         run("tiny_cil", "vanilla", seed, results_dir=tmp_path, mlflow=False)
+
+
+def _api_calls(tmp_path: Path) -> list[tuple[Callable[[], Any], str]]:
+    """(call, what the refusal says) for arguments of the wrong type or value."""
+    from bench_stability_gap.harness import api
+
+    root = tmp_path / "r"
+    return [
+        (lambda: api.run(results_dir=5), "results_dir takes a folder path (str or Path) or None, not 5 of type int"),
+        (lambda: api.run(method=None), "method takes a method string"),  # type: ignore[arg-type]
+        (lambda: api.run(method=["vanilla"]), "method takes a method string"),  # type: ignore[arg-type]
+        (lambda: api.run(results_dir=root, mlflow="no"), "mlflow takes True or False, not 'no' of type str"),  # type: ignore[arg-type]
+        (lambda: api.sweep(5), "sweep takes a sweep's name or YAML path"),  # type: ignore[arg-type]
+        (lambda: api.sweep("table1_tiny_cil", 1, results_dir=root), "seeds takes a list of seeds"),  # type: ignore[arg-type]
+        (lambda: api.sweep("table1_tiny_cil", 0, results_dir=root), "seeds takes a list of seeds"),  # type: ignore[arg-type]
+        (lambda: api.sweep("table1_tiny_cil", [], results_dir=root), "seeds [] names no seed"),
+        (lambda: api.table(tmp_path, protocols="tiny_cil"), "protocols takes a list of str"),
+        (lambda: api.table(tmp_path, columns="acc"), "columns takes a list of str"),
+        (lambda: api.table(tmp_path, columns=[3]), "columns takes a list of str"),  # type: ignore[list-item]
+        (lambda: api.table(None), "results_dir takes a folder path (str or Path), not None"),  # type: ignore[arg-type]
+        (lambda: api.load_results(None), "results_dir takes a folder path (str or Path), not None"),  # type: ignore[arg-type]
+        (lambda: api.table(tmp_path, fmt="csv", columns=["bogus"]), "Unknown column 'bogus'"),
+        (lambda: api.run_options(tmp_path, checkpoint_every=-1), "checkpoint_every takes a whole number of updates"),
+        (lambda: api.run_options(tmp_path, checkpoint_every=True), "checkpoint_every takes a whole number"),
+        (lambda: api.run_options(tmp_path, progress="yes"), "progress takes True or False"),  # type: ignore[arg-type]
+    ]
+
+
+def test_arguments_of_the_wrong_type_are_refused_naming_the_argument(tmp_path: Path, monkeypatch) -> None:
+    """From Python a number where a path belongs was a TypeError, a str where a list belongs was iterated letter
+    by letter ("Unknown protocol 't'"), 'no' passed as a true flag, seeds=0 or [] ran the sweep's seeds."""
+    from bench_stability_gap.harness.run import pipeline
+
+    def prepared(*args, **kwargs):
+        raise AssertionError("a workbench was prepared despite a bad argument")
+
+    monkeypatch.setattr(pipeline, "prepare", prepared)
+    for call, message in _api_calls(tmp_path):
+        with pytest.raises(BenchError, match=re.escape(message)):
+            call()
+    assert not (tmp_path / "r" / "runs").exists()

@@ -84,3 +84,34 @@ def test_corrupt_result_file_is_named(tmp_path):
     bad.write_text("{not json")
     out = invoke("validate", str(bad))
     assert out.exit_code == 2 and str(bad) in out.output
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("sweep", "table1_tiny_cil", "--dry-run", "--seeds", ""), "--seeds '' must be comma-separated integers"),
+    (("show", "protocol", ""), "The protocol name is empty"),
+    (("show", "protocol", "  "), "The protocol name is empty"),
+    *[(("show", "protocol", f"tiny_cil_flops@{k}x"), "K must be a plain decimal (e.g. 0.5) of at least 0.0001")
+      for k in ("0", "-1", "1e-30", "0.00001", "nan", "inf", "1e9", "+2", "5e-1")],
+])
+def test_empty_or_absurd_small_inputs_exit_2_naming_what_is_wrong(args, needle):
+    """An empty --seeds ran the file's seeds; an empty protocol name was "Protocol file . is a folder"; a
+    negative, NaN or exponent factor in NAME@Kx was an unknown protocol instead of a factor it cannot take."""
+    out = invoke(*args)
+    assert out.exit_code == 2 and "Traceback" not in out.output, out.output
+    assert needle in out.output, out.output
+
+
+@pytest.mark.parametrize("columns", ["", ",,", " , "])
+def test_leaderboard_table_refuses_columns_that_name_no_column(tmp_path, columns):
+    out = invoke("leaderboard", "table", "--results-dir", str(tmp_path), "--columns", columns)
+    assert out.exit_code == 2 and "Traceback" not in out.output, out.output
+    assert f"--columns {columns!r} names no column" in out.output, out.output
+
+
+@pytest.mark.parametrize("name", ['""', '"  "'])
+def test_a_sweep_file_with_an_empty_name_is_refused(tmp_path, name):
+    path = tmp_path / "s.yaml"
+    path.write_text(f"name: {name}\nseeds: [0]\nruns: [{{protocol: tiny_cil, methods: [vanilla]}}]\n")
+    out = invoke("sweep", str(path), "--dry-run")
+    assert out.exit_code == 2 and "Traceback" not in out.output, out.output
+    assert "name" in out.output and "Sweep :" not in out.output, out.output

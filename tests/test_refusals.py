@@ -166,3 +166,55 @@ def test_a_real_mlflow_server_passes_the_identity_check(mlflow_server: str) -> N
     from bench_stability_gap.harness.tools.preflight import check_tracking_uri
 
     check_tracking_uri(mlflow_server)  # raises when the server is not taken for MLflow
+
+
+@pytest.mark.parametrize("name, value, flags", [
+    ("BENCH_RAM_GB", "abc", ()), ("BENCH_RAM_GB", "-5", ()), ("BENCH_RAM_GB", "0", ()),
+    ("BENCH_DISK_GB", "12GB", ()), ("BENCH_DISK_GB", "inf", ()),
+    ("BENCH_LOADER_WORKERS", "abc", ()), ("BENCH_LOADER_WORKERS", "1.5", ()), ("BENCH_LOADER_WORKERS", "-1", ()),
+    ("BENCH_PROGRESS_EVERY_S", "abc", ()), ("BENCH_PROGRESS_EVERY_S", "nan", ()),
+    ("BENCH_IMAGE_CACHE_GB", "abc", ("--no-trunk-cache",)), ("BENCH_IMAGE_CACHE_GB", "-1", ("--no-trunk-cache",)),
+])
+def test_a_malformed_number_in_a_bench_variable_is_refused_naming_it_before_compute(tmp_path, monkeypatch, name,
+                                                                                      value, flags):
+    """A typo in a BENCH_* number was a ValueError traceback from deep in a run (or, for the progress
+    interval, at import); a negative budget was reported as "the budget is -5.00 GB"."""
+    from bench_stability_gap.harness.run import pipeline
+
+    def prepared(*args, **kwargs):
+        raise AssertionError("a workbench was prepared despite a malformed setting")
+
+    monkeypatch.setattr(pipeline, "prepare", prepared)
+    out = bench("run", "--results-dir", str(tmp_path / "r"), "--no-mlflow", *flags, env={name: value})
+    refused(out, f"{name}={value!r}", "unset it for the default", lines=2)
+
+
+def test_the_readers_of_bench_variables_refuse_what_the_preflight_refuses(monkeypatch):
+    """Each reader applies the same rule where the value is used (a sweep's Ray task, check-method)."""
+    from bench_stability_gap.harness.data.datapath import disk_budget_bytes, ram_budget_bytes
+    from bench_stability_gap.harness.data.inputs import image_cache_bytes, loader_workers
+    from bench_stability_gap.harness.errors import BenchError
+    from bench_stability_gap.harness.progress_bar import PlainBar
+
+    for name, read in (("BENCH_RAM_GB", ram_budget_bytes), ("BENCH_DISK_GB", lambda: disk_budget_bytes(Path("/"))),
+                       ("BENCH_IMAGE_CACHE_GB", image_cache_bytes), ("BENCH_LOADER_WORKERS", loader_workers),
+                       ("BENCH_PROGRESS_EVERY_S", PlainBar)):
+        monkeypatch.setenv(name, "-2")
+        with pytest.raises(BenchError, match=f"{name}='-2' is not"):
+            read()
+        monkeypatch.setenv(name, "3")
+        read()
+    assert (ram_budget_bytes(), loader_workers(), PlainBar().every) == (3 * 2**30, 3, 3.0)
+    monkeypatch.setenv("BENCH_LOADER_WORKERS", "0")  # no worker processes: decoding in the main process
+    assert loader_workers() == 0
+
+
+@pytest.mark.parametrize("seed", ["-1", "9999999999"])
+def test_check_method_refuses_a_seed_out_of_range_before_training(monkeypatch, seed):
+    from bench_stability_gap.harness.tools import check_method
+
+    def prepared(*args, **kwargs):
+        raise AssertionError("a workbench was prepared for a seed numpy cannot take")
+
+    monkeypatch.setattr(check_method, "prepare", prepared)
+    refused(bench("check-method", "vanilla", "-s", seed), f"--seed {seed} is outside 0..", lines=1)

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..environment import DISK_GB, RAM_GB, trunk_cache_setting
 from ..errors import BenchError
 from ..spec.protocol import Protocol
 from .features import FeatureShards, dtype_name
@@ -56,9 +57,9 @@ MODES = {
 
 def ram_budget_bytes() -> int:
     """$BENCH_RAM_GB, else half the memory the system has available now."""
-    env = os.environ.get("BENCH_RAM_GB")
-    if env:
-        return int(float(env) * GB)
+    given = RAM_GB.read()
+    if given is not None:
+        return int(given * GB)
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemAvailable:"):
@@ -70,16 +71,14 @@ def ram_budget_bytes() -> int:
 
 def disk_budget_bytes(root: Path) -> int:
     """$BENCH_DISK_GB, else the free space under ``root`` less ``DISK_RESERVE``."""
-    env = os.environ.get("BENCH_DISK_GB")
-    if env:
-        return int(float(env) * GB)
+    given = DISK_GB.read()
+    if given is not None:
+        return int(given * GB)
     return max(0, shutil.disk_usage(root).free - DISK_RESERVE)
 
 
 def pinned_mode() -> str | None:
-    value = os.environ.get("BENCH_TRUNK_CACHE", "auto").strip().lower()
-    if value not in ("auto", "ram", "disk", "stream"):
-        raise BenchError(f"BENCH_TRUNK_CACHE={value!r} must be auto, ram, disk or stream.")
+    value = trunk_cache_setting()
     return None if value == "auto" else f"trunk-{value}"
 
 

@@ -34,6 +34,7 @@ from torch import Tensor, nn
 from torchvision.transforms import v2 as T
 from tqdm.auto import tqdm
 
+from ..environment import IMAGE_CACHE_GB, LOADER_WORKERS
 from ..model.cpu import LIBC, TRUNK_PASS_CHUNK, in_cpu_chunks
 from ..model.device import to_device
 from ..progress_bar import progress_bar
@@ -69,14 +70,15 @@ def workers_from(loader: torch.utils.data.DataLoader) -> Iterator:
 
 def image_cache_bytes() -> int:
     """How many bytes of preprocessed images an uncached store may keep in memory."""
-    return int(float(os.environ.get("BENCH_IMAGE_CACHE_GB", "4")) * 2**30)
+    given = IMAGE_CACHE_GB.read()
+    return int((4.0 if given is None else given) * 2**30)
 
 
 def loader_workers() -> int:
     """DataLoader worker processes for decoding image files ($BENCH_LOADER_WORKERS, else cores - 1, <= 8)."""
-    env = os.environ.get("BENCH_LOADER_WORKERS")
-    if env:
-        return max(0, int(env))
+    given = LOADER_WORKERS.read()
+    if given is not None:
+        return int(given)
     return max(0, min(8, (os.cpu_count() or 1) - 1))
 
 

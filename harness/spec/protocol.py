@@ -539,7 +539,9 @@ def builtin_protocol_names() -> list[str]:
     return builtin_names()
 
 
-BUDGET_SCALE = re.compile(r"^(?P<base>.+)@(?P<factor>[0-9]*\.?[0-9]+)x$")
+# any number after the @, NaN, infinities and signs included, so that a factor the rule refuses is named as one
+BUDGET_SCALE = re.compile(r"^(?P<base>.+)@(?P<factor>[-+]?(?:[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?|(?i:nan|inf)))x$")
+MIN_BUDGET_SCALE = 1e-4  # a smaller K is a typo, not a budget family
 
 
 def load_protocol(name_or_path: str) -> Protocol:
@@ -554,9 +556,12 @@ def load_protocol(name_or_path: str) -> Protocol:
         return base
     factor = float(match["factor"])
     given = base.training.budget
-    if given is None or base.eval.tflops is None or not 0 < given.tflops * factor <= MAX_TFLOPS:
+    plain = re.fullmatch(r"[0-9]*\.?[0-9]+", match["factor"]) is not None  # one spelling, one family member
+    if given is None or base.eval.tflops is None or not (
+            plain and factor >= MIN_BUDGET_SCALE and given.tflops * factor <= MAX_TFLOPS):
         why = (f"{match['base']} has no FLOP budget (training.budget) to scale" if base.training.budget is None
-               else f"the factor must be positive and keep the budget within {MAX_TFLOPS:g} TFLOPs a session")
+               else f"K must be a plain decimal (e.g. 0.5) of at least {MIN_BUDGET_SCALE:g} that keeps the budget "
+                    f"within {MAX_TFLOPS:g} TFLOPs a session")
         raise BenchError(f"Protocol {name_or_path!r}: NAME@Kx scales a FLOP-budgeted protocol's "
                          f"training.budget.tflops by K, and {why}.")
     budget = ComputeBudget(tflops=given.tflops * factor)

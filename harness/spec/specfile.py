@@ -249,6 +249,8 @@ def is_path(name_or_path: str) -> bool:
 
 def load_spec(model: type[Spec], name_or_path: str, what: str, folder: str = "") -> Spec:
     """A built-in spec by name (``protocols/<folder>/NAME.yaml``), or a YAML file by path."""
+    if not name_or_path.strip():  # as a path it would be the current folder
+        raise BenchError(f"The {what} name is empty: give a built-in {what}'s name or a YAML file's path.")
     path = Path(name_or_path)
     problem = not_a_file(path)
     if is_path(name_or_path) or problem != "does not exist":

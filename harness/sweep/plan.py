@@ -109,6 +109,13 @@ class Sweep(BaseModel):
     runs: list[SweepGroup] = Field(default_factory=list, description="groups of methods, each with its overrides")
     grid: list[SweepGrid] = Field(default_factory=list, description="methods × --set values, expanded")
 
+    @field_validator("name")
+    @classmethod
+    def _named(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be blank (the sweep's output and its table are headed with its name)")
+        return value
+
     @model_validator(mode="after")
     def _some_run(self) -> Sweep:
         if not self.runs and not self.grid:

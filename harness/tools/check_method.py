@@ -35,6 +35,7 @@ from ..run.options import RunOptions
 from ..run.workbench import Workbench, prepare
 from ..spec.protocol import Protocol, load_protocol
 from .loss_terms import check_loss_terms
+from .preflight import check_seed
 
 CAP = 40  # samples: tight for the reduced streams (600 pre-training images, 10 classes to come)
 
@@ -141,6 +142,7 @@ def check_method(text: str, overrides: dict[str, Any] | None = None, seed: int =
     """Every check on ``text``; each outcome is reported through ``say`` as it comes."""
     overrides = dict(overrides or {})
     build_method(text, Protocol.model_validate(capped_spec()), overrides)  # a typo or bad --set: before any compute
+    check_seed(seed)  # numpy refuses it only after the deployed models are trained
     out: list[Outcome] = []
 
     def record(check: str, fn: Callable[[], str]) -> Any:
