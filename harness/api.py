@@ -364,11 +364,14 @@ def tune_request(protocol: str, method: str, *, trials: int | None = None, objec
     (``space``: instead of the method's own), the seed, the Optuna storage and the results folder."""
     from ..methods.registry import check_method
     from .paths import results_dir as resolve_results
+    from .results.tuned import check_replaceable
     from .spec.protocol import load_protocol
     from .sweep.study_checks import check_storage
     from .sweep.tuning import TuneRequest, default_storage, ruleset, search_space
     from .tools.preflight import check_outputs, check_seed
 
+    _check(protocol=(protocol, PROTOCOL), method=(method, METHOD), trials=(trials, TRIALS),
+           objective=(objective, OBJECTIVE), space=(space, SPACE), storage=(storage, STORAGE))
     spec = load_protocol(protocol)
     rules = ruleset(spec, trials, objective)  # before anything else: zero trials, an unknown objective
     spec.tuning_view()  # a protocol without a validation split cannot be tuned
@@ -376,10 +379,11 @@ def tune_request(protocol: str, method: str, *, trials: int | None = None, objec
     chosen = search_space(method, spec, space)
     check_seed(seed)
     root = resolve_results(Path(results_dir) if results_dir is not None else None)
-    if storage is not None:
-        check_storage(storage, root)
+    url = storage or default_storage(root)
+    check_storage(url, root, given=storage is not None)
     check_outputs(root, None, False)
-    return TuneRequest(spec, method, rules, seed, storage or default_storage(root), chosen)
+    check_replaceable(root, spec.name, method)
+    return TuneRequest(spec, method, rules, seed, url, chosen)
 
 
 def run_tune(request: Any, options: Any, ray_plan: Any = None, echo: Echo = _quiet) -> Any:
@@ -556,13 +560,13 @@ def sweep(sweep: str, seeds: list[int] | None = None, *, results_dir: str | Path
     from .sweep.plan import load_sweep
     from .tools.preflight import check_outputs, check_seed
 
+    _check(sweep=(sweep, SWEEP), tracking_uri=(tracking_uri, TEXT_OR_NONE))
+    _flags(mlflow=mlflow)
+    chosen = _seeds(seeds)
     _offline(allow_download)
     spec = load_sweep(str(sweep))
     for seed in spec.seeds if chosen is None else chosen:
         check_seed(seed, "seed")
-    _check(sweep=(sweep, SWEEP), tracking_uri=(tracking_uri, TEXT_OR_NONE))
-    _flags(mlflow=mlflow)
-    chosen = _seeds(seeds)
     options = run_options(results_dir, device, precision=precision, cpu_kernels=cpu_kernels, trunk_cache=trunk_cache,
                           progress=progress, allow_download=allow_download)
     check_outputs(options.results_dir, tracking_uri, mlflow)
@@ -620,11 +624,11 @@ def load_results(results_dir: str | Path) -> pd.DataFrame:
     from ..leaderboard.aggregate import entry_frame, scored_entries, summarize
     from ..leaderboard.sources import load_folder
 
+    _check(results_dir=(results_dir, FOLDER))
     loaded = load_folder(Path(results_dir), warn=lambda message: warnings.warn(message, stacklevel=3))
     scored = scored_entries(summarize(loaded.entries))
     if not scored:
         return pd.DataFrame(columns=results_columns())
-    _check(results_dir=(results_dir, FOLDER))
     frame = entry_frame(scored)
     frame["path"] = [e.source for e in scored]
     frame["reason"] = [e.reason or "" for e in scored]
@@ -645,13 +649,13 @@ def table(results_dir: str | Path, protocols: Iterable[str] = (), fmt: TableForm
     from ..leaderboard.cli import chosen_boards
     from ..leaderboard.sources import load_folder
 
-    if fmt not in TABLE_FORMATS:  # the Literal binds the type checker only, not a notebook's caller
-        raise BenchError(f"table fmt {fmt!r} is not a table format: choose one of {', '.join(TABLE_FORMATS)}.")
-    loaded = load_folder(Path(results_dir), warn=lambda message: warnings.warn(message, stacklevel=3))
-    boards = chosen_boards(summarize(loaded.entries), protocols, loaded.origin)
     _check(results_dir=(results_dir, FOLDER))
     protocols, columns = _names(protocols, "protocols", "['tiny_cil']"), _names(columns, "columns", "['bwt', '-wall']")
+    if fmt not in TABLE_FORMATS:  # the Literal binds the type checker only, not a notebook's caller
+        raise BenchError(f"table fmt {fmt!r} is not a table format: choose one of {', '.join(TABLE_FORMATS)}.")
+    chosen = table_columns(columns)  # checked for every format, csv too (its frame holds every column)
+    loaded = load_folder(Path(results_dir), warn=lambda message: warnings.warn(message, stacklevel=3))
+    boards = chosen_boards(summarize(loaded.entries), protocols, loaded.origin)
     if fmt == "csv":
         return boards_frame(boards).to_csv(index=False) if boards else ""
-    chosen = table_columns(columns)  # checked for every format, csv too (its frame holds every column)
     return format_table(boards, fmt, chosen) if boards else f"No results in {loaded.origin}.\n"

@@ -12,6 +12,7 @@ import errno
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO
@@ -126,11 +127,13 @@ def write_or_rescue(path: Path, text: str, what: str) -> Path:
                        f"place); not both, or the run is stored twice.") from None
 
 
-def move_aside(path: Path) -> Path:
-    """Rename a file or folder that failed to load next to itself, kept for a post-mortem and never read
-    again, under a name no earlier one took: a second failure must not overwrite the first's evidence."""
-    n = 0
-    while (aside := path.with_name(f"{path.name}.corrupt-{os.getpid()}" + (f".{n}" if n else ""))).exists():
+def move_aside(path: Path, why: str = "corrupt") -> Path:
+    """Rename a file or folder next to itself as ``NAME.WHY-TIME``, never read again: one that failed to
+    load (kept for a post-mortem) or one a new version replaces. The name is one no earlier copy took, so
+    a second failure or replacement never overwrites the first's."""
+    stamp, n = time.strftime("%Y%m%d-%H%M%S"), 0
+    while (aside := path.with_name(f"{path.name}.{why}-{stamp}" + (f"-{n}" if n else ""))).exists() \
+            or aside.is_symlink():
         n += 1
     os.replace(path, aside)
     return aside

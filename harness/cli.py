@@ -346,14 +346,17 @@ def tune(protocol: str, method: str, trials: int | None, objective: str | None, 
     from .api import run_tune, tune_request
     from .errors import not_a_file
     from .results.tuned import entry_path
-    from .spec.specfile import safe_yaml
+    from .spec.specfile import decode_spec, safe_yaml
     from .tools.preflight import check_backbone
 
     given: dict[str, Any] | None = None
     if space_file is not None:
         if (problem := not_a_file(space_file)) is not None:
             raise BenchError(f"--space {space_file} {problem}.")
-        read = safe_yaml(space_file.read_text(), "--space", str(space_file))
+        read = safe_yaml(decode_spec(space_file.read_bytes(), "--space", str(space_file)), "--space", str(space_file))
+        if read is None or read == {}:
+            raise BenchError(f"--space {space_file} is empty: name at least one setting to tune, as "
+                             f"{{setting: {{low, high[, log]}} | {{choices: [...]}}}}.")
         if not isinstance(read, dict):
             raise BenchError(f"--space {space_file} must hold a mapping of setting -> range.")
         given = read

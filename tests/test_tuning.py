@@ -337,6 +337,9 @@ BAD_SPACES = {
     "a word among numbers": ({"lr": {"choices": [0.001, "abc"]}}, "includes 'abc'"),
     "beyond the setting's range": ({"lr": {"low": 0.001, "high": 100}}, "includes 100"),
     "a string bound": ({"lr": {"low": "abc", "high": 1}}, "finite numbers"),
+    "a number as choices": ({"lr": {"choices": 5}}, "needs choices as a non-empty list"),
+    "a word as choices": ({"lr": {"choices": "abc"}}, "got choices 'abc'"),
+    "choices and a range": ({"lr": {"low": 0.1, "high": 1, "choices": [1]}}, "gives both choices and a range"),
 }
 
 
@@ -378,3 +381,165 @@ def test_a_bad_storage_is_refused_before_anything_is_written(tunable, tmp_path):
         assert "Traceback" not in out.output
     assert {p: p.read_bytes() for p in before} == before
     assert sorted(p.name for p in results.iterdir()) == ["mlflow.db"]
+
+
+def test_a_range_over_an_integer_setting_is_sampled_as_integers_and_needs_integer_bounds():
+    """An integer setting given a float range would have Optuna propose 3.7 and fail the trial after its
+    compute: integer bounds sample integers, float bounds are refused before a study exists."""
+    from optuna.distributions import FloatDistribution, IntDistribution
+
+    from bench_stability_gap.harness.sweep.tuning import _distributions, search_space
+
+    spec = load_protocol("tiny_cil")
+    space = search_space("vanilla", spec, {"pointwise_rank": {"low": 1, "high": 8},
+                                           "pointwise_alpha": {"low": 1, "high": 4}})
+    assert _distributions(space) == {"pointwise_rank": IntDistribution(1, 8),
+                                     "pointwise_alpha": FloatDistribution(1.0, 4.0)}
+    assert isinstance(space["pointwise_alpha"].low, float)  # a float setting samples floats between its bounds
+    for low, high in ((1.0, 8), (1, 8.0)):
+        with pytest.raises(BenchError, match="'pointwise_rank' is an integer setting: its range needs integer bounds"):
+            search_space("vanilla", spec, {"pointwise_rank": {"low": low, "high": high}})
+
+
+def test_a_space_file_that_is_empty_or_not_text_is_named(tmp_path):
+    results = tmp_path / "r"
+    path = tmp_path / "space.yaml"
+    for content, words in ((b"{}\n", "is empty"), (b"", "is empty"), (bytes(range(128, 256)), "is not a UTF-8 text")):
+        path.write_bytes(content)
+        out = run_cli("tune", "tiny_cil", "vanilla", "--space", str(path), "--results-dir", str(results))
+        assert out.exit_code == 2 and f"--space {path} {words}" in out.output, out.output
+    assert not results.exists()
+
+
+def test_a_default_study_storage_that_is_not_a_database_is_refused_and_kept(tmp_path):
+    results = tmp_path / "r"
+    database = results / "tuning" / "optuna.db"
+    database.parent.mkdir(parents=True)
+    database.write_text("hello\n")
+    out = run_cli("tune", "tiny_cil", "vanilla", "--results-dir", str(results))
+    assert out.exit_code == 2 and f"{database} is not an SQLite database" in out.output, out.output
+    assert "default study storage" in out.output and database.read_text() == "hello\n"
+    sweep = tmp_path / "sweep.yaml"  # a sweep's tuned row tunes into the same default storage
+    sweep.write_text(yaml.safe_dump({"name": "s", "seeds": [0],
+                                     "runs": [{"protocol": "tiny_cil", "methods": ["vanilla"], "tuned": True}]}))
+    out = run_cli("sweep", str(sweep), "--results-dir", str(results), "--no-mlflow")
+    assert out.exit_code == 2 and f"{database} is not an SQLite database" in out.output, out.output
+    assert database.read_text() == "hello\n" and sorted(p.name for p in results.iterdir()) == ["tuning"]
+    database.unlink()
+    database.mkdir()
+    out = run_cli("tune", "tiny_cil", "vanilla", "--results-dir", str(results))
+    assert out.exit_code == 2 and f"{database} is a folder" in out.output, out.output
+
+
+def test_a_storage_whose_driver_is_not_installed_is_refused_naming_it(tmp_path):
+    import importlib.util
+
+    from bench_stability_gap.harness.sweep.study_checks import check_storage
+
+    if importlib.util.find_spec("psycopg") is not None:
+        pytest.skip("psycopg is installed here")
+    with pytest.raises(BenchError, match="--storage postgresql://u@h/db: its database driver 'psycopg' is not "
+                                         "installed"):
+        check_storage("postgresql://u@h/db", tmp_path)
+
+
+def test_bad_arguments_of_the_python_tune_are_refused_naming_them(tmp_path):
+    from bench_stability_gap.harness.api import tune
+
+    for name, value in (("trials", "3"), ("trials", 2.5), ("trials", True), ("space", [1]), ("storage", 5),
+                        ("objective", ["CK_delta"])):
+        with pytest.raises(BenchError, match=rf"^{name} takes .*, not .* of type"):
+            tune("tiny_cil", "vanilla", results_dir=tmp_path / "r", **{name: value})
+    with pytest.raises(BenchError, match="search space given is empty"):
+        tune("tiny_cil", "vanilla", results_dir=tmp_path / "r", space={})
+    assert not (tmp_path / "r").exists()
+
+
+# ------------------------------------------------------------------ tuned entries
+
+
+def _entry(protocol) -> dict:
+    return {"protocol": protocol.name, "protocol_hash": protocol.spec_hash, "tuning_hash": "t", "method": "vanilla",
+            "settings": {"lr": 0.001}, "trials": 2, "objective": "CK_delta", "direction": "minimize", "value": 0.1,
+            "best_trial": 0, "best_run": "r0", "validation": {"per_class": 50}, "seed": 0, "study": "s",
+            "storage": "sqlite:///x.db"}
+
+
+BAD_ENTRIES = {
+    "negative trials": ({"trials": -5}, "trials: Input should be greater than or equal to 1"),
+    "unknown objective": ({"objective": "bogus"}, "objective: objective 'bogus' is not a metric tuning can score"),
+    "unknown direction": ({"direction": "sideways"}, "direction: Input should be 'minimize' or 'maximize'"),
+    "the objective's other direction": ({"direction": "maximize"}, "direction: CK_delta is tuned to minimize"),
+    "NaN value": ({"value": float("nan")}, "value: Input should be a finite number"),
+    "settings not a mapping": ({"settings": [1]}, "settings: Input should be a valid dictionary"),
+    "another method": ({"method": "derpp"}, "holds the settings of derpp on tiny_cil, not of vanilla on tiny_cil"),
+    "another protocol": ({"protocol": "tiny_iid"}, "holds the settings of vanilla on tiny_iid"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_ENTRIES))
+def test_a_tuned_entry_with_bad_contents_is_refused_naming_the_field(tmp_path, case):
+    import json
+
+    from bench_stability_gap.harness.results.tuned import entry_path, load_entry
+
+    change, words = BAD_ENTRIES[case]
+    spec = load_protocol("tiny_cil")
+    path = entry_path(tmp_path, "tiny_cil", "vanilla")
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({**_entry(spec), **change}))
+    with pytest.raises(BenchError, match="Tuned entry .*vanilla.json") as err:
+        load_entry(tmp_path, spec, "vanilla")
+    assert words in str(err.value)
+
+
+def test_only_an_absent_tuned_entry_is_missing_and_a_sweep_never_tunes_over_another(tmp_path):
+    import json
+
+    from bench_stability_gap.harness.results.tuned import entry_path, has_entry
+
+    spec = load_protocol("tiny_cil")
+    path = entry_path(tmp_path, "tiny_cil", "vanilla")
+    assert not has_entry(tmp_path, spec, "vanilla")
+    path.parent.mkdir(parents=True)
+    for text in ("{", json.dumps({**_entry(spec), "protocol_hash": "other"})):
+        path.write_text(text)
+        with pytest.raises(BenchError, match=f"Tuned entry {path}"):
+            has_entry(tmp_path, spec, "vanilla")
+        sweep = tmp_path / "sweep.yaml"
+        sweep.write_text(yaml.safe_dump({"name": "s", "seeds": [0],
+                                         "runs": [{"protocol": "tiny_cil", "methods": ["vanilla"], "tuned": True}]}))
+        out = run_cli("sweep", str(sweep), "--dry-run", "--results-dir", str(tmp_path))
+        assert out.exit_code == 2 and f"Tuned entry {path}" in out.output and "to tune first" not in out.output
+        assert path.read_text() == text
+
+
+def test_a_tuned_entry_that_is_a_folder_is_named_as_one(tmp_path):
+    from bench_stability_gap.harness.results.tuned import entry_path, load_entry
+
+    path = entry_path(tmp_path, "tiny_cil", "vanilla")
+    path.mkdir(parents=True)
+    with pytest.raises(BenchError, match=f"Tuned entry {path} is a folder, not a file"):
+        load_entry(tmp_path, load_protocol("tiny_cil"), "vanilla")
+    out = run_cli("tune", "tiny_cil", "vanilla", "--results-dir", str(tmp_path))  # refused before a study runs
+    assert out.exit_code == 2 and f"Tuned entry {path} is a folder" in out.output and path.is_dir()
+    assert not (tmp_path / "tuning" / "optuna.db").exists()
+
+
+def test_a_new_tuned_entry_keeps_the_one_it_replaces_beside_it(tunable, tmp_path):
+    from bench_stability_gap.harness.results.tuned import entry_path
+    from bench_stability_gap.harness.sweep.tuning import tune
+
+    options, said = RunOptions(results_dir=tmp_path / "r"), []
+    path = entry_path(options.results_dir, load_protocol(str(tunable)).name, "vanilla")
+    path.parent.mkdir(parents=True)
+    path.write_text("hand-edited")
+    tune(_study_request(tunable, tmp_path, trials=1), options, _scored_trial(), said.append)
+    kept = [p for p in path.parent.iterdir() if p != path]
+    assert len(kept) == 1 and kept[0].name.startswith("vanilla.json.replaced-") and kept[0].read_text() == "hand-edited"
+    assert any(str(kept[0]) in line for line in said)
+    first = path.read_text()
+    tune(_study_request(tunable, tmp_path, trials=1), options, _scored_trial(), said.append)  # the same entry again
+    assert path.read_text() == first and len(list(path.parent.iterdir())) == 2
+    tune(_study_request(tunable, tmp_path, trials=2), options, _scored_trial(), said.append)
+    assert len(list(path.parent.iterdir())) == 3 and path.read_text() != first

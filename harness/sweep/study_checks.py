@@ -6,6 +6,7 @@ every later tune; these checks refuse first, naming what is wrong, and write not
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -31,19 +32,40 @@ def _number(value: Any) -> bool:
 
 def check_dim(key: str, dim: Any) -> None:
     """One dimension by Optuna's rules: finite numbers with low < high (low > 0 on a log scale), or a
-    non-empty list of plain values."""
+    non-empty list of plain values, never both (one of them would be silently ignored)."""
     if dim.choices is not None:
+        if dim.low is not None or dim.high is not None or dim.log:
+            raise BenchError(shorten(f"The search space's {key!r} gives both choices and a range (low={dim.low!r}, "
+                                     f"high={dim.high!r}, log={dim.log!r}); give one or the other."))
+        listed = isinstance(dim.choices, tuple)  # a given list arrives as a tuple; anything else is not a list
         bad = [c for c in dim.choices
-               if not isinstance(c, CHOICE_TYPES) or isinstance(c, float) and not math.isfinite(c)]
-        if not dim.choices or bad:
-            raise BenchError(shorten(f"The search space's {key!r} needs a non-empty list of plain values (numbers, "
-                                     f"strings, true/false), got choices {list(dim.choices)!r}."))
+               if not isinstance(c, CHOICE_TYPES) or isinstance(c, float) and not math.isfinite(c)] if listed else []
+        if not listed or not dim.choices or bad:
+            shown = list(dim.choices) if listed else dim.choices
+            raise BenchError(shorten(f"The search space's {key!r} needs choices as a non-empty list of plain values "
+                                     f"(numbers, strings, true/false), got choices {shown!r}."))
         return
     if not (_number(dim.low) and _number(dim.high)) or not isinstance(dim.log, bool):
         raise BenchError(shorten(f"The search space's {key!r} needs finite numbers low and high (and log: true or "
                                  f"false), got low={dim.low!r}, high={dim.high!r}, log={dim.log!r}."))
     if not dim.low < dim.high or dim.log and dim.low <= 0:
         raise BenchError(f"The search space's {key!r} needs low < high (and low > 0 on a log scale), got {dim}.")
+
+
+def typed_range(key: str, dim: Any, sample: Any) -> Any:
+    """The range ``dim`` as the setting's type needs it (``sample``: the setting's value at ``dim.low``, as
+    its settings model stores it): integer bounds, sampled as integers, for an integer setting (a float
+    bound would let Optuna propose 3.7 and fail the trial after its compute), float bounds for any other;
+    a true/false setting takes choices, not a range."""
+    if isinstance(sample, bool):
+        raise BenchError(f"The search space's {key!r} is a true/false setting: give it choices: [true, false], "
+                         f"not a range.")
+    if isinstance(sample, int):
+        if not (isinstance(dim.low, int) and isinstance(dim.high, int)):
+            raise BenchError(f"The search space's {key!r} is an integer setting: its range needs integer bounds, "
+                             f"got low={dim.low!r}, high={dim.high!r}.")
+        return dim
+    return dataclasses.replace(dim, low=float(dim.low), high=float(dim.high))
 
 
 def check_values(key: str, dim: Any, valid: Any) -> None:
@@ -75,26 +97,30 @@ def _describe(distributions: dict[str, Any]) -> str:
     return "; ".join(f"{k}: {d!r}" for k, d in sorted(distributions.items()))
 
 
-def check_storage(url: str, results_dir: Path) -> None:
-    """``--storage``: a database URL SQLAlchemy parses, whose driver is installed; for SQLite a file
-    path (not memory) in a writable folder, never the results folder's MLflow store nor any database that
-    is not Optuna's. Nothing is created."""
+def check_storage(url: str, results_dir: Path, given: bool = True) -> None:
+    """A study storage (``--storage``, or the default one when not ``given``): a database URL SQLAlchemy
+    parses, whose driver is installed; for SQLite a file path (not memory) in a writable folder, never the
+    results folder's MLflow store nor any database that is not Optuna's. Nothing is created."""
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
-    shown = shorten(url)
+    shown = f"--storage {shorten(url)}" if given else f"The default study storage {shorten(url)}"
     try:
         parsed = make_url(url)
-        parsed.get_dialect()
+        dialect = parsed.get_dialect()
+        # the driver itself is imported only when a study connects: import it now (SQLAlchemy 1.4: dbapi)
+        load_driver: Any = dialect.import_dbapi if hasattr(dialect, "import_dbapi") else dialect.dbapi
+        load_driver()
     except NoSuchModuleError:  # before ArgumentError, its base class
-        raise BenchError(f"--storage {shown}: no database driver for {parsed.drivername!r} is installed; give "
+        raise BenchError(f"{shown}: no database driver for {parsed.drivername!r} is installed; give "
                          f"e.g. sqlite:///path/optuna.db. Nothing was written.") from None
     except (ArgumentError, ValueError) as exc:
-        raise BenchError(f"--storage {shown} is not a database URL ({exc}); give e.g. sqlite:///path/optuna.db. "
+        raise BenchError(f"{shown} is not a database URL ({exc}); give e.g. sqlite:///path/optuna.db. "
                          f"Nothing was written.") from None
     except ImportError as exc:
-        raise BenchError(f"--storage {shown}: its driver cannot be imported ({exc}); install it or use "
-                         f"sqlite:///path/optuna.db. Nothing was written.") from None
+        module = f" {exc.name!r}" if exc.name else ""
+        raise BenchError(f"{shown}: its database driver{module} is not installed ({exc}); install the package that "
+                         f"provides it, or use sqlite:///path/optuna.db. Nothing was written.") from None
     if parsed.get_backend_name() != "sqlite":
         return
     _check_sqlite_file(shown, parsed.database, results_dir)
@@ -106,18 +132,18 @@ def _check_sqlite_file(shown: str, database: str | None, results_dir: Path) -> N
     from ..paths import resolve_folder
 
     if not database or database == ":memory:" or database.startswith("file::memory:"):
-        raise BenchError(f"--storage {shown} is an in-memory database: the study would be lost when bench tune "
+        raise BenchError(f"{shown} is an in-memory database: the study would be lost when bench tune "
                          f"ends; give a file, e.g. sqlite:///path/optuna.db.")
-    path = resolve_folder(Path(database), "--storage database")
+    path = resolve_folder(Path(database), "study database")
     if path == resolve_folder(results_dir, "results folder") / "mlflow.db":
-        raise BenchError(f"--storage {shown} is the results folder's MLflow store; a study never goes into "
+        raise BenchError(f"{shown} is the results folder's MLflow store; a study never goes into "
                          f"another program's database: use the default or another file. Nothing was written.")
     if path.exists():
         why = not_a_file(path)
         if why is not None:
-            raise BenchError(f"--storage {shown}: {path} {why}.")
+            raise BenchError(f"{shown}: {path} {why}; move it aside or pick another storage.")
         _check_tables(shown, path)
-    check_writable_folder(path.parent, "folder of --storage", 0)
+    check_writable_folder(path.parent, "folder of the study database", 0)
 
 
 def _check_tables(shown: str, path: Path) -> None:
@@ -126,8 +152,9 @@ def _check_tables(shown: str, path: Path) -> None:
         with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
             tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     except sqlite3.DatabaseError as exc:
-        raise BenchError(f"--storage {shown}: {path} is not an SQLite database ({exc}); nothing was written.") from None
+        raise BenchError(f"{shown}: {path} is not an SQLite database ({exc}); move it aside or pick another "
+                         f"storage. Nothing was written.") from None
     if tables and ("studies" not in tables or tables & MLFLOW_TABLES):
         owner = "MLflow's tracking store" if tables & MLFLOW_TABLES else "another program's database"
-        raise BenchError(f"--storage {shown}: {path} is {owner}, not an Optuna study database; a study never "
+        raise BenchError(f"{shown}: {path} is {owner}, not an Optuna study database; a study never "
                          f"adds tables to it. Use the default or another file. Nothing was written.")

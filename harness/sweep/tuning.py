@@ -24,7 +24,7 @@ from ..errors import BenchError
 from ..results.schema import load_result
 from ..results.tuned import TunedEntry, has_entry, save_entry
 from ..spec.protocol import MAX_TRIALS, OBJECTIVES, Protocol, TuningRules
-from .study_checks import check_dim, check_values, same_space, space_key
+from .study_checks import check_dim, check_storage, check_values, same_space, space_key, typed_range
 
 # the curve a trial reports at each eval point for pruning, by objective: the accuracy its metric averages
 PRUNING_CURVE = {"S_delta": "old", "P_delta": "new"}  # every other objective: accuracy on all seen classes
@@ -69,8 +69,9 @@ def ruleset(protocol: Protocol, trials: int | None, objective: str | None) -> Tu
 
 def search_space(method: str, protocol: Protocol, given: dict[str, Any] | None = None) -> dict[str, Any]:
     """The space a study samples: what the method string's base and modifiers declare (modifiers' under
-    their names), or ``given`` (``--space FILE``). Every name must be a setting the method has: a BenchError
-    names the one it lacks, before anything runs."""
+    their names), or ``given`` (``--space FILE``). Every name must be a setting the method has, and every
+    range one its values fit (integers for an integer setting): a BenchError names the entry, before
+    anything runs."""
     from ...methods.configs import Dim
     from ...methods.registry import config_class
 
@@ -79,9 +80,14 @@ def search_space(method: str, protocol: Protocol, given: dict[str, Any] | None =
         space = dict(getattr(config_class(spec.base), "search_space", {}))
         for entry in spec.modifiers:
             space.update({f"{entry.name}.{k}": d for k, d in getattr(config_class(entry), "search_space", {}).items()})
+    elif not given:
+        raise BenchError("The search space given is empty: name at least one setting to tune, as "
+                         "{setting: {low, high[, log]} | {choices: [...]}}.")
     else:
         space = {}
         for key, raw in given.items():
+            if not isinstance(key, str):
+                raise BenchError(f"Search space entry {key!r} is not a setting's name: name it as text, e.g. lr.")
             try:
                 fields: dict[str, Any] = {k: tuple(v) if k == "choices" and isinstance(v, list) else v
                                           for k, v in raw.items()}
@@ -92,26 +98,42 @@ def search_space(method: str, protocol: Protocol, given: dict[str, Any] | None =
     if not space:
         raise BenchError(f"Method {method!r} declares no search space (a `search_space` beside its Config) and none "
                          f"was given with --space: there is nothing to tune.")
-    config, mod_configs = resolve_settings(spec, protocol, {})
-    settings = {**config.model_dump(mode="json"), **{e.name: c.model_dump(mode="json")
-                                                     for e, c in zip(spec.modifiers, mod_configs)}}
+    settings = _settings(spec, protocol, {})
     for key, dim in space.items():
-        node: Any = settings
-        for part in key.split("."):
-            if not isinstance(node, dict) or part not in node:
-                raise BenchError(f"The search space names {key!r}, which is not a setting of method {method!r} "
-                                 f"(its settings: {', '.join(k for k in settings if k not in ('modifiers',))}).")
-            node = node[part]
+        _setting(settings, key, method)
         check_dim(key, dim)
         check_values(key, dim, lambda k, v: resolve_settings(spec, protocol, {k: v}))
+        if dim.choices is None:
+            space[key] = typed_range(key, dim, _setting(_settings(spec, protocol, {key: dim.low}), key, method))
     return space
 
 
-def _distributions(space: dict[str, Any]) -> dict[str, Any]:
-    import optuna
+def _settings(spec: Any, protocol: Protocol, overrides: dict[str, Any]) -> dict[str, Any]:
+    """The method's settings as ``--set`` names them (modifiers' under their names), with ``overrides``."""
+    config, mod_configs = resolve_settings(spec, protocol, overrides)
+    return {**config.model_dump(mode="json"), **{e.name: c.model_dump(mode="json")
+                                                 for e, c in zip(spec.modifiers, mod_configs)}}
 
-    return {key: optuna.distributions.CategoricalDistribution(list(d.choices)) if d.choices is not None
-            else optuna.distributions.FloatDistribution(d.low, d.high, log=d.log) for key, d in space.items()}
+
+def _setting(settings: dict[str, Any], key: str, method: str) -> Any:
+    """The value of the setting ``key`` (dotted for a nested one); a name the method lacks is a BenchError."""
+    node: Any = settings
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise BenchError(f"The search space names {key!r}, which is not a setting of method {method!r} "
+                             f"(its settings: {', '.join(k for k in settings if k not in ('modifiers',))}).")
+        node = node[part]
+    return node
+
+
+def _distributions(space: dict[str, Any]) -> dict[str, Any]:
+    """Optuna's distribution of each dimension: integer bounds (an integer setting's, as ``search_space``
+    leaves them) are sampled as integers."""
+    import optuna.distributions as dist
+
+    return {key: dist.CategoricalDistribution(list(d.choices)) if d.choices is not None
+            else dist.IntDistribution(d.low, d.high, log=d.log) if isinstance(d.low, int)
+            else dist.FloatDistribution(d.low, d.high, log=d.log) for key, d in space.items()}
 
 
 @dataclasses.dataclass
@@ -223,10 +245,11 @@ def tune(request: TuneRequest, options: Any, run_trial: Callable[[Any, dict[str,
                 study.tell(trial, value)
                 echo(f"  {rules.objective} on validation: {value:.4f}")
         done = counted(study)
-    return write_entry(request, study, options.results_dir)
+    return write_entry(request, study, options.results_dir, echo)
 
 
-def write_entry(request: TuneRequest, study: Any, results_dir: Path) -> TunedEntry:
+def write_entry(request: TuneRequest, study: Any, results_dir: Path, echo: Callable[[str], None]) -> TunedEntry:
+    """The best trial as the method's tuned entry; an entry it replaces is kept beside it, and named."""
     try:
         best = study.best_trial
     except ValueError:
@@ -239,18 +262,21 @@ def write_entry(request: TuneRequest, study: Any, results_dir: Path) -> TunedEnt
         direction=OBJECTIVES[request.rules.objective], value=float(best.value), best_trial=best.number,
         best_run=str(best.user_attrs.get("run_id", "")), validation=request.protocol.validation, seed=request.seed,
         study=request.study, storage=request.storage)
-    save_entry(results_dir, entry)
+    _, kept = save_entry(results_dir, entry)
+    if kept is not None:
+        echo(f"The tuned entry this replaces is kept as {kept}.")
     return entry
 
 
 def ensure_tuned(protocol: Protocol, method: str, options: Any, ray_plan: Any, echo: Callable[[str], None]) -> None:
     """Tune ``method`` under the protocol's own ruleset unless a tuned entry for this spec exists (what a
-    sweep row with ``tuned: true`` needs); a protocol without a ruleset or validation split is refused."""
+    sweep row with ``tuned: true`` needs); a protocol without a ruleset or validation split, an entry that
+    cannot be used (never tuned over) and a default study storage that is not Optuna's are refused."""
     if has_entry(options.results_dir, protocol, method):
         return
-    rules = ruleset(protocol, None, None)
-    request = TuneRequest(protocol, method, rules, 0, default_storage(options.results_dir),
-                          search_space(method, protocol))
+    rules, storage = ruleset(protocol, None, None), default_storage(options.results_dir)
+    check_storage(storage, options.results_dir, given=False)
+    request = TuneRequest(protocol, method, rules, 0, storage, search_space(method, protocol))
     request.view  # no validation split: refused before anything runs
     tune(request, options, trial_runner(method, 0, options, ray_plan, echo), echo)
 
