@@ -91,9 +91,26 @@ def _write_replace(path: Path, write: Callable[[IO[bytes]], object], durable: bo
                 os.fsync(fh.fileno())
         os.chmod(tmp, 0o666 & ~umask())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        stop = _interrupt_behind(exc)
+        if stop is not None and stop is not exc:
+            raise stop from None
         raise
+
+
+def _interrupt_behind(exc: BaseException) -> KeyboardInterrupt | None:
+    """The Ctrl-C or SIGTERM that ``exc`` arose from, when a writer's clean-up failed because of it (torch's
+    zip writer, stopped mid-write, raises a RuntimeError from its own clean-up): the stop is what happened,
+    and the CLI turns it into exit 130/143 and the resume note, not a traceback."""
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        if isinstance(link, KeyboardInterrupt):
+            return link
+        seen.add(id(link))
+        link = link.__cause__ or link.__context__
+    return None
 
 
 def atomic_write_text(path: Path, text: str, what: str | None = None) -> None:

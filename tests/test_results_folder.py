@@ -218,3 +218,44 @@ def test_a_checkpoint_unreadable_twice_keeps_both_copies_for_a_post_mortem(tmp_p
     kept = sorted(p.read_bytes() for p in tmp_path.glob("run-x.pt.corrupt-*"))
     assert kept == [b"first", b"second"]
 
+
+
+def test_a_stop_during_a_checkpoint_write_is_the_stop_not_the_writers_error(tmp_path) -> None:
+    """Ctrl-C inside torch.save makes its zip writer's clean-up raise a RuntimeError ('unexpected pos');
+    that must surface as the KeyboardInterrupt it was (exit 130 and the resume note), with the checkpoint
+    written before it intact and no temporary file left."""
+    import torch
+
+    from bench_stability_gap.harness.run.checkpoint import Checkpointer
+
+    saver = Checkpointer(tmp_path / "run-x.pt", every=2)
+    saver.save({"w": torch.ones(3)})
+    before = saver.path.read_bytes()
+
+    class Stopped(KeyboardInterrupt):  # as SIGTERM is delivered: a KeyboardInterrupt of its own kind
+        pass
+
+    real_save = torch.save
+    writes = []
+
+    def interrupted(obj, fh, *args, **kwargs):
+        class Stopping:
+            def write(self, data):
+                writes.append(len(data))
+                if len(writes) == 3:
+                    raise Stopped
+                return fh.write(data)
+
+            def flush(self):
+                return fh.flush()
+
+        return real_save(obj, Stopping(), *args, **kwargs)
+
+    torch.save = interrupted
+    try:
+        with pytest.raises(Stopped):
+            saver.save({"w": torch.zeros(1000, 1000)})
+    finally:
+        torch.save = real_save
+    assert len(writes) == 3 and saver.path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["run-x.pt"]
