@@ -247,16 +247,23 @@ def _execute_tracked(protocol: Any, method: str, seed: int, options: Any, tracki
     except BaseException:
         live.finish("failed")
         raise
-    if summary:
-        summary(result, path)
-    if result.run_id != run_id and not joint_run:  # reused: the process that stored it mirrors it
-        live.discard()
-        echo("  (computed by the process this one waited for; its MLflow run is that run's mirror)")
-        return result, path
     try:
-        _save_predictions(recorder, result, path, echo)
-    finally:  # the result is stored: its MLflow run is closed with the full record even when the npz is not
-        finish_live(live, result, path)
+        if summary:
+            summary(result, path)
+        if result.run_id != run_id and not joint_run:  # reused: the process that stored it mirrors it
+            live.discard()
+            echo("  (computed by the process this one waited for; its MLflow run is that run's mirror)")
+            return result, path
+        try:
+            _save_predictions(recorder, result, path, echo)
+        finally:  # the result is stored: its MLflow run is closed with the full record even when the npz is not
+            finish_live(live, result, path)
+    except KeyboardInterrupt as stop:  # the result is stored: only its record is unfinished
+        live.finish("killed")
+        stop.add_note(f"Interrupted after the result was stored ({path}); only its MLflow record is unfinished "
+                      f"(marked KILLED): `{sync_command(options.results_dir, tracking_uri)}` completes it, "
+                      f"and nothing needs to train again.")
+        raise
     problems = _mirror_references(result, path, before, options.results_dir, tracking_uri, echo, protocol)
     if live.error or problems:
         raise not_mirrored(live.error, path, problems, sync_command(options.results_dir, tracking_uri))

@@ -65,8 +65,10 @@ class BenchGroup(click.Group):
             # click marks message Final (its __init__ sets it); it is read only when the error is shown
             err.message = shorten(err.message)  # type: ignore[misc]
             raise
-        except KeyboardInterrupt as stop:
-            click.echo(f"\n{DRY_INTERRUPTED if ctx.meta.get(DRY_RUN) else INTERRUPTED}", err=True)
+        except KeyboardInterrupt as stop:  # a stop after the work was stored carries its own note
+            notes = getattr(stop, "__notes__", None)
+            click.echo(f"\n{notes[-1] if notes else DRY_INTERRUPTED if ctx.meta.get(DRY_RUN) else INTERRUPTED}",
+                       err=True)
             ctx.exit(143 if isinstance(stop, Terminated) else 130)
         except Exception as exc:  # a write outside the atomic path (a cache shard, a library's file)
             fault = storage_error(exc)

@@ -16,7 +16,8 @@ from click.testing import CliRunner
 
 from bench_stability_gap.harness.cli import main
 from bench_stability_gap.harness.errors import BenchError
-from bench_stability_gap.harness.results.schema import RunResult, load_result, result_precision, save_result
+from bench_stability_gap.harness.results.schema import (RunResult, iter_results, load_result, result_precision,
+                                                         save_result)
 from bench_stability_gap.harness.results.tracking import (LiveRun, default_tracking_uri, log_run_or_explain, result_run_name,
                                                            sync)
 from live_servers import free_port as closed_port  # a port nothing listens on once the probe socket closes
@@ -322,3 +323,35 @@ def test_a_store_that_failed_for_the_run_and_its_references_is_said_once_with_ev
         f"{cause} The result is kept in /r/joint.json; mirror it to MLflow later with: {sync}")
     other = NotMirrored("The MLflow server http://h:5000 cannot be reached.", Path("/r/best.json"), sync)
     assert str(not_mirrored(cause, Path("/r/run.json"), [other], sync)).startswith(f"{cause} {other.cause} The results")
+
+
+def test_a_stop_while_mirroring_a_stored_result_says_so_and_sync_completes_the_record(tmp_path, seeded_store,
+                                                                                       monkeypatch) -> None:
+    """Ctrl-C after the result is stored, while its MLflow record is logged: the note says the result is
+    stored and names `bench sync` (not that nothing was written), the record is closed as KILLED, never
+    left RUNNING, and sync completes it."""
+    import support
+    from bench_stability_gap.harness.sweep import mirror
+
+    monkeypatch.setenv("BENCH_CACHE_DIR", str(tmp_path / "cache"))
+    protocol, results = support.small_protocol(tmp_path), seeded_store(tmp_path / "results")
+    real = mirror.finish_live
+
+    def stopped(live, result, path):
+        if result.method.spec == "finetune":
+            raise KeyboardInterrupt
+        return real(live, result, path)
+
+    monkeypatch.setattr(mirror, "finish_live", stopped)
+    out = CliRunner().invoke(main, ["run", "-p", str(protocol), "-m", "finetune", "--results-dir", str(results),
+                                    "--no-progress"])
+    assert out.exit_code == 130, out.output
+    ((stored, result),) = [(p, r) for p, r in iter_results(results) if r.method.spec == "finetune"]
+    assert f"Interrupted after the result was stored ({stored})" in out.output
+    assert f"bench sync --results-dir {results}" in out.output and "nothing was written" not in out.output
+    assert bench_runs(results)[result.run_id].info.status == "KILLED"
+    monkeypatch.setattr(mirror, "finish_live", real)
+    synced = CliRunner().invoke(main, ["sync", "--results-dir", str(results)], catch_exceptions=False)
+    assert synced.exit_code == 0, synced.output
+    run = bench_runs(results)[result.run_id]
+    assert run.info.status == "FINISHED" and run.data.tags["bench.synced"] == "true"
