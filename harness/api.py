@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import pandas as pd
 
-from .errors import BenchError
+from .errors import BenchError, note_stop
 from .results.read_once import reading_once
 from .results.schema import RunResult
 
@@ -260,7 +260,7 @@ def _execute_tracked(protocol: Any, method: str, seed: int, options: Any, tracki
             finish_live(live, result, path)
     except KeyboardInterrupt as stop:  # the result is stored: only its record is unfinished
         live.finish("killed")
-        stop.add_note(f"Interrupted after the result was stored ({path}); only its MLflow record is unfinished "
+        note_stop(stop, f"Interrupted after the result was stored ({path}); only its MLflow record is unfinished "
                       f"(marked KILLED): `{sync_command(options.results_dir, tracking_uri)}` completes it, "
                       f"and nothing needs to train again.")
         raise

@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from ..leaderboard.cli import results_dir_option
-from .errors import BenchError, only_with, shorten
+from .errors import BenchError, only_with, shorten, stop_note
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 # OpenMP threads that spin while waiting make torch 10-20x slower as soon as two processes share the
@@ -66,9 +66,8 @@ class BenchGroup(click.Group):
             err.message = shorten(err.message)  # type: ignore[misc]
             raise
         except KeyboardInterrupt as stop:  # a stop after the work was stored carries its own note
-            notes = getattr(stop, "__notes__", None)
-            click.echo(f"\n{notes[-1] if notes else DRY_INTERRUPTED if ctx.meta.get(DRY_RUN) else INTERRUPTED}",
-                       err=True)
+            note = stop_note(stop) or (DRY_INTERRUPTED if ctx.meta.get(DRY_RUN) else INTERRUPTED)
+            click.echo(f"\n{note}", err=True)
             ctx.exit(143 if isinstance(stop, Terminated) else 130)
         except Exception as exc:  # a write outside the atomic path (a cache shard, a library's file)
             fault = storage_error(exc)

@@ -69,3 +69,14 @@ def without_foreign_page(message: str) -> str:
         return (f"{head.strip()} The server answered with a web page, not MLflow's API: is the URI an MLflow "
                 f"tracking server (mlflow server), with its path?")
     return message
+
+
+def note_stop(stop: KeyboardInterrupt, note: str) -> None:
+    """Give a Ctrl-C or SIGTERM that came after the work was stored the note the CLI prints for it, in place of
+    'nothing was written' (an attribute: exception notes are Python 3.11's, and bench runs on 3.10)."""
+    stop.bench_note = note  # type: ignore[attr-defined]
+
+
+def stop_note(stop: KeyboardInterrupt) -> str | None:
+    """The note ``note_stop`` gave ``stop``, if any."""
+    return getattr(stop, "bench_note", None)
