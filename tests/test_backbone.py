@@ -188,3 +188,28 @@ def test_on_cuda_the_swapped_layers_give_the_stock_bits_and_adamw_is_not_fused()
     for name, a, b in grads:
         assert (a is None and b is None) or torch.equal(a, b), name
     assert adamw([{"params": list(model.parameters())}]).defaults["fused"] is None
+
+
+@pytest.mark.parametrize("update, needles", [
+    ({"lora_targets": ["conv_pw", "nope"]}, ["backbone.lora_targets names 'nope'", "backbone.body"]),
+    ({"body": ["blocks.5", "blocks.6", "conv_head", "bn2", "global_pool"]},  # blocks.4 missing
+     ["backbone.trunk (", "backbone.body (blocks.5,", "do not run as one network", "112 channels"]),
+    ({"body": ["blocks.4", "blocks.5", "blocks.6", "conv_head", "bn2"]},  # no pooling before the head
+     ["backbone.body (blocks.4,", "do not run as one network", "pooled features"]),
+])
+def test_parts_that_do_not_make_one_network_are_refused_before_any_compute(update, needles):
+    """Checked where the network is split (before the trunk pass and the deployed model's training): a
+    LoRA target the body lacks, or a body that does not continue the trunk, named by its lists."""
+    spec = load_protocol("tiny_cil").backbone.model_copy(update=update)
+    with pytest.raises(BenchError) as err:
+        split_network(create_network(spec), spec, 10)
+    for needle in needles:
+        assert needle in str(err.value), (needle, str(err.value))
+
+
+def test_the_forward_that_checks_the_parts_leaves_the_batchnorm_statistics_and_modes_alone():
+    spec = load_protocol("tiny_cil").backbone
+    net = create_network(spec).train()
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    model = split_network(net, spec, 10)
+    assert model.body.training and all(torch.equal(before[k], v) for k, v in net.state_dict().items())

@@ -154,7 +154,7 @@ def test_a_server_that_never_answers_times_out(results) -> None:
 
 
 def protocol_file(tmp_path: Path, **backbone) -> Path:
-    spec = load_protocol("tiny_cil").model_dump(mode="json")
+    spec = {**load_protocol("tiny_cil").model_dump(mode="json"), "name": "tiny_cil_backbone"}
     spec["backbone"].update(backbone)
     path = tmp_path / "p.yaml"
     path.write_text(yaml.safe_dump(spec))
@@ -193,7 +193,7 @@ def test_file_weights_that_are_not_a_state_dict(tmp_path, content, needle) -> No
 def test_an_unknown_reference_method_is_refused_before_the_deployed_model_trains(results, tmp_path) -> None:
     """The A_best reference runs train after the deployed model and the joint reference: a typo in
     best_new_reference must not cost those first."""
-    spec = load_protocol("tiny_cil").model_dump(mode="json")
+    spec = {**load_protocol("tiny_cil").model_dump(mode="json"), "name": "tiny_cil_references"}
     spec["best_new_reference"] = ["vanilla", "vanila"]
     path = tmp_path / "p.yaml"
     path.write_text(yaml.safe_dump(spec))

@@ -118,3 +118,68 @@ def test_protocol_values_that_would_fail_late_are_refused(tmp_path, change, need
     for needle in needles:
         assert needle in output, (needle, output)
     assert len(output) < 600, "the offending value is shown truncated"
+
+
+@pytest.mark.parametrize("change, needles", [
+    # a name longer than a results folder or a cache lock can carry; the longest allowed still validates
+    (lambda s: s.update(name="a" * 5000), ["name", "at most 100 characters"]),
+    # YAML's true is not a count: pydantic would read it as 1
+    (lambda s: s.update(sessions=True), ["sessions: a number, not true/false"]),
+    (lambda s: s["training"].update(updates=True), ["training.updates: a number, not true/false"]),
+    (lambda s: s["training"]["batch"].update(old=False), ["training.batch.old: a number, not true/false"]),
+    (lambda s: s["backbone"].update(mean=[True, 0.5, 0.5]), ["backbone.mean: a number, not true/false"]),
+    # the same images twice, under two labels
+    (lambda s: s["stream_data"].append(dict(s["stream_data"][0])),
+     ["stream_data[2] reads the same data as stream_data[0]", "'mnist5k'"]),
+    # an old half the memory can never hold, by capacity or by what there is to store
+    (lambda s: s["training"]["batch"].update(old=65536),
+     ["training.batch.old (65,536) exceeds the 18,000 training samples the memory could ever store"]),
+    (lambda s: s.update(memory={"policy": "reservoir", "capacity": 1}),
+     ["training.batch.old (32) exceeds the 1 samples of memory.capacity"]),
+    # subsamples past what the source holds, once clamped silently
+    (lambda s: s["stream_data"][0].update(classes=1000), ["stream_data.0", "classes (1,000) exceeds the 10 classes"]),
+    (lambda s: s["stream_data"][0].update(train_per_class=100000),
+     ["stream_data.0", "train_per_class (100,000) exceeds the 400 training images a class source 'mnist5k'"]),
+    (lambda s: s["pretrain_data"].update(test_per_class=2000), ["pretrain_data", "test_per_class (2,000) exceeds"]),
+    # fields that would be ignored, or name nothing
+    (lambda s: s.update(ordering="iid"), ["classes_per_session (5) sets the classes of CIL sessions", "'iid'"]),
+    (lambda s: s.update(superseded_by="nope"), ["superseded_by: Unknown protocol 'nope'"]),
+    (lambda s: (s.update(ordering="iid", sessions=10000), s.pop("classes_per_session")),
+     ["sessions (10,000) over the 8,000 stream training samples leave none for a session"]),
+    # a module in two places (the trunk pass, or shapes mid-training, failed on these)
+    (lambda s: s["backbone"]["trunk"].append("blocks.0"), ["backbone.trunk entry 'blocks.0' repeats"]),
+    (lambda s: s["backbone"]["body"].insert(0, "blocks.3.0"),
+     ["backbone.body entry 'blocks.3.0' overlaps backbone.trunk entry 'blocks.3'"]),
+    (lambda s: s["backbone"].update(lora_targets=["conv_pw", "conv_pw"]), ["backbone.lora_targets repeats 'conv_pw'"]),
+])
+def test_protocol_values_that_ran_wrongly_or_died_late_are_refused(tmp_path, change, needles) -> None:
+    code, output = bad(tmp_path, change)
+    assert code == 2 and one_paragraph(output), output
+    for needle in needles:
+        assert needle in output, (needle, output)
+
+
+def test_the_longest_name_validates_and_its_budget_family_names_stay_short(tmp_path) -> None:
+    from bench_stability_gap.harness.spec.protocol import MAX_NAME
+
+    spec = {**load_protocol("tiny_cil_flops").model_dump(mode="json"), "name": "a" * MAX_NAME}
+    path = tmp_path / "long.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    assert validate(path)[0] == 0
+    assert len(load_protocol(f"{path}@0.0001x").name) <= MAX_NAME + 13  # within the 140 a run was seen to carry
+
+
+def test_a_changed_copy_under_a_built_in_name_is_refused_and_an_identical_one_is_not(tmp_path) -> None:
+    same = tmp_path / "same.yaml"
+    same.write_text(yaml.safe_dump(TINY))
+    assert validate(same)[0] == 0
+    code, output = bad(tmp_path, lambda s: s["training"].update(updates=101))
+    assert code == 2 and one_paragraph(output), output
+    assert "named 'tiny_cil', as the built-in protocol, but differs" in output and "name: tiny_cil_mine" in output
+
+
+def test_extends_naming_a_folder_says_so(tmp_path) -> None:
+    path = tmp_path / "e.yaml"
+    path.write_text(f"extends: {tmp_path}\nname: e\n")
+    code, output = validate(path)
+    assert code == 2 and f"extends names {tmp_path}, which is a folder" in output, output

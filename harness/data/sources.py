@@ -576,16 +576,25 @@ def _open_heldout(
     )
 
 
+def _held_out(source: str) -> int:
+    """The test images of every class a set without a test split holds out: the catalog's count, which
+    validation compares subsamples with."""
+    count = SOURCES[source].test_per_class
+    if count is None:
+        raise ValueError(f"the catalog declares no test_per_class for source {source!r}")
+    return count
+
+
 @opens('mnist5k')
 def _open_mnist5k(spec: DataSource, field: str) -> tuple[Split, Split]:
     images, labels = _mnist5k_arrays()
-    return _open_heldout(spec.source, images, labels, [str(k) for k in range(10)], 100)
+    return _open_heldout(spec.source, images, labels, [str(k) for k in range(10)], _held_out(spec.source))
 
 
 @opens('animal_mnist')
 def _open_animal_mnist(spec: DataSource, field: str) -> tuple[Split, Split]:
     images, labels = _animal_mnist_arrays()
-    return _open_heldout(spec.source, images, labels, ANIMAL_MNIST_CLASSES, 200)
+    return _open_heldout(spec.source, images, labels, ANIMAL_MNIST_CLASSES, _held_out(spec.source))
 
 
 # -------------------------------------------------------------------------------------- folder sets

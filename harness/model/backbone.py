@@ -261,6 +261,35 @@ def create_network(spec: Backbone, allow_download: bool = False) -> nn.Module:
     return net
 
 
+def body_has_module(body: nn.Module, name: str) -> bool:
+    """Whether ``name`` is a module of ``body``: its path, or the last parts of one (``conv_pw`` names every
+    block's pointwise conv), as LoRA targets are given."""
+    return any(path == name or path.endswith("." + name) for path, _ in body.named_modules())
+
+
+def _check_parts_connect(trunk: nn.Module, body: nn.Module, head: nn.Linear, spec: Backbone) -> None:
+    """One forward of two blank images (no grad, BatchNorm statistics untouched) through trunk, body and
+    head: a body that does not continue where the trunk ends, or that misses the pooling, fails here, not
+    on shapes after the deployed model's training started."""
+    parts = nn.Sequential(trunk, body, head)
+    modes = {m: m.training for m in parts.modules()}
+    x = torch.zeros(2, spec.in_chans, spec.input_size, spec.input_size)
+    try:
+        with torch.no_grad():
+            parts.eval()(x)
+    except RuntimeError as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise BenchError(
+            f"backbone.trunk ({', '.join(spec.trunk)}), then backbone.body ({', '.join(spec.body)}), then "
+            f"backbone.head ({spec.head}) do not run as one network of {spec.model} on a {spec.in_chans}x"
+            f"{spec.input_size}x{spec.input_size} input: {reason}. The body must continue where the trunk ends and "
+            f"end in the pooled features the head reads, with each module in the order the model runs them."
+        ) from None
+    finally:
+        for module, mode in modes.items():
+            module.training = mode
+
+
 def split_network(net: nn.Module, spec: Backbone, num_classes: int | None) -> SplitModel:
     """Cut ``net`` at the protocol's module paths. ``num_classes=None`` keeps the pretrained classifier."""
     trunk = nn.Sequential(*[_submodule(net, p, "trunk") for p in spec.trunk])
@@ -268,6 +297,11 @@ def split_network(net: nn.Module, spec: Backbone, num_classes: int | None) -> Sp
     classifier = _submodule(net, spec.head, "head")
     if not isinstance(classifier, nn.Linear):
         raise BenchError(f"backbone.head {spec.head!r} is a {type(classifier).__name__}, not a Linear layer.")
+    unknown = [t for t in spec.lora_targets if not body_has_module(body, t)]
+    if unknown:
+        raise BenchError(f"backbone.lora_targets names {', '.join(map(repr, unknown))}, which no module of "
+                         f"backbone.body ({', '.join(spec.body)}) is called.")
+    _check_parts_connect(trunk, body, classifier, spec)
     for part in (trunk, body):  # the CPU kernel set (harness.model.fastconv); other devices compute as before
         crop_depthwise_convs(part)
         crop_same_convs(part)

@@ -6,19 +6,20 @@ stamped on every result so that results from different specs are never compared.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
-from ..errors import BenchError
+from ..errors import BenchError, did_you_mean
 from .class_order import read_order_file
 from .sources import SOURCES
-from .specfile import builtin_names, load_spec, parse_spec
+from .specfile import builtin_names, is_path, load_spec, parse_spec
 
 # Sane bounds: far past any real protocol, near enough that a typo (an extra zero, a sign) is caught
 # before compute instead of as an out-of-memory crash hours in. One place for each bound.
@@ -30,6 +31,9 @@ MAX_CLASSES = 100_000
 MAX_LR = 10.0
 MAX_TFLOPS = 100_000.0  # training TFLOPs of one session: over 300x the largest built-in budget, days of compute
 MAX_EVAL_POINTS = 100_000  # eval points of one session, as a compute schedule places them
+# a protocol's name is a folder of results and part of cache lock names: 100 leaves room for NAME@Kx and
+# for what the harness adds within a file name's 255 bytes (built-in names have at most 25 characters)
+MAX_NAME = 100
 Seed = Annotated[int, Field(ge=0, le=MAX_SEED, description="0..2**31-1")]
 Updates = Annotated[int, Field(gt=0, le=MAX_UPDATES)]
 BatchSize = Annotated[int, Field(gt=0, le=MAX_BATCH)]
@@ -40,9 +44,34 @@ PositiveFinite = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 
 
 class Spec(BaseModel):
-    """Base for every spec model: unknown fields are errors, values are immutable."""
+    """Base for every spec model: unknown fields are errors, values are immutable, and a count or rate is
+    never a boolean (pydantic reads YAML's true as 1, so ``sessions: true`` would run one session)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
+        if info.field_name is not None and _holds_bool(value) and _takes_number_not_bool(cls, info.field_name):
+            raise ValueError("a number, not true/false")
+        return value
+
+
+def _holds_bool(value: Any) -> bool:
+    """A boolean, or a list or tuple holding one (``mean: [true, 0.5, 0.5]``)."""
+    return isinstance(value, bool) or (isinstance(value, (list, tuple)) and any(isinstance(v, bool) for v in value))
+
+
+@functools.cache
+def _takes_number_not_bool(model: type[BaseModel], field: str) -> bool:
+    """Whether the field's annotation has int or float among its types (unions, Annotated and containers
+    unpacked) and bool nowhere: the fields a boolean could only reach as a miscounted number."""
+    kinds: list[object] = []
+    todo: list[object] = [model.model_fields[field].annotation]
+    while todo:
+        kinds.append(kind := todo.pop())
+        todo.extend(get_args(kind))
+    return any(k is int or k is float for k in kinds) and not any(k is bool for k in kinds)
 
 
 if TYPE_CHECKING:  # a type checker cannot expand the catalog's names: any string, to it
@@ -86,11 +115,39 @@ class DataSource(Spec):
             raise ValueError("synthetic (the counts) is required for source 'synthetic' and only for it")
         return self
 
+    @model_validator(mode="after")
+    def _subsample_within_source(self) -> DataSource:
+        """A subsample larger than the source would be clamped silently, under a hash of its own: refused
+        wherever the catalog (or the synthetic counts) fixes what the source holds."""
+        syn, info = self.synthetic, SOURCES[self.source]
+        held: tuple[int | None, int | None, int | None] = (info.classes, info.train_per_class, info.test_per_class)
+        if syn is not None:
+            tail = syn.train_per_class
+            held = (syn.classes, tail if isinstance(tail, int) else tail.largest, syn.test_per_class)
+        counts = zip(("classes", "train_per_class", "test_per_class"),
+                     (self.classes, self.train_per_class, self.test_per_class), held,
+                     ("classes", "training images a class", "test images a class"))
+        too_many = [f"{field} ({asked:,}) exceeds the {has:,} {what} source {self.source!r} holds"
+                    for field, asked, has, what in counts if asked is not None and has is not None and asked > has]
+        if too_many:
+            raise ValueError("; ".join(too_many))
+        return self
+
     @property
     def num_classes(self) -> int | None:
         """Classes this source contributes, when known without opening it."""
         known = self.synthetic.classes if self.synthetic is not None else SOURCES[self.source].classes
         return self.classes if known is None else min(known, self.classes or known)
+
+    @property
+    def train_images_per_class(self) -> int | None:
+        """Training images of every class, when the spec's subsample or the catalog fixes one count for all."""
+        if self.train_per_class is not None:
+            return self.train_per_class
+        if self.synthetic is not None:
+            per = self.synthetic.train_per_class
+            return per if isinstance(per, int) else None
+        return SOURCES[self.source].train_per_class
 
 
 class Backbone(Spec):
@@ -116,6 +173,22 @@ class Backbone(Spec):
         None, description="body entries the published model registers before the others (its ConvNeXt keeps "
                           "every downsample layer in one list ahead of the stages), so a per-tensor lr decay "
                           "that walks registration order reaches them last; unset: the body's own order")
+
+    @model_validator(mode="after")
+    def _parts_apart(self) -> Backbone:
+        """Each module in one part only, once: a repeated or nested entry would run twice (a repeated
+        trunk entry fails in the trunk pass, a body entry inside the trunk fails on shapes mid-training)."""
+        entries = [*(("trunk", m) for m in self.trunk), *(("body", m) for m in self.body), ("head", self.head)]
+        for i, (part, module) in enumerate(entries):
+            for other_part, other in entries[:i]:
+                if module == other or module.startswith(other + ".") or other.startswith(module + "."):
+                    how = "repeats" if module == other else "overlaps"
+                    raise ValueError(f"backbone.{part} entry {module!r} {how} backbone.{other_part} entry {other!r}: "
+                                     f"every module belongs to one of trunk, body and head, once")
+        repeated = sorted({t for t in self.lora_targets if self.lora_targets.count(t) > 1})
+        if repeated:
+            raise ValueError(f"backbone.lora_targets repeats {', '.join(map(repr, repeated))}")
+        return self
 
     @model_validator(mode="after")
     def _registered_first_in_body(self) -> Backbone:
@@ -345,11 +418,11 @@ def check_objective(objective: str, field: str) -> None:
 
 
 class Protocol(Spec):
-    name: str = Field(pattern=r"^[a-z0-9_]+(@[0-9.]+x)?$", description="lower-case; NAME@Kx is NAME with its "
-                                                                         "FLOP budget scaled by K (load_protocol)")
+    name: str = Field(pattern=r"^[a-z0-9_]+(@[0-9.]+x)?$", max_length=MAX_NAME,
+                      description="lower-case; NAME@Kx is NAME with its FLOP budget scaled by K (load_protocol)")
     version: int = Field(ge=1)
     description: str
-    superseded_by: str | None = None
+    superseded_by: str | None = Field(None, description="the built-in protocol (or protocol file) replacing this one")
     paper_ref: str | None = Field(None, description="section / table of the paper this protocol reproduces")
     embedded: bool = Field(False, description="runs offline with data that installs with the project")
     pretrain_data: DataSource
@@ -399,6 +472,9 @@ class Protocol(Spec):
     def _ordering_fields(self) -> Protocol:
         if self.ordering == "cil" and self.classes_per_session is None:
             raise ValueError("classes_per_session is required for ordering 'cil'")
+        if self.ordering != "cil" and self.classes_per_session is not None:
+            raise ValueError(f"classes_per_session ({self.classes_per_session}) sets the classes of CIL sessions; "
+                             f"ordering {self.ordering!r} draws sessions regardless of class: remove it")
         if self.training.old_mix == "by_source" and not self.memory.include_pretrain:
             raise ValueError("training.old_mix 'by_source' draws batch.old from the stored pre-training data: "
                              "memory.include_pretrain must be true")
@@ -430,6 +506,26 @@ class Protocol(Spec):
         if value not in (None, "seeded") and self.ordering != "cil":
             raise ValueError(f"class_order {value!r} orders CIL sessions; ordering {self.ordering!r} has none")
         return self
+
+    @model_validator(mode="after")
+    def _distinct_stream_sources(self) -> Protocol:
+        """Two entries reading the same data (``classes`` always keeps the first classes, subsamples draw
+        with one fixed rng) would show the same images under two labels."""
+        seen: dict[tuple[str, str | None, Synthetic | None], int] = {}
+        for i, src in enumerate(self.stream_data):
+            first = seen.setdefault((src.source, src.root, src.synthetic), i)
+            if first != i:
+                raise ValueError(f"stream_data[{i}] reads the same data as stream_data[{first}] (source "
+                                 f"{src.source!r}): its images would arrive again under new labels; list each "
+                                 f"source once (stream_data[{first}].classes sets how many of its classes)")
+        return self
+
+    @field_validator("superseded_by")
+    @classmethod
+    def _superseded_by_exists(cls, ref: str | None) -> str | None:
+        if ref is not None and ref not in builtin_names() and not (is_path(ref) and Path(ref).expanduser().is_file()):
+            raise ValueError(str(did_you_mean(ref, builtin_names(), "protocol")).rstrip(".") + ", and no protocol file")
+        return ref
 
     @model_validator(mode="after")
     def _sizes_fit_the_data(self) -> Protocol:
@@ -477,8 +573,9 @@ class Protocol(Spec):
 
 
 def _samples(source: DataSource, classes: int | None) -> int | None:
-    """Training samples ``classes`` classes of ``source`` hold, when the spec fixes it."""
-    return None if classes is None or source.train_per_class is None else classes * source.train_per_class
+    """Training samples ``classes`` classes of ``source`` hold, when the spec (or the catalog) fixes it."""
+    per = source.train_images_per_class
+    return None if classes is None or per is None else classes * per
 
 
 def _size_problems(p: Protocol) -> list[str]:
@@ -507,18 +604,44 @@ def _size_problems(p: Protocol) -> list[str]:
                     f"validation.per_class ({p.validation.per_class}) holds out every training sample of "
                     f"{where} ({src.train_per_class} per class): nothing would be left to train on")
     sizes = [_samples(s, s.num_classes) for s in p.stream_data]
-    if None not in sizes:
-        total = sum(n for n in sizes if n is not None)
-        per_class = min(s.train_per_class for s in p.stream_data if s.train_per_class is not None)
+    total = None if None in sizes else sum(n for n in sizes if n is not None)
+    if total is not None:
+        per_class = min(s.train_images_per_class or 0 for s in p.stream_data)  # all known where total is
         smallest = (p.classes_per_session * per_class if p.ordering == "cil" and p.classes_per_session
                     else total // p.sessions)
-        if p.training.batch.new > smallest:
+        if not smallest:
+            problems.append(f"sessions ({p.sessions:,}) over the {total:,} stream training samples leave none for "
+                            f"a session: give fewer sessions than samples")
+        elif p.training.batch.new > smallest:
             problems.append(f"training.batch.new ({p.training.batch.new}) exceeds the {smallest} training samples "
                             f"of the smallest session")
         if pre is not None and p.joint.batch_size > pre + smallest:
             problems.append(f"joint.batch_size ({p.joint.batch_size}) exceeds the {pre + smallest} samples the "
                             f"first joint model trains on")
-    return problems
+    return problems + _old_batch_problems(p, pre, total)
+
+
+def _old_batch_problems(p: Protocol, pre: int | None, stream: int | None) -> list[str]:
+    """batch.old against the most samples the memory it is drawn from can ever hold, where the spec fixes
+    that. The memory draws with replacement only while it fills; past this bound every update would draw
+    each stored sample several times over, for the whole run."""
+    old, mem = p.training.batch.old, p.memory
+    bounds: list[tuple[int | None, str]]
+    if p.training.old_mix == "by_source":  # batch.old comes from the stored pre-training data alone
+        bounds = [(pre, "pre-training samples it is drawn from (training.old_mix 'by_source')"),
+                  (mem.split_caps()[0] if mem.policy == "split" else mem.capacity,
+                   "pre-training samples the memory keeps" if mem.policy == "split" else "samples of memory.capacity")]
+    else:
+        stored_pre = (pre if mem.include_pretrain else 0)
+        everything = None if stream is None or stored_pre is None else stream + stored_pre
+        bounds = [(mem.capacity, "samples of memory.capacity"),
+                  (everything, "training samples the memory could ever store (pre-training and stream)")]
+    known = [(n, what) for n, what in bounds if n is not None]
+    if not old or not known:
+        return []
+    limit, what = min(known)
+    return [] if old <= limit else [f"training.batch.old ({old:,}) exceeds the {limit:,} {what}: every update "
+                                    f"would draw the same stored samples several times over; lower batch.old"]
 
 
 HASHED_WHEN_SET: tuple[tuple[str, str], ...] = (("memory", "pretrain_share"), ("backbone", "registered_first"),
@@ -544,6 +667,19 @@ BUDGET_SCALE = re.compile(r"^(?P<base>.+)@(?P<factor>[-+]?(?:[0-9]*\.?[0-9]+(?:[
 MIN_BUDGET_SCALE = 1e-4  # a smaller K is a typo, not a budget family
 
 
+def _not_a_changed_builtin(spec: Protocol) -> None:
+    """A file may restate a built-in protocol, but not change it under the same name: results are filed
+    and listed by name, so a changed copy's would land beside the built-in's as if they were stale."""
+    if spec.name not in builtin_names():
+        return
+    builtin = load_spec(Protocol, spec.name, "protocol").spec_hash
+    if spec.spec_hash != builtin:
+        raise BenchError(
+            f"Protocol file {spec.source_file} is named {spec.name!r}, as the built-in protocol, but differs from it "
+            f"(spec hash {spec.spec_hash}, the built-in's {builtin}): its results would be filed as the built-in's. "
+            f"Give it a name of its own, e.g. name: {spec.name}_mine.")
+
+
 def load_protocol(name_or_path: str) -> Protocol:
     """A built-in protocol by name, or a YAML file by path; ``NAME@Kx`` is NAME's FLOP budget scaled by K
     (its eval schedule too, so every budget is scored on as many points), named so, with its own hash."""
@@ -552,6 +688,7 @@ def load_protocol(name_or_path: str) -> Protocol:
     base = load_spec(Protocol, target, "protocol")
     if Path(target).expanduser().is_file():  # a file of one's own (load_spec reads a path before a name)
         base._source = str(Path(target).expanduser().resolve())
+        _not_a_changed_builtin(base)
     if match is None:
         return base
     factor = float(match["factor"])

