@@ -36,6 +36,7 @@ from torch import Tensor, nn
 
 from ...harness.data.stream import Session
 from ...harness.errors import BenchError
+from ...harness.model.backbone import body_has_module
 from ..base import Modifier, StandardMethod
 from ..configs import LoRAConfig
 
@@ -115,8 +116,7 @@ class LoRA(Modifier):
         if not targets:
             raise BenchError(f"Modifier lora: protocol {method.ctx.protocol.name} lists no backbone.lora_targets "
                              f"(and lora.targets is unset).")
-        names = [n for n, _ in method.model.body.named_modules()]
-        missing = [t for t in targets if not any(n == t or n.endswith("." + t) for n in names)]
+        missing = [t for t in targets if not body_has_module(method.model.body, t)]
         if missing:
             raise BenchError(f"Modifier lora: the body has no module named {', '.join(missing)} "
                              f"(targets {targets}).")
