@@ -18,6 +18,12 @@ class BenchError(Exception):
     exit_code = 2
 
 
+class MethodFault(BenchError):
+    """A run's method raised an exception in one of its hooks, or returned what breaks its contract: the
+    method is the user's input, so the run ends as bad input does (one paragraph, exit 2), with what the
+    method raised chained as ``__cause__`` for the Python API."""
+
+
 def did_you_mean(value: str, choices: Iterable[str], what: str, plural: str | None = None) -> BenchError:
     """An 'unknown X' error that names the nearest valid choices (lm-eval-harness style); ``plural``
     where adding an s to ``what`` is wrong ("protocols with results")."""

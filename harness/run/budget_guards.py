@@ -8,7 +8,8 @@ its cap. A breach fails the run with a BenchError naming the method and the rule
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Any
 
 import numpy as np
 from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -33,13 +34,16 @@ def count_optimizer_steps() -> Iterator[list[int]]:
 
 
 def observe_within_budget(method: Method, batch: TrainBatch, steps: list[int], meter: FL.FlopMeter | None,
-                          limit: int) -> tuple[StepStats, int]:
+                          limit: int, guard: AbstractContextManager[Any] | None = None) -> tuple[StepStats, int]:
     """One ``observe`` under the budget: exactly one optimizer step and at most ``limit`` samples
-    trained on (backward through any part). Returns the method's stats and the samples trained."""
+    trained on (backward through any part). Returns the method's stats and the samples trained.
+    ``guard``: entered around the ``observe`` call alone (the run's ``MethodCalls``), so what the method's
+    code raises is told apart from what the harness's does."""
     before = steps[0]
     if meter is not None:
         meter.start_update()
-    stats = method.observe(batch)
+    with guard or nullcontext():
+        stats = method.observe(batch)
     made = steps[0] - before
     if made != 1:
         raise BenchError(

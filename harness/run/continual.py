@@ -15,13 +15,16 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
+from torch import Tensor
 
-from ...methods.base import Method
+from ...methods.base import Method, StepStats
 from ..data.old_mix import Shares, by_source_shares
 from ..data.stream import Cycler, Session
 from ..model import flops as FL
@@ -44,6 +47,7 @@ from .evaluation import EvalPlan, eval_plan, eval_point
 from .isolation import random_streams
 from .loop import Progress, Stretch, closing_budget, seen_state, setseen_state, train_stretch
 from .memory import Memory
+from .method_calls import MethodCalls
 from .options import RunOptions
 from .report import say, settle_spans, timed
 from .schedule import EvalSchedule, FlopStop
@@ -51,7 +55,6 @@ from .update_reads import UpdateReads
 from .workbench import Workbench
 
 __all__ = ["ContinualRun", "Diverged", "FlopStop", "run_cl", "session_updates"]
-
 
 def session_updates(protocol: Protocol, session: Session) -> int | None:
     """The session's update count, or None under a FLOP budget (known only when the session ends)."""
@@ -66,6 +69,11 @@ class Diverged(Exception):
     def __init__(self, message: str, curves: list[SessionCurve], budget: Budget, params: int) -> None:
         super().__init__(message)
         self.curves, self.budget, self.params = curves, budget, params
+
+
+def _kind(value: Any) -> str:
+    """What a hook returned, in a few words: None, or the type of the value (never its repr: it may be huge)."""
+    return "None" if value is None else f"a {type(value).__name__}"
 
 
 def _finite(model: torch.nn.Module) -> bool:
@@ -114,6 +122,7 @@ class ContinualRun:
                  checkpoint: Checkpointer | None = None) -> None:
         p, stream = bench.protocol, bench.stream
         self.bench, self.method, self.seed, self.options, self.checkpoint = bench, method, seed, options, checkpoint
+        self.calls = MethodCalls(method, checkpoint)
         seed_everything(seed)
         streams = random_streams(seed)  # the harness's batches and head growth; the method gets its own
         self.rng, self.generator = streams.harness, streams.harness_torch
@@ -145,8 +154,10 @@ class ContinualRun:
         """Everything the rest of the run depends on (tensors are copied when serialised)."""
         self.progress.steps = self.steps[0]
         bench = self.bench
+        with self.calls("state_dict", "while a checkpoint was saved"):
+            method = self.method.state_dict()
         return {
-            "model": self.model.state_dict(), "method": self.method.state_dict(), "memory": self.memory.state_dict(),
+            "model": self.model.state_dict(), "method": method, "memory": self.memory.state_dict(),
             "rng": rng_state(*self.rngs), "counters": dict(self.ctx.counters), "tally": copy.deepcopy(self.meter.tally),
             "seen": [seen_state(s) for s in (bench.train_inputs, bench.test_inputs)],
             "progress": self.progress.state(),
@@ -156,7 +167,8 @@ class ContinualRun:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Put a ``state_dict`` back into this run's objects (built alike, the head grown to match)."""
         self.model.load_state_dict(state["model"])
-        self.method.load_state_dict(state["method"])
+        with self.calls("load_state_dict", "while the run resumed from its checkpoint"):
+            self.method.load_state_dict(state["method"])
         self.memory.load_state_dict(state["memory"])
         set_rng_state(state["rng"], *self.rngs)
         self.ctx.counters.clear()
@@ -231,8 +243,9 @@ class ContinualRun:
         check_no_stray_steps(self.method, self.steps[0], self.progress.observed, "setup or end_session")
         # the CL metrics' "before session j": the model as the previous session left it, before begin_session
         s.plan = eval_plan(self.bench.stream, session)  # the session's test classes: fixed for the session
-        s.before = measure_before(self.model, self.lent.predict, self.method, self.bench.test_inputs, s.plan,
-                                  p.eval.batch_size, self.meter, self.accel)
+        s.before = measure_before(self.model, lambda _: self._predicting(f"before session {session.index}"),
+                                  self.method, self.bench.test_inputs, s.plan, p.eval.batch_size, self.meter,
+                                  self.accel)
         self.lent.begin_session(session)
         self._size_head(session.seen_classes)
         if p.training.budget is not None:
@@ -240,7 +253,8 @@ class ContinualRun:
                               lambda: (self.b_new + self.b_old) * FL.update_macs_per_sample(self.meter),
                               f"{self.method.label} in session {session.index}")
             self.ctx.planned_updates = s.stop.affordable
-        self.method.begin_session(session)
+        with self.calls("begin_session", f"at the start of session {session.index}"):
+            self.method.begin_session(session)
         self.progress.params = max(self.progress.params,
                                    sum(p_.numel() for p_ in self.model.parameters() if p_.requires_grad))
         s.curve = _new_curve(s.plan.tasks)
@@ -262,6 +276,26 @@ class ContinualRun:
         p = self.bench.protocol
         self.model.head.size_for(seen, self.bench.stream.sessions[-1].seen_classes, p.backbone.head_units == "full",
                                  self.generator)
+
+    @contextmanager
+    def _predicting(self, where: str) -> Iterator[Callable[[Tensor], Tensor]]:
+        """The method's ``predict`` on a throwaway copy (``Lending.predict``), each call under ``calls`` and
+        its output held to what the accuracy reads: logits, one row per input and one column per output
+        unit of the head (every class the harness evaluates over)."""
+        outputs = self.model.head.num_classes
+        scope: AbstractContextManager[Callable[[Tensor], Tensor]] = self.lent.predict(self.method)
+        with scope as predict:
+            def checked(x: Tensor) -> Tensor:
+                with self.calls("predict", where):
+                    logits = predict(x)
+                if not isinstance(logits, Tensor) or tuple(logits.shape) != (len(x), outputs):
+                    got = f"logits of shape {tuple(logits.shape)}" if isinstance(logits, Tensor) else _kind(logits)
+                    raise self.calls.fault("predict", where, f"it returned {got}, where logits of shape "
+                                           f"({len(x)}, {outputs}) are due: one row per input, one column per "
+                                           f"output class of the head")
+                return logits
+
+            yield checked
 
     def draw(self) -> tuple[np.ndarray, np.ndarray]:
         """The next batch: new samples from the session's arrivals, old ones from the harness's memory
@@ -285,9 +319,12 @@ class ContinualRun:
         ids = np.concatenate([new_ids, old_ids])
         check_no_stray_steps(self.method, self.steps[0], self.progress.observed, "begin_session or predict")
         before = self.train_macs()
+        where = f"in update {u + 1} of session {s.session.index}"
         with timed(self.progress.seconds, "train", bench.device, self.reads.spans), self.accel:
             stats, trained = observe_within_budget(self.method, bench.batch(ids, len(new_ids)), self.steps,
-                                                   self.meter, self.b_new + self.b_old)
+                                                   self.meter, self.b_new + self.b_old, self.calls("observe", where))
+        if not isinstance(stats, StepStats):  # its loss is read later, far from here: refused now
+            raise self.calls.fault("observe", where, f"it returned {_kind(stats)}, where StepStats(loss=...) is due")
         if s.stop is not None:
             s.stop.last = self.train_macs() - before
         self.reads.add(u, stats.loss)
@@ -321,8 +358,9 @@ class ContinualRun:
         s = self.open
         assert s is not None
         partial = {**s.curve, "loss": []}  # the session's points so far (its losses are not all there)
-        self.progress.curves.append(SessionCurve(session=s.session.index, total_updates=s.updates or s.made,
-                                                 before=s.before, **partial))
+        if partial["updates"]:  # none when its first eval point's logits were not finite
+            self.progress.curves.append(SessionCurve(session=s.session.index, total_updates=s.updates or s.made,
+                                                     before=s.before, **partial))
         raise Diverged(f"{self.method.name} diverged {when} of session {s.session.index}: {what}",
                        self.progress.curves, self.closing(), self.progress.params)
 
@@ -339,9 +377,13 @@ class ContinualRun:
             return  # (a resumed point was evaluated before the checkpoint)
         self.settle()  # before the point: a diverged run's curve ends before its first non-finite update
         self.model.eval()
-        acc = eval_point(self.lent.predict(self.method), bench.test_inputs, s.plan, bench.protocol.eval.batch_size,
+        predict = self._predicting(f"at the eval point at update {u} of session {s.session.index}")
+        acc = eval_point(predict, bench.test_inputs, s.plan, bench.protocol.eval.batch_size,
                          self.meter, self.progress.seconds, bench.device, self.accel,
                          f"eval S{s.session.index} u{u}" if options.progress else None)
+        if not acc.finite:  # as a non-finite loss: the curve ends before this point, and nothing ranks the run
+            self._diverged(f"at its eval point at update {u}", "predict() gave non-finite logits (a NaN or +inf, "
+                                                                "or a row without a finite logit)")
         for key, value in (("updates", u), ("old", acc.old), ("new", acc.new), ("all", acc.all)):
             s.curve[key].append(value)
         for k, a in enumerate(acc.tasks):
@@ -358,7 +400,8 @@ class ContinualRun:
         s, bench = self.open, self.bench
         assert s is not None
         self.settle()
-        self.method.end_session(s.session)
+        with self.calls("end_session", f"at the end of session {s.session.index}"):
+            self.method.end_session(s.session)
         check_memory(self.method, self.memory)
         self.lent.check_storage(self.method)
         check_no_stray_steps(self.method, self.steps[0], self.progress.observed, "predict or end_session")
@@ -404,7 +447,8 @@ class ContinualRun:
         # an update count per session: none is None without a FLOP budget
         total = None if p.training.budget else sum(session_updates(p, s) or 0 for s in stream.sessions)
         with count_optimizer_steps() as self.steps, self.meter.attached():
-            self.method.setup(self.model, self.ctx)
+            with self.calls("setup", "before the first session"):
+                self.method.setup(self.model, self.ctx)
             first, mid = self.resume()
             self.bar = self._run_bar(total)
             for pos in range(first, len(stream.sessions)):

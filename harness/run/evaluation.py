@@ -51,6 +51,9 @@ class Accuracies:
     new: float
     all: float
     tasks: list[float]
+    # False when a logit row held a NaN or +inf, or no finite logit: its argmax (class 0 for NaN) is no
+    # prediction, so the accuracies are not the model's; a continual run stops there as diverged
+    finite: bool = True
     # the per-sample outcome behind the numbers (test ids, predicted and true class), for an ``on_eval``
     # callback that keeps them (``bench run --save-predictions``); never stored in the result
     ids: np.ndarray | None = field(default=None, compare=False, repr=False)
@@ -70,11 +73,12 @@ def evaluate(predict: Callable[[Tensor], Tensor], inputs: InputStore, plan: Eval
     that count (``FlopMeter.once_per_shape``), and the two-row probe that sizes the chunk is not counted;
     without it, whatever hooks are attached count every forward, the probe's included (pass ``chunk``).
     On the CPU, rows go through ``chunk`` at a time, by default sized from the model's widest activation
-    (``cpu_forward_chunk``)."""
+    (``cpu_forward_chunk``). ``finite`` is read once, after the last batch."""
     correct = np.empty(len(plan.ids), dtype=bool)
     predicted = np.empty(len(plan.ids), dtype=np.int32)
     starts = range(0, len(plan.ids), batch_size)
     forward = predict if meter is None else meter.once_per_shape(predict)
+    finite: list[Tensor] = []  # per batch, on the device: every row's largest logit finite
     inputs.read_ahead([plan.ids[start : start + batch_size] for start in starts])
     with torch.no_grad():
         for start in progress_bar(desc is not None, lines=False, iterable=starts, desc=desc, unit="batch", leave=False,
@@ -84,13 +88,16 @@ def evaluate(predict: Callable[[Tensor], Tensor], inputs: InputStore, plan: Eval
             if chunk is None and x.device.type == "cpu":  # one probe per evaluation, counted by no meter
                 with meter.paused() if meter is not None else nullcontext():
                     chunk = cpu_forward_chunk(widest_row_bytes(predict, x))
-            pred = in_cpu_chunks(forward, x, chunk).argmax(dim=1).cpu()
+            logits = in_cpu_chunks(forward, x, chunk)
+            pred = logits.argmax(dim=1).cpu()
+            finite.append(torch.isfinite(logits.amax(dim=1)).all())  # amax is NaN where a NaN is
             correct[start : start + len(part)] = (pred == plan.labels[start : start + len(part)]).numpy()
             predicted[start : start + len(part)] = pred.numpy()
     inputs.end_read_ahead()
     tasks = [_mean(plan.task == k, correct) for k in range(plan.tasks)]
     return Accuracies(_mean(plan.old, correct), _mean(plan.new, correct), float(correct.mean()), tasks,
-                      ids=plan.ids, predicted=predicted, labels=plan.labels.numpy())
+                      finite=bool(torch.stack(finite).all()) if finite else True, ids=plan.ids,
+                      predicted=predicted, labels=plan.labels.numpy())
 
 
 def eval_point(predict_scope: AbstractContextManager[Callable[[Tensor], Tensor]], inputs: InputStore, plan: EvalPlan,
