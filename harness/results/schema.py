@@ -128,7 +128,7 @@ GPU_STAGE = "gpu_"  # prefix of a stage_seconds key that holds GPU time by CUDA 
 class RunResult(Strict):
     schema_version: int = Field(SCHEMA_VERSION, ge=1, le=SCHEMA_VERSION)  # a later one: a newer bench wrote it
     run_id: str
-    status: Literal["complete", "failed", "diverged"]  # diverged: a non-finite loss or logits stopped it (curves so far)
+    status: Literal["complete", "failed", "diverged"]  # diverged: non-finite loss or logits (curves so far)
     protocol: ProtocolStamp
     method: MethodStamp
     config: dict[str, Any]
