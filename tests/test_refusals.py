@@ -120,16 +120,18 @@ def test_an_unknown_protocol_in_the_table_is_named_without_a_typo(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_batch_larger_than_its_session_is_refused_when_the_data_opens(tmp_path, bench_cache):
+def test_a_batch_larger_than_its_session_is_refused_before_anything_trains(tmp_path, bench_cache):
+    """With no subsample in the spec, the embedded sources' counts come from the catalog: validation
+    refuses the batch as the run does."""
     spec = reduced_tiny()
     for source in spec["stream_data"]:
-        source["train_per_class"] = None  # the spec no longer fixes the counts: only the data knows them
+        source["train_per_class"] = None  # the spec no longer fixes the counts: the source's own apply
     spec["training"]["batch"]["new"] = 50000
     protocol = tmp_path / "big_batch.yaml"
     protocol.write_text(yaml.safe_dump(spec))
-    assert bench("validate", str(protocol)).exit_code == 0  # nothing in the spec says how much data there is
+    refused(bench("validate", str(protocol)), "training.batch.new (50000) exceeds the", "smallest")
     out = bench("run", "-p", str(protocol), "--results-dir", str(tmp_path / "r"), "--no-mlflow", "--no-progress")
-    refused(out, "training.batch.new (50000) exceeds the", "smallest", "nothing has trained")
+    refused(out, "training.batch.new (50000) exceeds the", "smallest")
     assert "No fp32 joint reference" not in out.output and not list((tmp_path / "r").rglob("*.json"))
 
 
@@ -218,3 +220,25 @@ def test_check_method_refuses_a_seed_out_of_range_before_training(monkeypatch, s
 
     monkeypatch.setattr(check_method, "prepare", prepared)
     refused(bench("check-method", "vanilla", "-s", seed), f"--seed {seed} is outside 0..", lines=1)
+
+
+def test_a_batch_larger_than_the_opened_data_is_refused_before_training():
+    """Where only the data knows its counts (a folder source), the check runs on the opened stream."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from bench_stability_gap.harness.data.stream import check_batch_sizes
+    from bench_stability_gap.harness.errors import BenchError
+    from bench_stability_gap.harness.spec.protocol import Protocol
+
+    protocol = Protocol.model_validate(reduced_tiny())
+    protocol = protocol.model_copy(update={"training": protocol.training.model_copy(
+        update={"batch": protocol.training.batch.model_copy(update={"new": 41})})})
+    sessions = [SimpleNamespace(index=i, train_ids=np.arange(n)) for i, n in ((1, 50), (2, 40))]
+    stream = SimpleNamespace(protocol=protocol, pretrain_ids=np.arange(600), sessions=sessions, seed=3)
+    with pytest.raises(BenchError, match=r"training.batch.new \(41\) exceeds the 40 training samples of session 2, "
+                                         r"the smallest.*seed 3\). Lower the batch size; nothing has trained"):
+        check_batch_sizes(stream)
+    stream.sessions = sessions[:1]
+    check_batch_sizes(stream)
