@@ -54,9 +54,26 @@ def trunk_cache_setting() -> str:
     return value
 
 
+KILL_PHASES = ("pretrain", "joint", "continual")
+
+
+def kill_at() -> tuple[str, int] | None:
+    """$BENCH_KILL_AT (fault injection for the resume tests) as (phase, N); None when unset."""
+    text = os.environ.get("BENCH_KILL_AT", "").strip()
+    if not text:
+        return None
+    phase, _, count = text.partition(":")
+    if phase in KILL_PHASES and count.isdigit():
+        return phase, int(count)
+    raise BenchError(f"BENCH_KILL_AT={text!r} must be PHASE:N with PHASE one of {', '.join(KILL_PHASES)} and N "
+                     "a whole number of updates (e.g. BENCH_KILL_AT=continual:5); it is fault injection for the "
+                     "resume tests: unset it for a normal run.")
+
+
 def check_environment() -> None:
     """Every BENCH_* setting a run reads, read now: a malformed one is refused before anything computes
     rather than when the run first needs it (the progress interval, for one, only once training prints)."""
     for setting in (RAM_GB, DISK_GB, IMAGE_CACHE_GB, LOADER_WORKERS, PROGRESS_EVERY_S):
         setting.read()
     trunk_cache_setting()
+    kill_at()

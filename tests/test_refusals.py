@@ -191,6 +191,20 @@ def test_a_malformed_number_in_a_bench_variable_is_refused_naming_it_before_comp
     refused(out, f"{name}={value!r}", "unset it for the default", lines=2)
 
 
+@pytest.mark.parametrize("value", ["continual", "continual:x", "train:3", "continual:-1"])
+def test_a_malformed_fault_injection_setting_is_refused_before_compute(tmp_path, monkeypatch, value):
+    """BENCH_KILL_AT was parsed with a bare int() at the first update: a ValueError traceback after the set-up,
+    or, for an unknown phase, silently no fault at all (a resume test that tests nothing)."""
+    from bench_stability_gap.harness.run import pipeline
+
+    def prepared(*args, **kwargs):
+        raise AssertionError("a workbench was prepared despite a malformed setting")
+
+    monkeypatch.setattr(pipeline, "prepare", prepared)
+    out = bench("run", "--results-dir", str(tmp_path / "r"), "--no-mlflow", env={"BENCH_KILL_AT": value})
+    refused(out, f"BENCH_KILL_AT={value!r}", "PHASE:N", lines=2)
+
+
 def test_the_readers_of_bench_variables_refuse_what_the_preflight_refuses(monkeypatch):
     """Each reader applies the same rule where the value is used (a sweep's Ray task, check-method)."""
     from bench_stability_gap.harness.data.datapath import disk_budget_bytes, ram_budget_bytes

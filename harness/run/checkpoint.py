@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from ..atomic import atomic_write, move_aside
+from ..environment import kill_at
 from ..errors import BenchError
 
 FORMAT = 3  # 2: DER++'s stored logits as blocks; 3: one progress record and FLOP tally for every stage
@@ -70,11 +71,11 @@ _done_here: dict[str, int] = {}
 def maybe_die(phase: str) -> None:
     """Fault injection for the resume tests: with ``BENCH_KILL_AT=phase:N``, SIGKILL this process before the
     N-th update of ``phase`` it would run itself (counted from its start, so a resumed run goes on past N)."""
-    spec = os.environ.get("BENCH_KILL_AT")
-    if not spec or not spec.startswith(phase + ":"):
+    spec = kill_at()
+    if spec is None or spec[0] != phase:
         return
     _done_here[phase] = _done_here.get(phase, 0) + 1
-    if _done_here[phase] > int(spec.rpartition(":")[2]):
+    if _done_here[phase] > spec[1]:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
