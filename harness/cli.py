@@ -345,16 +345,15 @@ def tune(protocol: str, method: str, trials: int | None, objective: str | None, 
     ruleset (trials, objective) over the search space the method declares, then the best settings
     written as a tuned entry (bench run --tuned runs them on the test split)."""
     from .api import run_tune, tune_request
-    from .errors import not_a_file
+    from .errors import read_file
     from .results.tuned import entry_path
     from .spec.specfile import decode_spec, safe_yaml
     from .tools.preflight import check_backbone
 
     given: dict[str, Any] | None = None
     if space_file is not None:
-        if (problem := not_a_file(space_file)) is not None:
-            raise BenchError(f"--space {space_file} {problem}.")
-        read = safe_yaml(decode_spec(space_file.read_bytes(), "--space", str(space_file)), "--space", str(space_file))
+        read = safe_yaml(decode_spec(read_file(space_file, "--space"), "--space", str(space_file)), "--space",
+                         str(space_file))
         if read is None or read == {}:
             raise BenchError(f"--space {space_file} is empty: name at least one setting to tune, as "
                              f"{{setting: {{low, high[, log]}} | {{choices: [...]}}}}.")

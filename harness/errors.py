@@ -49,13 +49,16 @@ def shorten(message: str, limit: int = LONGEST_SHOWN) -> str:
     return re.sub(r"\S{%d,}" % (limit + 1), cut, message)
 
 
+MISSING = "does not exist"  # not_a_file's answer for a path with nothing there, which some callers allow
+
+
 def not_a_file(path: Path) -> str | None:
     """Why ``path`` cannot be read as a regular file (None when it can): missing, a folder, a device or
     pipe, or a name the system refuses, so an error says what is there instead of "does not exist"."""
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
-        return "does not exist"
+        return MISSING
     except OSError as exc:
         return f"cannot be used ({exc.strerror or exc})"
     if stat.S_ISREG(mode):
@@ -65,6 +68,17 @@ def not_a_file(path: Path) -> str | None:
     kind = ("a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode)
             else "a pipe" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
     return f"exists but is {kind}, not a regular file"
+
+
+def read_file(path: Path, what: str) -> bytes:
+    """The bytes of ``path``, or one BenchError that begins with ``what`` and says why it cannot be read:
+    nothing there, a folder or device, or a read the system refuses (permissions, a file that fails to read)."""
+    if (problem := not_a_file(path)) is not None:
+        raise BenchError(f"{what} {path} {problem}.")
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise BenchError(f"{what} {path} cannot be read ({exc.strerror or exc}).") from None
 
 
 def without_foreign_page(message: str) -> str:

@@ -182,4 +182,21 @@ def test_extends_naming_a_folder_says_so(tmp_path) -> None:
     path = tmp_path / "e.yaml"
     path.write_text(f"extends: {tmp_path}\nname: e\n")
     code, output = validate(path)
-    assert code == 2 and f"extends names {tmp_path}, which is a folder" in output, output
+    assert code == 2 and f"the file it extends, {tmp_path} is a folder" in output, output
+
+
+@pytest.mark.skipif(not Path("/proc/self/mem").is_file(), reason="needs Linux's /proc/self/mem")
+@pytest.mark.parametrize("command", [["validate", "{bad}"], ["validate", "{ext}"], ["run", "--protocol", "{bad}"],
+                                     ["tune", "tiny_cil_quick", "vanilla", "--space", "{bad}"]])
+def test_a_file_that_fails_to_read_is_one_paragraph(tmp_path, command) -> None:
+    """A spec, extended spec or search-space file that exists but fails to read (no read permission, an I/O
+    error; /proc/self/mem fails to read even for root) was a traceback from --space and extends."""
+    bad = tmp_path / "bad.yaml"
+    bad.symlink_to("/proc/self/mem")
+    ext = tmp_path / "ext.yaml"
+    ext.write_text(f"extends: {bad}\nname: e\n")
+    args = [a.format(bad=bad, ext=ext) for a in command] + (["--results-dir", str(tmp_path / "r")]
+                                                            if command[0] != "validate" else [])
+    out = CliRunner().invoke(main, args)
+    assert out.exit_code == 2 and one_paragraph(out.output), out.output
+    assert f"{bad} cannot be read (Input/output error)" in out.output, out.output

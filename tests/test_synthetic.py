@@ -63,6 +63,17 @@ def test_a_protocol_file_extends_a_shipped_one_and_overrides_only_what_it_states
     assert shipped.sessions == base.sessions and shipped.classes_per_session == base.classes_per_session
 
 
+def test_a_protocol_file_extends_another_file_by_a_path_relative_to_it(tmp_path):
+    """A chain of the user's own files: the base is read relative to the extending file, and merged under it."""
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "mine.yaml").write_text("extends: tiny_cil\nname: mine\ntraining: {updates: 9}\n")
+    path = tmp_path / "variant.yaml"
+    path.write_text("extends: base/mine.yaml\nname: variant\neval: {every: 5}\n")
+    p, base = load_protocol(str(path)), load_protocol("tiny_cil")
+    assert (p.name, p.training.updates, p.eval.every, p.eval.dense_every) == ("variant", 9, 5, base.eval.dense_every)
+    assert p.training.batch == base.training.batch and p.backbone == base.backbone
+
+
 @pytest.mark.parametrize("text, needle", [
     ("extends: no_such_protocol\n", "no_such_protocol"),
     ("extends: missing.yaml\n", "does not exist"),

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from ..atomic import atomic_write_text, move_aside
-from ..errors import BenchError, not_a_file, shorten
+from ..errors import MISSING, BenchError, not_a_file, shorten
 from ..spec.protocol import OBJECTIVES, Protocol, Validation, check_objective
 from .schema import TunedStamp
 
@@ -81,7 +81,7 @@ def save_entry(results_dir: Path, entry: TunedEntry) -> tuple[Path, Path | None]
 def has_entry(results_dir: Path, protocol: Protocol, method: str) -> bool:
     """Whether ``method`` on ``protocol`` is tuned: False only when no entry is there; one that cannot be
     used (unreadable, a folder, another spec's) is load_entry's BenchError, so nothing tunes over it."""
-    if not_a_file(entry_path(results_dir, protocol.name, method)) == "does not exist":
+    if not_a_file(entry_path(results_dir, protocol.name, method)) == MISSING:
         return False
     load_entry(results_dir, protocol, method)
     return True
@@ -92,7 +92,7 @@ def check_replaceable(results_dir: Path, protocol: str, method: str) -> None:
     its trials never end on an entry that cannot be written."""
     path = entry_path(results_dir, protocol, method)
     why = not_a_file(path)
-    if why not in (None, "does not exist"):
+    if why not in (None, MISSING):
         raise BenchError(f"Tuned entry {path} {why}: the tuned settings are written there; move it aside.")
 
 
@@ -111,11 +111,11 @@ def load_entry(results_dir: Path, protocol: Protocol, method: str, given: str | 
 
     path = entry_path(results_dir, protocol.name, method)
     why = not_a_file(path)
-    if why == "does not exist" and protocol.validation is None:  # `bench tune` would refuse: never suggest it
+    if why == MISSING and protocol.validation is None:  # `bench tune` would refuse: never suggest it
         raise BenchError(f"No tuned settings for {method} on {protocol.name}, and none can be made: the protocol "
                          f"declares no validation split to tune on (add `validation: {{per_class: N}}` to a copy of "
                          f"its spec and tune that), so run it with its default settings or --set.")
-    if why == "does not exist":
+    if why == MISSING:
         command = shlex.join(["bench", "tune", given or protocol.name, method, "--results-dir", str(results_dir)])
         raise BenchError(f"No tuned settings for {method} on {protocol.name} in {path.parent}: run "
                          f"`{command}` first.")

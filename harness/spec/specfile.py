@@ -14,7 +14,7 @@ from typing import TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from ..errors import BenchError, did_you_mean, not_a_file
+from ..errors import MISSING, BenchError, did_you_mean, not_a_file, read_file
 
 if sys.version_info >= (3, 11):
     from importlib.resources.abc import Traversable
@@ -221,9 +221,8 @@ def resolve_extends(data: dict, what: str, origin: str, folder: str = "", seen: 
     if is_path(base_ref):
         if not path.is_absolute() and Path(origin).suffix in (".yaml", ".yml"):
             path = Path(origin).parent / path
-        if (problem := not_a_file(path)) is not None:
-            raise BenchError(f"{what.capitalize()} {origin}: extends names {path}, which {problem}.")
-        text, base_origin = decode_spec(path.read_bytes(), what, str(path)), str(path)
+        raw = read_file(path, f"{what.capitalize()} {origin}: the file it extends,")
+        text, base_origin = decode_spec(raw, what, str(path)), str(path)
     else:
         names = builtin_names(folder)
         if base_ref not in names:
@@ -252,15 +251,9 @@ def load_spec(model: type[Spec], name_or_path: str, what: str, folder: str = "")
     if not name_or_path.strip():  # as a path it would be the current folder
         raise BenchError(f"The {what} name is empty: give a built-in {what}'s name or a YAML file's path.")
     path = Path(name_or_path)
-    problem = not_a_file(path)
-    if is_path(name_or_path) or problem != "does not exist":
-        if problem is not None:
-            raise BenchError(f"{what.capitalize()} file {path} {problem}.")
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise BenchError(f"{what.capitalize()} file {path} cannot be read: {exc.strerror}.") from None
-        return parse_spec(model, decode_spec(data, what, str(path)), what, str(path), folder)
+    if is_path(name_or_path) or not_a_file(path) != MISSING:
+        raw = read_file(path, f"{what.capitalize()} file")
+        return parse_spec(model, decode_spec(raw, what, str(path)), what, str(path), folder)
     names = builtin_names(folder)
     if name_or_path not in names:
         raise did_you_mean(name_or_path, names, what)
