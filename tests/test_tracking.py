@@ -114,6 +114,25 @@ def test_sync_mirrors_what_is_missing_and_is_idempotent(tmp_path, seeded_store) 
     assert both.exit_code == 2 and "name two folders" in both.output
 
 
+def test_a_sqlite_store_the_user_names_keeps_artifacts_beside_it_not_in_the_working_folder(tmp_path,
+                                                                                          monkeypatch) -> None:
+    """MLflow's default artifact root for a database store is ./mlruns of the folder bench was started in: a
+    run with MLFLOW_TRACKING_URI=sqlite:///... scattered artifacts into whatever folder (a git checkout) it ran in."""
+    from mlflow.tracking import MlflowClient
+
+    results, work = tmp_path / "results", tmp_path / "work"
+    save_result(results, fixture_result(0))
+    work.mkdir()
+    monkeypatch.chdir(work)
+    uri = f"sqlite:///{tmp_path / 'team' / 'store.db'}"
+    (tmp_path / "team").mkdir()
+    report = sync(results, uri)
+    run = MlflowClient(tracking_uri=uri).get_run(report.added[0][1])
+    assert run.info.artifact_uri.startswith((tmp_path / "team" / "mlartifacts").as_uri()), run.info.artifact_uri
+    assert sorted(p.name for p in (tmp_path / "team" / "mlartifacts").rglob("*.json")) == [report.added[0][0].name]
+    assert list(work.iterdir()) == []
+
+
 def test_sync_repairs_a_mirrored_record_that_lacks_the_reference_tag_and_the_plot(tmp_path, seeded_store) -> None:
     """A record logged by a path that gave less (no plot, no reference role: what a Ray sweep logged) is
     completed by ``bench sync``, not skipped as mirrored; a second sync has nothing left to add."""

@@ -275,7 +275,13 @@ class Store:
 
     @property
     def artifact_location(self) -> str | None:
-        return (self.results_dir / "mlartifacts").as_uri() if self.tracking_uri is None else None
+        """Where a new experiment keeps its artifacts: ``mlartifacts/`` beside a sqlite database (the default
+        one in the results folder, or one the user named), so a store's files stay together. MLflow's own
+        default for a database store is ``./mlruns`` of whatever folder the first run started in. None (the
+        store decides) for a server, which serves its own, and other backends."""
+        if not self.uri.startswith("sqlite:///"):
+            return None
+        return (sqlite_path(self.uri).resolve().parent / "mlartifacts").as_uri()
 
     @contextmanager
     def session(self):
