@@ -261,8 +261,8 @@ def _execute_tracked(protocol: Any, method: str, seed: int, options: Any, tracki
     except KeyboardInterrupt as stop:  # the result is stored: only its record is unfinished
         live.finish("killed")
         note_stop(stop, f"Interrupted after the result was stored ({path}); only its MLflow record is unfinished "
-                      f"(marked KILLED): `{sync_command(options.results_dir, tracking_uri)}` completes it, "
-                      f"and nothing needs to train again.")
+                      f"(marked KILLED): `{sync_command(options.results_dir, tracking_uri)}`, or the same "
+                      f"command again, completes it, and nothing needs to train again.")
         raise
     problems = _mirror_references(result, path, before, options.results_dir, tracking_uri, echo, protocol)
     if live.error or problems:
@@ -311,6 +311,16 @@ class RunOutcome:
     reused: bool  # an identical run was stored already: nothing trained
 
 
+def _mirror_found(result: RunResult, path: Path, results_dir: Path, tracking_uri: str | None, protocol: Any,
+                  echo: Echo) -> None:
+    """A found result whose MLflow record is missing or unfinished gets it now, so running the command again
+    completes what an earlier run without MLflow, or one stopped while it logged, left undone."""
+    from .sweep.mirror import mirror_stored
+
+    if (rid := mirror_stored(result, path, results_dir, tracking_uri, protocol)) is not None:
+        echo(f"  its MLflow record was missing or unfinished: logged now as run {rid}")
+
+
 def run_checked(protocol: Any, method: str, seed: int, options: Any, tracking: Tracking = Tracking(), *,
                 tuned: Any = None, rerun: bool = False, save_predictions: bool = False, echo: Echo = _quiet,
                 summary: Summary | None = None) -> RunOutcome:
@@ -325,6 +335,8 @@ def run_checked(protocol: Any, method: str, seed: int, options: Any, tracking: T
             result = load_result(found)
             if summary:
                 summary(result, found)
+            if tracking.mlflow:
+                _mirror_found(result, found, options.results_dir, tracking.uri, protocol, echo)
             return RunOutcome(result, found, True)
         result, path = execute(protocol, method, seed, options, tracking, save_predictions=save_predictions,
                                tuned=tuned, echo=echo, summary=summary)

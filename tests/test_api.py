@@ -81,6 +81,40 @@ def test_run_returns_the_stored_result(tiny_protocol_file: Path, results_with_jo
     assert result.run_id in set(frame["run_id"])
 
 
+def test_running_a_stored_run_again_completes_its_missing_or_unfinished_mlflow_record(
+        tiny_protocol_file: Path, results_with_joint: Path, mlflow_template: Path, tmp_path: Path) -> None:
+    """A run stored without MLflow (--no-mlflow, or a stop while it logged) had no complete record until
+    `bench sync`; the same command again found the result, trained nothing, and left the record missing."""
+    import shutil
+
+    from mlflow.tracking import MlflowClient
+
+    results, db = results_with_joint, tmp_path / "team" / "store.db"
+    db.parent.mkdir()
+    shutil.copyfile(mlflow_template, db)
+    uri = f"sqlite:///{db}"
+    first = run(str(tiny_protocol_file), "vanilla", 0, results_dir=results, mlflow=False, device="cpu")
+    client = MlflowClient(tracking_uri=uri)
+
+    def records() -> list[Any]:
+        ids = [e.experiment_id for e in client.search_experiments() if e.name.startswith("bench/")]
+        return [r for r in client.search_runs(ids) if r.data.tags["bench.run_id"] == first.run_id] if ids else []
+
+    assert records() == []
+    again = run(str(tiny_protocol_file), "vanilla", 0, results_dir=results, tracking_uri=uri, device="cpu")
+    assert again.run_id == first.run_id  # found, not trained
+    (made,) = records()
+    assert made.data.tags["bench.synced"] == "true" and made.info.status == "FINISHED"
+    run(str(tiny_protocol_file), "vanilla", 0, results_dir=results, tracking_uri=uri, device="cpu")
+    assert [r.info.run_id for r in records()] == [made.info.run_id]  # complete: left as it is
+    # an unfinished record (the process stopped while it logged) is replaced by a whole one
+    client.delete_run(made.info.run_id)
+    cut = client.create_run(made.info.experiment_id, tags={"bench.run_id": first.run_id})
+    run(str(tiny_protocol_file), "vanilla", 0, results_dir=results, tracking_uri=uri, device="cpu")
+    (whole,) = records()
+    assert whole.info.run_id != cut.info.run_id and whole.data.tags["bench.synced"] == "true"
+
+
 def write_grid(path: Path, protocol: Path, methods: list[str]) -> Path:
     path.write_text(yaml.safe_dump({"name": path.stem, "seeds": [0],
                                     "runs": [{"protocol": str(protocol), "methods": methods}]}))

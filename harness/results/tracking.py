@@ -481,9 +481,7 @@ def _mirrored(client) -> tuple[dict[str, Any], dict[str, list[str]]]:
             bench_id = run.data.tags.get("bench.run_id")
             if bench_id is None:
                 continue
-            if run.data.tags.get(SYNCED_TAG) == "true" or (
-                    # logged before bench.synced existed
-                    "bench.json" in run.data.tags and run.info.status != "RUNNING"):
+            if _whole(run):
                 done.setdefault(bench_id, run)
             else:
                 partial.setdefault(bench_id, []).append(run.info.run_id)
@@ -491,6 +489,35 @@ def _mirrored(client) -> tuple[dict[str, Any], dict[str, list[str]]]:
         if not token:
             break
     return done, partial
+
+
+def _whole(run: Any) -> bool:
+    """Whether an MLflow record of a bench run is complete (else a live run that died, a logging error)."""
+    return run.data.tags.get(SYNCED_TAG) == "true" or (
+        "bench.json" in run.data.tags and run.info.status != "RUNNING")  # logged before bench.synced existed
+
+
+def mirror_missing(result: RunResult, json_path: Path, results_dir: Path, tracking_uri: str | None = None,
+                   artifacts: Artifacts | None = None, protocol: Any = None) -> str | None:
+    """``sync`` for one stored result: log it when the store holds no complete record of it (deleting an
+    unfinished one first); returns the new MLflow run id, None when a complete record was there already."""
+    from mlflow.entities import ViewType
+
+    store = Store(results_dir, tracking_uri)
+    try:
+        with store.session() as client:
+            exp = client.get_experiment_by_name(f"bench/{result.protocol.name}")
+            runs = [] if exp is None else client.search_runs(
+                [exp.experiment_id], filter_string=f"tags.`bench.run_id` = '{result.run_id}'",
+                run_view_type=ViewType.ACTIVE_ONLY)
+            if any(_whole(run) for run in runs):
+                return None
+            for run in runs:
+                client.delete_run(run.info.run_id)
+    except BenchError as err:
+        raise NotMirrored(str(err), json_path, sync_command(results_dir, tracking_uri)) from None
+    return log_run_or_explain(result, json_path, results_dir, tracking_uri, artifacts=artifacts,
+                              protocol=protocol)[0]
 
 
 def repair(client, run: Any, result: RunResult, json_path: Path, artifacts: Artifacts | None = None,

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..results.schema import RunResult
-from ..results.tracking import Artifacts, LiveRun, SyncReport, log_run_or_explain
+from ..results.tracking import Artifacts, LiveRun, SyncReport, log_run_or_explain, mirror_missing
 from ..results.tracking import sync as sync_store
 
 
@@ -33,6 +33,13 @@ def mirror(result: RunResult, path: Path, results_dir: Path, tracking_uri: str |
     """Log a stored result as one whole MLflow record; returns (MLflow run id, store URI). A failure says
     what is kept and how to mirror it later (``bench sync``). ``protocol``: the run's spec, when known."""
     return log_run_or_explain(result, path, results_dir, tracking_uri, artifacts=RUN_ARTIFACTS, protocol=protocol)
+
+
+def mirror_stored(result: RunResult, path: Path, results_dir: Path, tracking_uri: str | None = None,
+                  protocol: Any = None) -> str | None:
+    """The record of a stored result a rerun found, made when the store lacks a complete one (the first run
+    had no MLflow, or was stopped while it logged); returns the new MLflow run id, None when it was there."""
+    return mirror_missing(result, path, results_dir, tracking_uri, artifacts=RUN_ARTIFACTS, protocol=protocol)
 
 
 def finish_live(live: LiveRun, result: RunResult, path: Path) -> str | None:
