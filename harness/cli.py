@@ -535,10 +535,11 @@ def validate(file: Path) -> None:
     from .spec.protocol import load_protocol
 
     p = load_protocol(str(file))
-    from .tools.preflight import check_backbone, check_flop_budget, check_references
+    from .tools.preflight import architecture, check_backbone, check_flop_budget, check_references
 
     check_references(p)
     check_backbone(p)
+    architecture(p)  # the parts split and connect as a run will split them
     click.echo(f"OK: protocol {p.name} v{p.version}, hash {p.spec_hash}")
     if (most := check_flop_budget(p)) is not None and p.training.budget is not None:
         click.echo(f"training.budget.tflops {p.training.budget.tflops:g} buys at most {most:,} updates a session "

@@ -190,13 +190,32 @@ def test_on_cuda_the_swapped_layers_give_the_stock_bits_and_adamw_is_not_fused()
     assert adamw([{"params": list(model.parameters())}]).defaults["fused"] is None
 
 
-@pytest.mark.parametrize("update, needles", [
+UNSPLITTABLE = [
     ({"lora_targets": ["conv_pw", "nope"]}, ["backbone.lora_targets names 'nope'", "backbone.body"]),
     ({"body": ["blocks.5", "blocks.6", "conv_head", "bn2", "global_pool"]},  # blocks.4 missing
      ["backbone.trunk (", "backbone.body (blocks.5,", "do not run as one network", "112 channels"]),
     ({"body": ["blocks.4", "blocks.5", "blocks.6", "conv_head", "bn2"]},  # no pooling before the head
      ["backbone.body (blocks.4,", "do not run as one network", "pooled features"]),
-])
+]
+
+
+@pytest.mark.parametrize("update, needles", UNSPLITTABLE)
+def test_bench_validate_builds_the_network_and_refuses_parts_that_do_not_split(tmp_path, update, needles):
+    """`bench validate` said OK to such a protocol: the split's checks ran only when a run split it."""
+    import yaml
+    from click.testing import CliRunner
+    from support import refused
+
+    from bench_stability_gap.harness.cli import main
+
+    data = load_protocol("tiny_cil").model_dump(mode="json")
+    data.update(name="unsplittable", backbone={**data["backbone"], **update})
+    path = tmp_path / "unsplittable.yaml"
+    path.write_text(yaml.safe_dump(data))
+    refused(CliRunner().invoke(main, ["validate", str(path)]), *needles, lines=3)
+
+
+@pytest.mark.parametrize("update, needles", UNSPLITTABLE)
 def test_parts_that_do_not_make_one_network_are_refused_before_any_compute(update, needles):
     """Checked where the network is split (before the trunk pass and the deployed model's training): a
     LoRA target the body lacks, or a body that does not continue the trunk, named by its lists."""

@@ -268,14 +268,23 @@ def check_flop_budget(protocol: Protocol) -> int | None:
 _CHEAPEST: dict[str, float] = {}  # by protocol spec hash: the network is built once per process
 
 
+def architecture(protocol: Protocol) -> Any:
+    """The protocol's network in random init, split as a run splits it (a ``SplitModel``): the split's checks
+    (the parts exist, connect into one network, the LoRA targets are modules of the body) and the FLOP price
+    depend on the architecture only, so neither waits for the weights."""
+    from ..model.backbone import create_network, split_network
+
+    spec = protocol.backbone.model_copy(update={"weights": "none:"})
+    return split_network(create_network(spec), spec, protocol.pretrain_data.num_classes)
+
+
 def _cheapest_update_tflops(protocol: Protocol) -> float:
     """TFLOPs of one output-only update on the protocol's network (see ``check_flop_budget``)."""
     if protocol.spec_hash not in _CHEAPEST:
         from ..model import flops as FL
-        from ..model.backbone import create_network, split_network
 
-        spec = protocol.backbone.model_copy(update={"weights": "none:"})
-        model = split_network(create_network(spec), spec, protocol.pretrain_data.num_classes)
+        model = architecture(protocol)
+        spec = protocol.backbone
         for part in (model.trunk, model.body):
             part.requires_grad_(False)
         shape: tuple[int, ...] = (spec.in_chans, spec.input_size, spec.input_size)
