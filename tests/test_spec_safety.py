@@ -178,6 +178,26 @@ def test_a_changed_copy_under_a_built_in_name_is_refused_and_an_identical_one_is
     assert "named 'tiny_cil', as the built-in protocol, but differs" in output and "name: tiny_cil_mine" in output
 
 
+def test_a_file_named_as_a_member_of_a_builtin_budget_family_must_be_that_member(tmp_path) -> None:
+    """A file named tiny_cil_flops@2x filed its results as the built-in family member's whatever it held."""
+    scaled = load_protocol("tiny_cil_flops@2x").model_dump(mode="json")
+    same = tmp_path / "same.yaml"
+    same.write_text(yaml.safe_dump(scaled))
+    assert validate(same)[0] == 0
+    scaled["training"]["batch"]["new"] += 1
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(yaml.safe_dump(scaled))
+    code, output = validate(changed)
+    assert code == 2 and one_paragraph(output), output
+    assert "named 'tiny_cil_flops@2x', as the built-in protocol, but differs" in output, output
+    assert "name: tiny_cil_flops_mine" in output, output
+    unbudgeted = tmp_path / "unbudgeted.yaml"
+    unbudgeted.write_text(yaml.safe_dump({**TINY, "name": "tiny_cil@2x"}))  # tiny_cil has no budget to scale
+    code, output = validate(unbudgeted)
+    assert code == 2 and one_paragraph(output), output
+    assert "budget family, which has no such member" in output and "name: tiny_cil_mine" in output, output
+
+
 def test_extends_naming_a_folder_says_so(tmp_path) -> None:
     path = tmp_path / "e.yaml"
     path.write_text(f"extends: {tmp_path}\nname: e\n")

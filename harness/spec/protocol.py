@@ -670,14 +670,21 @@ MIN_BUDGET_SCALE = 1e-4  # a smaller K is a typo, not a budget family
 def _not_a_changed_builtin(spec: Protocol) -> None:
     """A file may restate a built-in protocol, but not change it under the same name: results are filed
     and listed by name, so a changed copy's would land beside the built-in's as if they were stale."""
-    if spec.name not in builtin_names():
+    match = BUDGET_SCALE.match(spec.name)  # NAME@Kx: a member of a built-in's budget family is built in too
+    base = spec.name if match is None else match["base"]
+    if base not in builtin_names():
         return
-    builtin = load_spec(Protocol, spec.name, "protocol").spec_hash
+    try:
+        builtin = load_protocol(spec.name).spec_hash
+    except BenchError as err:
+        raise BenchError(f"Protocol file {spec.source_file} is named {spec.name!r}, a name of the built-in protocol "
+                         f"{base}'s budget family, which has no such member ({err}) Give it a name of its own, "
+                         f"e.g. name: {base}_mine.") from None
     if spec.spec_hash != builtin:
         raise BenchError(
             f"Protocol file {spec.source_file} is named {spec.name!r}, as the built-in protocol, but differs from it "
             f"(spec hash {spec.spec_hash}, the built-in's {builtin}): its results would be filed as the built-in's. "
-            f"Give it a name of its own, e.g. name: {spec.name}_mine.")
+            f"Give it a name of its own, e.g. name: {base}_mine.")
 
 
 def load_protocol(name_or_path: str) -> Protocol:
