@@ -25,9 +25,18 @@ def test_t_interval_covers_95_percent(n: int) -> None:
 
 
 def test_the_bootstrap_covers_under_85_percent_on_3_seeds() -> None:
-    """Why the bootstrap is no longer the rule: on 3 seeds it covers about 76 % (a few hundred draws do)."""
+    """Why the bootstrap is no longer the rule: on 3 seeds it covers about 75 % (a few hundred draws do)."""
     covered = [bootstrap_ci(list(x), resamples=2000).contains(0.2) for x in _samples(3, 7)[:400]]
     assert np.mean(covered) < 0.85
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_the_bootstrap_of_2_or_3_values_is_their_range(n: int) -> None:
+    """Why its coverage is exactly 1 - 2 / 2**n (50 %, 75 %) for values symmetric about the mean: each
+    extreme is resampled n times over with probability 1 / n**n (25 %, 3.7 %), more than the 2.5 % cut."""
+    for x in _samples(n, 11)[:50]:
+        interval = bootstrap_ci(list(x), resamples=2000)
+        assert (interval.low, interval.high) == pytest.approx((min(x), max(x)), abs=1e-12)
 
 
 @pytest.mark.parametrize("n", [2, 3, 5])

@@ -95,7 +95,7 @@ def omega(updates: Sequence[int], acc: Sequence[float], reference: float,
     ``updates[0] = 0 < u_1 < ... < u_L``; the update-0 point is the model before any training in
     the session, kept for the curves but not part of the mean. Each point p >= 1 stands for the
     updates since the previous point, so it is weighted by ``(u_p - u_{p-1}) / u_L`` (a
-    left-Riemann sum of the per-update curve). With evenly spaced points (u_p = p*c) every weight
+    right-endpoint Riemann sum of the per-update curve). With evenly spaced points (u_p = p*c) every weight
     is 1/L and this is the plain mean; a denser start (where the gap is deepest) then does not
     over-count the first updates. ``weighting="compute"`` is the same sum over the cumulative
     ``train_flops`` at each point instead of the update count. ``weighting``: see ``EvalWeighting``.

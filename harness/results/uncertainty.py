@@ -9,7 +9,8 @@ at least 0.05. Both assume the per-seed values (differences) are roughly normal 
 seeds; with 2-5 seeds nothing can check that, and the intervals are wide because they must be.
 
 A percentile bootstrap of the mean (``bootstrap_ci``) is kept for whoever wants it, with at least
-``BOOTSTRAP_MIN_N`` values only: with 3 seeds it covers the true mean about 76 % of the time, not 95 %.
+``BOOTSTRAP_MIN_N`` values only: with 3 seeds it is the values' range, which covers the true mean 75 % of the
+time (for values symmetric about it), not 95 %.
 Its resampling is seeded (``BOOTSTRAP_SEED``, numpy's PCG64), so it is the same on every machine.
 """
 
