@@ -19,7 +19,7 @@ from bench_stability_gap.harness.model import flops as FL
 from bench_stability_gap.harness.run.checkpoint import checkpointer
 from bench_stability_gap.harness.run.continual import Diverged, run_cl
 from bench_stability_gap.harness.run.options import RunOptions
-from bench_stability_gap.methods.base import StandardMethod
+from bench_stability_gap.methods.base import StandardMethod, StepStats
 from bench_stability_gap.methods.baselines import Vanilla
 from bench_stability_gap.methods.configs import VanillaConfig
 from support import invoke, refused, small_protocol, write_dist
@@ -123,6 +123,16 @@ def test_observe_returning_none_is_refused_at_that_update(capped_workbench, tmp_
     err = _fault(capped_workbench, Faulty("observe", lambda out: None, at=2), tmp_path)
     assert "failed in observe() in update 2 of session 2: it returned None, where StepStats(loss=...) is due" \
         in _text(err)
+
+
+@pytest.mark.parametrize("loss, said", [
+    (lambda: torch.ones(5), "its StepStats.loss is a tensor of shape [5], where one number"),
+    (lambda: "0.5", "its StepStats.loss is a str, where a 0-dim tensor or a float is due"),
+])
+def test_a_loss_that_is_not_one_number_is_refused_at_that_update(capped_workbench, tmp_path, loss, said):
+    """A per-sample loss vector was a RuntimeError traceback at the next loss read, updates later."""
+    err = _fault(capped_workbench, Faulty("observe", lambda out: StepStats(loss=loss()), at=2), tmp_path)
+    assert f"failed in observe() in update 2 of session 2: {said}" in _text(err)
 
 
 def test_logits_of_the_wrong_width_are_refused_not_scored(capped_workbench, tmp_path):

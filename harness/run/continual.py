@@ -76,6 +76,20 @@ def _kind(value: Any) -> str:
     return "None" if value is None else f"a {type(value).__name__}"
 
 
+def _step_problem(stats: Any) -> str | None:
+    """What is wrong with what ``observe`` returned (None: a StepStats whose loss is one number), checked
+    on the tensor's shape only, so no update waits for the device."""
+    if not isinstance(stats, StepStats):
+        return f"it returned {_kind(stats)}, where StepStats(loss=...) is due"
+    loss = stats.loss
+    if isinstance(loss, Tensor):
+        return None if loss.numel() == 1 else (f"its StepStats.loss is a tensor of shape {list(loss.shape)}, where "
+                                               f"one number (the update's mean loss, e.g. loss.mean()) is due")
+    if isinstance(loss, (int, float)) and not isinstance(loss, bool):
+        return None
+    return f"its StepStats.loss is {_kind(loss)}, where a 0-dim tensor or a float is due"
+
+
 def _finite(model: torch.nn.Module) -> bool:
     """Every trained weight finite, read with one host sync (on CUDA, one per parameter would stall
     every update as many times as the model has tensors)."""
@@ -323,8 +337,8 @@ class ContinualRun:
         with timed(self.progress.seconds, "train", bench.device, self.reads.spans), self.accel:
             stats, trained = observe_within_budget(self.method, bench.batch(ids, len(new_ids)), self.steps,
                                                    self.meter, self.b_new + self.b_old, self.calls("observe", where))
-        if not isinstance(stats, StepStats):  # its loss is read later, far from here: refused now
-            raise self.calls.fault("observe", where, f"it returned {_kind(stats)}, where StepStats(loss=...) is due")
+        if (problem := _step_problem(stats)) is not None:  # its loss is read later, far from here: refused now
+            raise self.calls.fault("observe", where, problem)
         if s.stop is not None:
             s.stop.last = self.train_macs() - before
         self.reads.add(u, stats.loss)
