@@ -135,6 +135,50 @@ def test_a_loss_that_is_not_one_number_is_refused_at_that_update(capped_workbenc
     assert f"failed in observe() in update 2 of session 2: {said}" in _text(err)
 
 
+class Charging(Vanilla):
+    """Vanilla that sets ``ctx.counters[name]`` by ``change`` (the counter's value -> its new value) in its
+    ``hook``: a method taking a charge back, or writing something that is not a number."""
+
+    name = "charging"
+
+    def __init__(self, counter: str, change: Callable[[float], Any], hook: str = "observe") -> None:
+        super().__init__(VanillaConfig())
+        self.counter, self.change, self.hook = counter, change, hook
+
+    def _charge(self) -> None:
+        self.ctx.counters[self.counter] = self.change(self.ctx.counters.get(self.counter, 0.0))
+
+    def observe(self, batch):
+        stats = super().observe(batch)
+        if self.hook == "observe":
+            self._charge()
+        return stats
+
+    def end_session(self, session) -> None:
+        super().end_session(session)
+        if self.hook == "end_session":
+            self._charge()
+
+
+@pytest.mark.parametrize("counter, change, hook, said", [
+    (FL.EXTRA_MACS, lambda v: v - 5e8, "observe", "ctx.counters['extra_macs'] went down, from 0 to -5e+08"),
+    (FL.EXTRA_MACS, lambda v: v + 1e9 if v == 0 else v - 1e9, "end_session", "went down, from 1e+09 to 0"),
+    (FL.TRUNK_FEATURE_SAMPLES, lambda v: math.nan, "observe", "ctx.counters['trunk_feature_samples'] is nan"),
+])
+def test_a_charge_taken_back_is_refused(capped_workbench, tmp_path, counter, change, hook, said):
+    """A negative extra_macs bought a FLOP-budgeted session twice vanilla's updates and halved the training
+    FLOPs the tables report; the JSON's declared counters were its only trace."""
+    err = _fault(capped_workbench, Charging(counter, change, hook), tmp_path)
+    assert "failed in one of its hooks by update " in _text(err) and said in _text(err), _text(err)
+
+
+def test_a_charge_that_grows_is_counted(capped_workbench, tmp_path):
+    (_, charged, _), _ = _run(capped_workbench, Charging(FL.EXTRA_MACS, lambda v: v + 1e6), tmp_path)
+    (_, plain, _), _ = _run(capped_workbench, Vanilla(VanillaConfig()), tmp_path / "plain")
+    updates = sum(plain.updates_per_session)
+    assert charged.train_flops == pytest.approx(plain.train_flops + 2 * 1e6 * updates)
+
+
 def test_logits_of_the_wrong_width_are_refused_not_scored(capped_workbench, tmp_path):
     classes = capped_workbench.deployed.head.num_classes
     err = _fault(capped_workbench, Faulty("predict", lambda out: out[:, :1]), tmp_path)

@@ -55,6 +55,7 @@ counters are *charged*, because the hooks cannot see what they count:
                            counts it there), so leave it at 0 when the inputs are images.
 ``extra_macs``  MACs of compute the hooks cannot see (a network that is not a copy of the run's
                 model parts, product-quantisation decoding, ...); charged to training as 2 x.
+Both only grow: each read checks it (``ChargedCounters``), and a charge taken back ends the run.
 
 Every other counter is a *declaration*, recorded verbatim in the result (``Budget.declared``) so a
 reader can match it against the measured ``Budget.forward_samples``; the names in use:
@@ -70,10 +71,11 @@ reader can match it against the measured ``Budget.forward_samples``; the names i
 from __future__ import annotations
 
 import logging
+import math
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -101,6 +103,30 @@ COUNTERS = {  # name -> meaning (the charged two first; the rest are declaration
     "remind_reconstruct_samples": "declared: REMIND samples rebuilt from PQ codes and fed to the body",
     "remind_trunk_forward_samples": "declared: REMIND trunk passes on images (uncached inputs)",
 }
+
+CHARGED = (TRUNK_FEATURE_SAMPLES, EXTRA_MACS)
+
+
+@dataclass
+class ChargedCounters:
+    """The charged counters as last read: a method only adds to them. One that is not a finite number, or
+    that went down since the last read, is refused: a charge taken back (a negative ``extra_macs``) buys
+    updates a FLOP budget never sees, and lowers the training FLOPs every table reports."""
+
+    seen: dict[str, float] = field(default_factory=dict)
+
+    def problem(self, counters: dict[str, float]) -> str | None:
+        """What is wrong with ``counters``' charged values now (None: each is a number no lower than before)."""
+        for name in CHARGED:
+            value = counters.get(name, 0.0)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                return f"ctx.counters[{name!r}] is {value!r}, where a finite number is due"
+            if value < self.seen.get(name, 0.0):
+                return (f"ctx.counters[{name!r}] went down, from {self.seen.get(name, 0.0):.6g} to {value:.6g}: a "
+                        f"charged counter only grows (add what the hooks cannot see; never subtract)")
+        self.seen.update({name: float(counters.get(name, 0.0)) for name in CHARGED})
+        return None
+
 
 CONVENTION = ("fvcore MACs x 2; backward 2x forward for modules with trainable parameters, 1x where gradient "
               "only passes through; trunk counted uncached-equivalent (executed: once per distinct image)")

@@ -159,6 +159,7 @@ class ContinualRun:
         self.progress = Progress()
         self.reads = UpdateReads()  # the losses of the updates since the last read (``settle``)
         self.steps = [0]  # optimizer steps counted by the budget guard (``count_optimizer_steps``)
+        self.charged = FL.ChargedCounters()  # what the method charged as last read: it only grows
         self.open: OpenSession | None = None
         self.bar: Any = None
 
@@ -187,6 +188,8 @@ class ContinualRun:
         set_rng_state(state["rng"], *self.rngs)
         self.ctx.counters.clear()
         self.ctx.counters.update(state["counters"])
+        self.charged = FL.ChargedCounters()
+        self.charged.problem(self.ctx.counters)
         self.meter.tally = copy.deepcopy(state["tally"])
         for store, seen in zip((self.bench.train_inputs, self.bench.test_inputs), state["seen"], strict=True):
             setseen_state(store, seen)
@@ -204,6 +207,10 @@ class ContinualRun:
     # ------------------------------------------------------------------ spending so far
 
     def train_macs(self) -> float:
+        """Training MACs so far, the method's charged counters included (read here, so each read checks them)."""
+        if (problem := self.charged.problem(self.ctx.counters)) is not None:
+            where = f"by update {self.progress.observed} of the run"
+            raise self.calls.fault("one of its hooks", where, problem)
         return FL.adjusted_train_macs(self.meter, self.ctx.counters)
 
     def session_tflops(self) -> float:
@@ -214,6 +221,7 @@ class ContinualRun:
     def closing(self) -> Budget:
         """The budget as counted so far: at the end, or when the run diverges."""
         p, budget = self.bench.protocol, self.bench.protocol.training.budget
+        self.train_macs()  # the charged counters, checked once more after the last hook
         return closing_budget(
             self.progress, self.meter, self.bench.train_inputs, self.bench.test_inputs, self.options,
             self.ctx.counters, updates_per_session=[c.total_updates for c in self.progress.curves],

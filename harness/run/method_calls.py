@@ -62,7 +62,8 @@ class MethodCalls:
         who = (f"This is a bug in a method built into bench: please report it, with the traceback "
                f"{DEBUG_VARIABLE}=1 prints." if builtin else
                f"The fault is in the method's code, not bench's; {DEBUG_VARIABLE}=1 prints the full traceback.")
-        return MethodFault(f"Method {self.method.label!r} ({origin}) failed in {hook}() {where}: {what}. {kept} "
+        call = f"{hook}()" if hook.isidentifier() else hook  # a hook's name, or words where none is known
+        return MethodFault(f"Method {self.method.label!r} ({origin}) failed in {call} {where}: {what}. {kept} "
                            f"{who}")
 
     def _origin(self) -> tuple[str, bool]:
