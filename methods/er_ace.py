@@ -48,7 +48,7 @@ class ERACE(StandardMethod):
     config: ERACEConfig
 
     def begin_session(self, session: Session) -> None:
-        self.session_classes = torch.as_tensor(session.classes)
+        self.session_classes = torch.tensor(session.classes)  # a copy: the stream's arrays are sealed
         super().begin_session(session)
 
     def loss_terms(self, batch: TrainBatch, logits: Tensor, targets: Tensor) -> dict[str, Tensor]:

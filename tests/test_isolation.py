@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from bench_stability_gap.harness.errors import BenchError
-from bench_stability_gap.harness.run.isolation import (LentInputs, MemoryView, check_retained_samples,
+from bench_stability_gap.harness.run.isolation import (LentInputs, MemoryView, ServedIds, check_retained_samples,
                                                     isolated_predict, random_streams, retained_samples,
                                                     train_view)
 from bench_stability_gap.harness.run.memory import Memory
@@ -38,12 +38,13 @@ class FakeStore:
 
 def test_lent_inputs_serve_the_memory_and_the_session_in_progress_only():
     store, mem = FakeStore(), memory()
-    lent = LentInputs(store, mem, "cheater", current=np.array([10, 11, 12]))
+    served = ServedIds(np.array([10, 11, 12]))
+    lent = LentInputs(store, mem, "cheater", served)
     assert lent.get(np.array([0, 11])).shape == (2, *SHAPE)
     with pytest.raises(BenchError, match=r"'cheater'.*\[13\].*neither in the rehearsal memory nor in the session"):
         lent.get(np.array([0, 13]))
     assert store.asked == [[0, 11]]  # the refused request never reached the store
-    lent.current = np.array([13])
+    served.ids = np.array([13])
     assert lent.get(np.array([13])).shape[0] == 1
 
 
@@ -68,6 +69,48 @@ def test_train_view_has_no_test_split_and_refuses_writes(tiny_protocol):
     with pytest.raises(ValueError):
         view.train.labels[0] = 3
     assert np.array_equal(view.train.labels, stream.train.labels) and len(view.sessions) == len(stream.sessions)
+
+
+def test_the_streams_arrays_are_sealed_for_whoever_holds_them(tiny_protocol):
+    """A method rewrote a future session's ids in begin_session (and read that session's inputs), relabelled
+    train samples through ctx.memory.labels, and changed which classes count as new for P_delta; in a sweep,
+    the runs after it were scored on the changed stream. Read-only views could be made writeable again."""
+    from bench_stability_gap.harness.data.stream import build_stream
+
+    stream = build_stream(tiny_protocol, 0)
+    view = train_view(stream, "rewriter")
+    arrays = [stream.train.labels, stream.test.labels, stream.pretrain_ids, stream.task_of_class,
+              stream.train.offsets, view.train.labels]
+    for session in view.sessions:
+        arrays += [session.train_ids, session.classes, session.new_classes]
+    for values in arrays:
+        with pytest.raises(ValueError, match="read-only"):
+            values[:1] = 0
+        for target in (values, values.base, values[1:]):
+            if isinstance(target, np.ndarray):
+                with pytest.raises(ValueError, match="cannot set WRITEABLE flag"):
+                    target.flags.writeable = True
+    assert view.sessions[0] is stream.sessions[0]  # lent as they are: nothing to copy, nothing to write
+
+
+def test_what_a_method_is_lent_takes_no_attributes_and_the_served_session_is_the_harness_s(tiny_protocol):
+    """ctx.inputs took any attribute (a place to keep test inputs past an eval point, or samples past the
+    storage cap), and its `current` ids could be set by the method to every id of the stream."""
+    from bench_stability_gap.harness.data.stream import build_stream
+
+    served = ServedIds(np.array([10, 11]))
+    lent = [LentInputs(FakeStore(), memory(), "hoarder", served), MemoryView(memory()),
+            train_view(build_stream(tiny_protocol, 0), "hoarder")]
+    for obj in lent:
+        with pytest.raises((AttributeError, TypeError)):
+            obj.kept = [torch.ones(2)]
+        assert not hasattr(obj, "__dict__"), type(obj)
+    with pytest.raises(AttributeError):
+        lent[0].current = np.arange(100)
+    with pytest.raises(BenchError, match=r"\[50\]"):
+        lent[0].get(np.array([50]))
+    served.ids = np.array([50])  # the harness opens the next session
+    assert lent[0].get(np.array([50])).shape[0] == 1 and lent[0].current.tolist() == [50]
 
 
 def test_random_streams_keep_the_harness_stream_and_give_the_method_an_independent_one():

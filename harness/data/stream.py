@@ -17,6 +17,15 @@ from ..spec.protocol import Protocol
 from .sources import Split, draw_per_class, open_source
 
 
+def sealed(values: np.ndarray) -> np.ndarray:
+    """A read-only copy of ``values`` that nothing can make writeable again: its memory is an immutable
+    bytes object, so numpy refuses ``writeable = True`` on it and on every view of it. The stream's arrays
+    are lent to methods and shared by every run of a sweep; a write to one would change the protocol for
+    the runs after it, so none is possible."""
+    values = np.ascontiguousarray(values)
+    return np.frombuffer(values.tobytes(), dtype=values.dtype).reshape(values.shape)
+
+
 @dataclass(frozen=True)
 class Catalog:
     """Several splits seen as one: global sample ids 0..n-1 over the concatenation."""
@@ -24,10 +33,13 @@ class Catalog:
     splits: tuple[Split, ...]  # the data sources' splits, in order
     labels: np.ndarray  # stream labels (introduction order) per global id
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "labels", sealed(self.labels))
+
     @cached_property
     def offsets(self) -> np.ndarray:
         """The first global id of each split (and the total at the end)."""
-        return np.cumsum([0] + [len(s) for s in self.splits])
+        return sealed(np.cumsum([0] + [len(s) for s in self.splits]))
 
     def locate(self, gid: int) -> tuple[Split, int]:
         """The split a global id lies in, and its index there."""
@@ -45,13 +57,17 @@ class Catalog:
 
 @dataclass(frozen=True)
 class Session:
-    """One learning session j >= 2: its training samples and the classes it brings."""
+    """One learning session j >= 2: its training samples and the classes it brings (read-only arrays)."""
 
     index: int                      # j
     train_ids: np.ndarray           # global train ids, in arrival order
     classes: np.ndarray             # stream labels present in S_j
     new_classes: np.ndarray         # labels first introduced in S_j (the head grows by these)
     seen_classes: int               # number of classes seen once S_j has arrived
+
+    def __post_init__(self) -> None:
+        for name in ("train_ids", "classes", "new_classes"):
+            object.__setattr__(self, name, sealed(getattr(self, name)))
 
 
 @dataclass(frozen=True)
@@ -65,6 +81,10 @@ class Stream:
     pretrain_classes: int           # K: labels 0..K-1
     sessions: list[Session]
     task_of_class: np.ndarray = field(repr=False)  # 0 = pre-training classes, k = introduced in session k+1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "pretrain_ids", sealed(self.pretrain_ids))
+        object.__setattr__(self, "task_of_class", sealed(self.task_of_class))
 
     def classes_before(self, j: int) -> np.ndarray:
         """Labels of S_1..S_{j-1}: the 'old' classes of session j."""

@@ -41,7 +41,7 @@ METHOD_STREAM = 1  # SeedSequence spawn key of the method's own generators (the 
 # ------------------------------------------------------------------ what a method is lent
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TrainStream:
     """The stream as a method sees it: sessions, train catalog and labels; no test split."""
 
@@ -91,7 +91,10 @@ def train_view(stream: Stream, lent_to: str = "a method") -> TrainStream:
 
 
 class MemoryView:
-    """The rehearsal memory, read-only: what it holds and its cap, not its generator or ``add``."""
+    """The rehearsal memory, read-only: what it holds and its cap, not its generator or ``add`` (and, by its
+    slots, no attribute of a method's)."""
+
+    __slots__ = ("_memory",)
 
     def __init__(self, memory: Memory) -> None:
         self._memory = memory
@@ -137,26 +140,39 @@ class MemoryView:
         return len(self._memory)
 
 
+@dataclass
+class ServedIds:
+    """The train ids of the session in progress, which ``LentInputs`` serves beside the memory's: set by
+    the harness as each session opens, and never lent to a method (S1's before the first session)."""
+
+    ids: np.ndarray
+
+
 class LentInputs:
     """Train inputs by id, for ids in the rehearsal memory or the session in progress only (S1 before
-    the first session: pre-training data is what a method may fit a codebook or statistics on)."""
+    the first session: pre-training data is what a method may fit a codebook or statistics on). It takes
+    no attributes of a method's (slots), so it is no place to leave data for a later call; which session
+    is in progress it reads from the harness's ``ServedIds``."""
 
-    current: np.ndarray
-    """The train ids of the session in progress (S1's before the first session begins)."""
+    __slots__ = ("_store", "_memory", "_method", "_served", "_mask_of", "_in_current")
 
-    def __init__(self, store: InputStore, memory: Memory, method_name: str, current: np.ndarray) -> None:
-        self._store, self._memory, self._method = store, memory, method_name
-        self.current = current
-        self._mask_of: np.ndarray | None = None  # the ``current`` that ``_in_current`` marks
+    def __init__(self, store: InputStore, memory: Memory, method_name: str, served: ServedIds) -> None:
+        self._store, self._memory, self._method, self._served = store, memory, method_name, served
+        self._mask_of: np.ndarray | None = None  # the ids that ``_in_current`` marks
         self._in_current = np.zeros(0, dtype=bool)
+
+    @property
+    def current(self) -> np.ndarray:
+        """The train ids of the session in progress (S1's before the first session begins)."""
+        return self._served.ids
 
     def _current_mask(self) -> np.ndarray:
         """``current`` as a mask over the train ids, rebuilt when a new session's ids replace it: membership
         in O(1) per id, where ``np.isin`` against S1's ids sorts a million of them on every call."""
-        if self._mask_of is not self.current:
+        if self._mask_of is not self._served.ids:
             self._in_current = np.zeros(len(self._memory.labels), dtype=bool)
-            self._in_current[np.asarray(self.current, dtype=np.int64)] = True
-            self._mask_of = self.current
+            self._in_current[np.asarray(self._served.ids, dtype=np.int64)] = True
+            self._mask_of = self._served.ids
         return self._in_current
 
     @property

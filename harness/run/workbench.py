@@ -33,6 +33,7 @@ from .isolation import (
     LentInputs,
     MemoryView,
     RandomStreams,
+    ServedIds,
     check_retained_samples,
     isolated_predict,
     sample_shape,
@@ -51,6 +52,8 @@ class Lending:
     ctx: Context
     memory: Memory
     shape: tuple[int, ...]
+    served: ServedIds
+    """The session whose train ids ``ctx.inputs`` serves: the harness's, not lent."""
     unused: tuple[Any, ...] = ()
     """Parts of the run's model nothing reads again (its trunk, once its features are cached): an eval
     copy shares them instead of copying them, and still checks that predict left them unchanged."""
@@ -62,7 +65,7 @@ class Lending:
         return [c.protocol, c.stream, c.device, c.memory, c.inputs]
 
     def begin_session(self, session: Session) -> None:
-        self.ctx.inputs.current = session.train_ids
+        self.served.ids = session.train_ids
 
     def predict(self, method: Any) -> AbstractContextManager[Callable[[Tensor], Tensor]]:
         return isolated_predict(method, self.shared, self.unused)
@@ -92,20 +95,23 @@ class Workbench:
                           torch.arange(len(ids), device=self.device) < n_new, labels, np.arange(len(ids)) < n_new)
 
     def context(self, memory: Memory, rng: np.random.Generator, generator: torch.Generator,
-                method_name: str = "harness") -> Context:
+                method_name: str = "harness", served: ServedIds | None = None) -> Context:
         """What a method is lent for a run: the stream without its test split, the memory read-only, train
-        inputs for the memory and the session in progress (S1 until the first session begins), and
-        ``rng``/``generator``, which must be the method's own (``isolation.random_streams``)."""
-        inputs = LentInputs(self.train_inputs, memory, method_name, self.stream.pretrain_ids)
+        inputs for the memory and the session in progress (``served``, which the caller keeps to open each
+        session; S1 until the first session begins), and ``rng``/``generator``, which must be the method's
+        own (``isolation.random_streams``)."""
+        served = served if served is not None else ServedIds(self.stream.pretrain_ids)
+        inputs = LentInputs(self.train_inputs, memory, method_name, served)
         return Context(self.protocol, train_view(self.stream, method_name), self.device, MemoryView(memory), inputs,
                        rng, generator)
 
     def lend(self, memory: Memory, method: Any, streams: RandomStreams, model: SplitModel) -> Lending:
         """The context for ``method`` (its own random streams, views without test data) and its checks;
         ``model``: the run's copy of the deployed model."""
-        ctx = self.context(memory, streams.method, streams.method_torch, method.name)
+        served = ServedIds(self.stream.pretrain_ids)
+        ctx = self.context(memory, streams.method, streams.method_torch, method.name, served)
         unused = (model.trunk,) if model.trunk_cached else ()
-        return Lending(ctx, memory, sample_shape(self.train_inputs), unused)
+        return Lending(ctx, memory, sample_shape(self.train_inputs), served, unused)
 
     @property
     def input_shape(self) -> tuple[int, int, int]:

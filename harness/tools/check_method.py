@@ -29,7 +29,7 @@ from ..errors import BenchError
 from ..run.budget_guards import memory_spec
 from ..run.checkpoint import Checkpointer
 from ..run.continual import run_cl
-from ..run.isolation import random_streams
+from ..run.isolation import ServedIds, random_streams
 from ..run.memory import Memory
 from ..run.options import RunOptions
 from ..run.workbench import Workbench, prepare
@@ -121,12 +121,13 @@ def state_round_trip(bench: Workbench, text: str, overrides: dict[str, Any], tra
                     bench.stream.train.sample_bytes, streams.harness)
     memory.add(bench.stream.pretrain_ids[:CAP])
     model = copy.deepcopy(bench.deployed)
-    ctx = bench.context(memory, streams.method, streams.method_torch, fresh.name)
+    served = ServedIds(bench.stream.pretrain_ids)
+    ctx = bench.context(memory, streams.method, streams.method_torch, fresh.name, served)
     fresh.setup(model, ctx)
     for session in bench.stream.sessions:
         model.head.grow(len(session.new_classes), streams.harness_torch)
     last = bench.stream.sessions[-1]
-    ctx.inputs.current = last.train_ids
+    served.ids = last.train_ids
     fresh.begin_session(last)  # the phase the trained one is in: after its last session's end
     fresh.end_session(last)
     fresh.load_state_dict(loaded)

@@ -206,7 +206,7 @@ def _training_inputs(rig: _Rig, pool: int) -> tuple[Any, torch.Tensor, torch.Ten
         store.reset_seen()
     else:
         table = Preprocess(rig.backbone).images(catalog, np.arange(pool))
-    return store, table.to(rig.dev), torch.from_numpy(catalog.labels).to(rig.dev)
+    return store, table.to(rig.dev), torch.tensor(catalog.labels).to(rig.dev)
 
 
 def _time_training(rig: _Rig, updates: int, warmup: int, repeats: int,
@@ -323,7 +323,7 @@ def _time_evaluation(rig: _Rig, eval_samples: int, repeats: int,
     eval_catalog = _synthetic_catalog(eval_samples, rig.backbone.input_size, rig.classes, seed=3)
     labels = eval_catalog.labels
     old = labels < rig.classes // 2
-    plan = EvalPlan(ids=np.arange(eval_samples), labels=torch.from_numpy(labels), old=old, new=~old,
+    plan = EvalPlan(ids=np.arange(eval_samples), labels=torch.tensor(labels), old=old, new=~old,
                     task=old.astype(np.int64) ^ 1, tasks=2)
     pre = Preprocess(rig.backbone)
     t0 = time.perf_counter()

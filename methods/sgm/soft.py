@@ -26,7 +26,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import torch
 from pydantic import BaseModel
 from torch import Tensor
@@ -109,7 +108,7 @@ class SoftTargets(Modifier):
         self.grow(logits.shape[1], logits.device)
         if self._new_of is not method.session:  # copied to the device once a session, not once an update
             self._new_of = method.session
-            self._new_classes = to_device(torch.as_tensor(np.asarray(method.session.new_classes, dtype=np.int64)),
+            self._new_classes = to_device(torch.tensor(method.session.new_classes, dtype=torch.int64),
                                           batch.y.device)
         t = self.build(probs, batch.y, torch.isin(batch.y, self._new_classes))  # by class, as the code's mask
         self.update(probs, batch.y)
