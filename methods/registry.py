@@ -68,17 +68,25 @@ def entries(group: str) -> dict[str, Entry]:
 SOURCE_SUFFIXES = (".py", ".yaml", ".yml", ".toml", ".json", ".cfg", ".txt")
 
 
-def code_root(module: str) -> Path:
-    """The code an entry point comes from: the outermost real package (a folder with ``__init__.py``)
-    holding ``module`` (``bench_example_plugin``, ``bench_stability_gap.methods``), or the module's own
-    file for a single-module plugin. Its parents are imported to find it; the entry is loaded anyway."""
+def code_package(module: str) -> tuple[str, bool]:
+    """The outermost real package (a folder with ``__init__.py``) holding ``module`` (``bench_example_plugin``,
+    ``bench_stability_gap.methods``) and True, or ``module`` itself and False for a single-module plugin. Its
+    parents are imported to find it; the entry is loaded anyway."""
     parts = module.split(".")
     for depth in range(1, len(parts) + 1):
-        spec = importlib.util.find_spec(".".join(parts[:depth]))
+        name = ".".join(parts[:depth])
+        spec = importlib.util.find_spec(name)
         if spec is not None and spec.origin and spec.origin not in ("built-in", "frozen"):
-            origin = Path(spec.origin)
-            return origin.parent if spec.submodule_search_locations else origin
+            return name, spec.submodule_search_locations is not None
     raise BenchError(f"Cannot locate the code of module {module!r} to record its content hash.")
+
+
+def code_root(module: str) -> Path:
+    """The code an entry point comes from (``code_package``): the package's folder, or the module's file."""
+    spec = importlib.util.find_spec(code_package(module)[0])
+    assert spec is not None and spec.origin is not None
+    origin = Path(spec.origin)
+    return origin.parent if spec.submodule_search_locations else origin
 
 
 @cache

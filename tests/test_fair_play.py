@@ -33,6 +33,9 @@ CAUGHT = {
     "cheat_private_ids": r"asked ctx\.inputs for sample id\(s\).*neither in the rehearsal memory nor in the session",
     "cheat_private_data": r"keeps \d+ samples' worth of input data outside the rehearsal memory.*hoard.*storage cap is 40",
     "cheat_lossy_state": r"state round-trip.*does not give the same state back",
+    "cheat_helper_stash": r"predict\(\) changed bench_cheat_plugin\.stash\.KEPT.*evaluation teaches a method nothing",
+    "cheat_train_original": r"predict\(\) changed its model\.head\.fc\.bias.*evaluation teaches a method nothing",
+    "cheat_future_ids": r"failed in begin_session\(\).*assignment destination is read-only",
 }
 
 

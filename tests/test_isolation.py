@@ -197,6 +197,82 @@ def test_a_predict_that_trains_in_place_is_caught():
             predict(torch.ones(1, 4))
 
 
+def test_a_predict_that_writes_through_data_is_caught():
+    """A write through ``.data`` bumps no version counter: the copy's digest stayed the same."""
+    class Quiet(Predictor):
+        def predict(self, x):
+            self.model.bias.data.add_(x.mean())
+            return self.model(x)
+
+    with pytest.raises(BenchError, match="changed its model.bias"):
+        with isolated_predict(Quiet(), shared=[]) as predict:
+            predict(torch.ones(1, 4))
+
+
+def test_a_predict_that_reaches_the_original_through_a_closure_and_trains_it_is_caught():
+    """deepcopy copies a function by reference, so a closure over ``self`` leads the eval copy back to the
+    original method: its predict trained the model the run goes on with, and nothing was reported."""
+    class Backdoor(Predictor):
+        def __init__(self) -> None:
+            super().__init__()
+            self.original = (lambda me: lambda: me)(self)
+
+        def predict(self, x):
+            target = self.original()
+            for grad in (True, False):
+                with torch.no_grad():
+                    (target.model.weight if grad else target.model.bias).data.add_(0.5)
+            return self.model(x)
+
+    m = Backdoor()
+    with pytest.raises(BenchError, match=r"predict\(\) changed its model\.(weight|bias)"):
+        with isolated_predict(m, shared=[]) as predict:
+            predict(torch.ones(1, 4))
+
+
+@pytest.mark.parametrize("holder", ["closure", "function attribute", "partial", "callable object"])
+def test_a_predict_that_keeps_inputs_in_a_callable_is_caught(holder):
+    """Callables were not walked: a list in a closure, on a function, in a partial or on an object with
+    __call__ kept test inputs past the eval point (and samples past the storage cap) unseen."""
+    import functools
+
+    def keeper():
+        kept: list = []
+        if holder == "closure":
+            return (lambda v: kept.append(v)), kept
+        if holder == "function attribute":
+            def f(v): f.kept.append(v)
+            f.kept = kept
+            return f, kept
+        if holder == "partial":
+            return functools.partial(lambda box, v: box.append(v), kept), kept
+
+        class Keeper:
+            def __init__(self): self.kept = kept
+            def __call__(self, v): self.kept.append(v)
+        return Keeper(), kept
+
+    class Stasher(Predictor):
+        def __init__(self) -> None:
+            super().__init__()
+            self.keep_it, self.box = keeper()
+            del self.box  # reachable through the callable only
+
+        def predict(self, x):
+            self.keep_it(x)
+            return self.model(x)
+
+    with pytest.raises(BenchError, match=r"predict\(\) changed its keep_it"):
+        with isolated_predict(Stasher(), shared=[]) as predict:
+            predict(torch.ones(1, 4))
+    rows, where = retained_samples(Stasher(), SHAPE, [])  # and counted against the storage cap
+    assert rows == 0
+    hoarder = Stasher()
+    hoarder.keep_it(torch.zeros(3, *SHAPE))
+    rows, where = retained_samples(hoarder, SHAPE, [])
+    assert rows == 3 and where[0].startswith("method.keep_it"), where
+
+
 def test_a_part_shared_as_unused_is_not_copied_but_a_predict_that_changes_it_is_caught():
     class Trunked(Predictor):
         def __init__(self) -> None:

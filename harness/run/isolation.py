@@ -17,8 +17,10 @@ no such digging are caught with a BenchError naming the method and the rule:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import sys
+import types
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -219,6 +221,31 @@ def random_streams(seed: int) -> RandomStreams:
 # ------------------------------------------------------------------ what a method keeps
 
 
+HARNESS = __name__.partition(".run.")[0] + "."  # bench's harness package: its callables hold its state
+
+
+def _held_by_callable(obj: Any) -> list[tuple[str, Any]]:
+    """What a function, bound method or partial a method keeps holds: a closure's variables, a function's
+    attributes and defaults, a bound method's object, a partial's arguments. A closure is a place to keep
+    data as much as an attribute is (and a way back to the original method from its eval copy). The
+    harness's own callables (``ctx.planned_updates``, the FLOP meter's hooks) are its state, not the method's."""
+    if isinstance(obj, functools.partial):
+        return [("func", obj.func), ("args", obj.args), ("keywords", obj.keywords)]
+    if isinstance(obj, types.MethodType):
+        return [("__func__", obj.__func__), ("__self__", obj.__self__)]
+    if (getattr(obj, "__module__", None) or "").startswith(HARNESS):
+        return []
+    held: list[tuple[str, Any]] = []
+    for name, cell in zip(obj.__code__.co_freevars, obj.__closure__ or ()):
+        try:
+            held.append((f"<closure {name}>", cell.cell_contents))
+        except ValueError:  # a variable not bound yet
+            continue
+    held += [(name, value) for name, value in vars(obj).items()]
+    held += [(f"<default {i}>", value) for i, value in enumerate(obj.__defaults__ or ())]
+    return held + [(f"<default {k}>", value) for k, value in (obj.__kwdefaults__ or {}).items()]
+
+
 def _walk(root: Any, skip: set[int], visit: Callable[[str, Any], bool], max_depth: int = 12) -> None:
     """Depth-first over containers and plain objects' attributes; ``visit`` returns False to stop
     descending. Modules contribute buffers only (parameters are the model, not storage)."""
@@ -246,7 +273,10 @@ def _walk(root: Any, skip: set[int], visit: Callable[[str, Any], bool], max_dept
         elif isinstance(obj, (list, tuple, set, frozenset)):
             for i, v in enumerate(list(obj)):
                 go(f"{path}[{i}]", v, depth + 1)
-        elif hasattr(obj, "__dict__") and not callable(obj) and not isinstance(obj, type):
+        elif isinstance(obj, (types.FunctionType, types.MethodType, functools.partial)):
+            for name, value in _held_by_callable(obj):
+                go(f"{path}.{name}", value, depth + 1)
+        elif hasattr(obj, "__dict__") and not isinstance(obj, (type, types.ModuleType)):
             for name, value in list(vars(obj).items()):
                 go(f"{path}.{name}", value, depth + 1)
 
@@ -342,8 +372,9 @@ def fingerprint(root: Any, skip: Sequence[Any] = ()) -> dict[str, Any]:
 
 
 def _owner_state(method: Any) -> dict[str, Any]:
-    """Mutable state a copy shares with the original: class attributes and module globals of the
-    method's (and its modifiers') code, outside bench itself."""
+    """Mutable state a copy shares with the original: class attributes of the method's (and its modifiers')
+    classes, and the module globals of every module of the packages their code comes from (a helper module
+    of the plugin is as good a place to keep data as the method's own), outside bench itself."""
     out: dict[str, Any] = {}
     classes = {c for m in [method, *getattr(method, "modifiers", [])] for c in type(m).__mro__
                if not c.__module__.startswith(("bench_stability_gap.", "builtins", "abc"))}
@@ -351,11 +382,86 @@ def _owner_state(method: Any) -> dict[str, Any]:
         for name, value in vars(cls).items():
             if not name.startswith("__") and isinstance(value, (list, dict, set, Tensor, np.ndarray)):
                 out.update({f"{cls.__name__}.{name}{k[6:]}": v for k, v in fingerprint(value).items()})
-        module = sys.modules.get(cls.__module__)
-        for name, value in vars(module).items() if module else ():
-            if not name.startswith("__") and isinstance(value, (list, dict, set, Tensor, np.ndarray)):
-                out.update({f"{cls.__module__}.{name}{k[6:]}": v for k, v in fingerprint(value).items()})
+    modules = _code_modules(classes)
+    for module_name in modules:
+        module = sys.modules[module_name]
+        for name, value in list(vars(module).items()):
+            if not name.startswith("__") and _may_hold_data(value, modules):
+                out.update({f"{module_name}.{name}{k[6:]}": v for k, v in fingerprint(value).items()})
     return out
+
+
+def _code_modules(classes: set[type]) -> set[str]:
+    """The imported modules of the code ``classes`` come from: every module of a plugin's package, or the
+    single module a class is defined in (a plugin of one file, a script, a test)."""
+    from ...methods.registry import code_package
+
+    modules: set[str] = set()
+    for cls in classes:
+        try:
+            package, is_package = code_package(cls.__module__)
+        except (BenchError, ImportError, ValueError):  # __main__, or a module made at run time
+            package, is_package = cls.__module__, False
+        modules |= {name for name, module in list(sys.modules.items()) if module is not None and (
+            name == cls.__module__ or is_package and (name == package or name.startswith(package + ".")))}
+    return modules
+
+
+def _may_hold_data(value: Any, modules: set[str]) -> bool:
+    """A module global that data could be left in: a container, tensor or array, or an object or function
+    of the plugin's own code (not the modules, classes and functions it imports)."""
+    if isinstance(value, (list, dict, set, Tensor, np.ndarray)):
+        return True
+    if isinstance(value, (type, types.ModuleType)):
+        return False
+    own = getattr(value, "__module__", None) if isinstance(value, types.FunctionType) else type(value).__module__
+    return own in modules
+
+
+def _values(root: Any, skip: Sequence[Any]) -> dict[str, Any]:
+    """Path -> tensor or array, over everything reachable from ``root`` (``_walk``), parameters included."""
+    out: dict[str, Any] = {}
+
+    def visit(path: str, obj: Any) -> bool:
+        if isinstance(obj, (Tensor, np.ndarray)):
+            out[path] = obj
+        if isinstance(obj, nn.Module):
+            out.update({f"{path}.{name}": p for name, p in obj.named_parameters()})
+        return True
+
+    _walk(root, {id(x) for x in skip}, visit)
+    return out
+
+
+def _unequal(a: Tensor, b: Tensor) -> Tensor:
+    """A 0-dim bool on the tensors' device: whether they differ anywhere (NaN equal to NaN)."""
+    differ = a != b
+    if a.is_floating_point() or a.is_complex():
+        differ &= ~(a.isnan() & b.isnan())
+    return differ.any()
+
+
+def _differing(copy: dict[str, Any], original: dict[str, Any]) -> list[str]:
+    """Paths whose value in the eval copy now differs from the original method's: the two were equal when
+    the copy was made, so a difference is a change made while evaluating, to either of them. It catches
+    what a version counter misses (a write through ``.data``) and a predict that reached the original, and
+    reads each tensor on its device, with one host sync per device."""
+    flags: dict[torch.device, list[tuple[str, Tensor]]] = {}
+    found: list[str] = []
+    with torch.no_grad():
+        for path, a in copy.items():
+            b = original.get(path)
+            if b is None or b is a or type(a) is not type(b) or a.shape != b.shape or a.dtype != b.dtype:
+                continue
+            if isinstance(a, np.ndarray):
+                if a.dtype != object and not np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"):
+                    found.append(path)
+            elif a.layout == torch.strided and a.device == b.device:
+                flags.setdefault(a.device, []).append((path, _unequal(a, b)))
+        for pairs in flags.values():
+            unequal = torch.stack([flag for _, flag in pairs]).tolist()
+            found += [path for (path, _), bad in zip(pairs, unequal) if bad]
+    return found
 
 
 def _changed(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
@@ -380,6 +486,8 @@ def isolated_predict(method: Any, shared: list[Any],
     before = fingerprint(clone, keep)
     yield clone.predict
     changed = [f"its {p[7:] or 'state'}" for p in _changed(before, fingerprint(clone, keep))]
+    if not changed:
+        changed = [f"its {p[7:]}" for p in _differing(_values(clone, keep), _values(method, keep))]
     changed += [f"{p}" for p in _changed(owners, _owner_state(method))]
     if changed:
         raise BenchError(
