@@ -191,6 +191,25 @@ def test_a_malformed_number_in_a_bench_variable_is_refused_naming_it_before_comp
     refused(out, f"{name}={value!r}", "unset it for the default", lines=2)
 
 
+@pytest.mark.parametrize("form", ["file", "path"])
+def test_a_file_store_this_mlflow_refuses_is_refused_before_compute(tmp_path, monkeypatch, form):
+    """MLflow 3 writes a file store (file:... or a folder path) only with MLFLOW_ALLOW_FILE_STORE=true: the
+    run trained, then failed to mirror its result, and the `bench sync` it suggested failed the same way."""
+    from bench_stability_gap.harness.run import pipeline
+    from bench_stability_gap.harness.tools.preflight import check_tracking_uri
+
+    def prepared(*args, **kwargs):
+        raise AssertionError("a workbench was prepared despite an unusable tracking store")
+
+    monkeypatch.setattr(pipeline, "prepare", prepared)
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    uri = (tmp_path / "store").as_uri() if form == "file" else str(tmp_path / "store")
+    out = bench("run", "--results-dir", str(tmp_path / "r"), "--tracking-uri", uri)
+    refused(out, f"Tracking URI {uri!r}: MLflow", "MLFLOW_ALLOW_FILE_STORE=true", "sqlite:///", lines=3)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    check_tracking_uri(uri)  # allowed: MLflow writes it
+
+
 @pytest.mark.parametrize("value", ["continual", "continual:x", "train:3", "continual:-1"])
 def test_a_malformed_fault_injection_setting_is_refused_before_compute(tmp_path, monkeypatch, value):
     """BENCH_KILL_AT was parsed with a bare int() at the first update: a ValueError traceback after the set-up,

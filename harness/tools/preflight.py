@@ -21,7 +21,7 @@ from typing import Any
 
 from ..atomic import check_writable_folder  # noqa: F401 - the probe lives with the writes it protects
 from ..errors import BenchError, not_a_file
-from ..results.tracking import default_tracking_uri, sqlite_path
+from ..results.tracking import default_tracking_uri, import_mlflow, sqlite_path
 from ..spec.protocol import MAX_SEED, MAX_UPDATES, Protocol
 
 # Space the outputs need at least: a result JSON is tens of KB and the MLflow store grows by about as
@@ -65,6 +65,23 @@ def _check_sqlite(uri: str) -> None:
         except sqlite3.Error as exc:
             raise BenchError(f"Tracking URI {uri!r}: {db} is not an SQLite database ({exc}). Move it aside, pass "
                              f"another --tracking-uri, or --no-mlflow; nothing has run.") from None
+
+
+def _check_file_store(uri: str, folder: Path) -> None:
+    """A file store's folder can be written, and this MLflow writes file stores: MLflow 3 refuses them unless
+    MLFLOW_ALLOW_FILE_STORE=true, which a run found only when it mirrored its result, after training."""
+    check_writable_folder(folder, "MLflow file store", RESULTS_MIN_FREE)
+    mlflow = import_mlflow()
+    from mlflow.store.tracking.file_store import FileStore
+
+    try:
+        FileStore(str(folder), str(folder))
+    except mlflow.exceptions.MlflowException as exc:
+        reason = exc.message.strip().split(". ")[0]
+        raise BenchError(f"Tracking URI {uri!r}: MLflow {mlflow.__version__} does not write this file store "
+                         f"({reason}). Use a database store, e.g. sqlite:///{folder / 'mlflow.db'} (`mlflow "
+                         f"migrate-filestore` moves an existing one), set MLFLOW_ALLOW_FILE_STORE=true, or pass "
+                         f"--no-mlflow; nothing has run.") from None
 
 
 def _check_server(uri: str, timeout: float) -> None:
@@ -112,7 +129,7 @@ def check_tracking_uri(uri: str | None, timeout: float = REACH_TIMEOUT_S) -> Non
     parsed = urllib.parse.urlparse(uri)
     scheme = parsed.scheme.split("+", 1)[0]  # postgresql+psycopg2://
     if scheme == "" or (len(scheme) == 1 and uri[1:3] in (":\\", ":/")):  # a plain path (or C:\ path)
-        check_writable_folder(Path(uri).expanduser(), "MLflow file store", RESULTS_MIN_FREE)
+        _check_file_store(uri, Path(uri).expanduser())
         return
     if scheme not in TRACKING_SCHEMES:
         raise BenchError(f"Tracking URI {uri!r} has the unknown scheme {parsed.scheme!r}; use one of "
@@ -120,7 +137,7 @@ def check_tracking_uri(uri: str | None, timeout: float = REACH_TIMEOUT_S) -> Non
     if scheme == "sqlite":
         _check_sqlite(uri)
     elif scheme == "file":
-        check_writable_folder(Path(urllib.parse.unquote(parsed.path)), "MLflow file store", RESULTS_MIN_FREE)
+        _check_file_store(uri, Path(urllib.parse.unquote(parsed.path)))
     elif scheme in ("http", "https"):
         if not parsed.hostname:
             raise BenchError(f"Tracking URI {uri!r} names no host, e.g. http://127.0.0.1:5000.")
