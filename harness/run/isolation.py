@@ -7,7 +7,9 @@ no such digging are caught with a BenchError naming the method and the rule:
 
 - **no test data**: a method sees the stream through ``TrainStream`` (no test split), and evaluation
   runs on a throwaway copy of the method (``isolated_predict``), so nothing seen at an eval point
-  survives; a ``predict`` that changes the copy's state, the method's class or its module is reported;
+  survives; a ``predict`` that changes the copy's state (closures included), the original method, the
+  method's class or its package's modules is reported; what is lent takes no attributes, and the
+  stream's arrays are sealed (``stream.sealed``), so it is no place to keep data or rewrite the protocol;
 - **storage accounted**: ``LentInputs`` serves inputs only for ids in the rehearsal memory or the
   session in progress (a private list of ids replays nothing), and ``check_retained_samples`` counts
   the sample-shaped data a method keeps outside the memory at each session end;
