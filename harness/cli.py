@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -36,8 +37,9 @@ def _on_sigterm(signum: int, frame) -> None:
     raise Terminated()
 
 
-INTERRUPTED = ("Interrupted: nothing was written for the unfinished run; stored results and its last checkpoint "
-               "are kept. Run the same command again to resume from that checkpoint.")
+INTERRUPTED = ("Interrupted: nothing was written for the unfinished run; stored results and any checkpoint it "
+               "saved are kept. Run the same command again to resume from its last checkpoint (one with none yet "
+               "starts over).")
 
 
 DRY_RUN = "bench.dry_run"  # ctx.meta key: the command only lists what it would do
@@ -476,7 +478,11 @@ def sync(results_dir: Path | None, tracking_uri: str | None) -> None:
     root = resolve_results(results_dir)
     if not (root / "runs").is_dir():
         raise BenchError(f"Results folder {root} holds no runs/ folder: nothing to sync.")
-    check_store(root, tracking_uri)
+    try:
+        check_store(root, tracking_uri)
+    except BenchError as err:  # the run commands' way out, --no-mlflow, is no option of a command that mirrors
+        raise BenchError(re.sub(r",? or (pass )?--no-mlflow; nothing has run\.", "; nothing was synced.", str(err))) \
+            from None
     report = sync_results(root, tracking_uri)
     for path, rid in report.added:
         click.echo(f"  mirrored {path} -> MLflow run {rid}")

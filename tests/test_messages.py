@@ -120,7 +120,7 @@ def test_sigterm_of_a_dry_run_does_not_speak_of_resuming(tmp_path):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 143, err
-    assert "nothing to resume" in err and "resume from that checkpoint" not in err, err
+    assert "nothing to resume" in err and "resume from its last checkpoint" not in err, err
 
 
 def test_a_web_server_that_is_not_mlflow_is_named_without_its_page(tmp_path):

@@ -186,6 +186,15 @@ def test_a_copied_results_folder_never_writes_into_the_original(tmp_path, seeded
     assert sync(original).present == 1  # the original folder's own store is fine
 
 
+def test_sync_refusing_a_store_suggests_no_option_sync_lacks(tmp_path) -> None:
+    """The store checks end with the run commands' way out, --no-mlflow, which bench sync does not have."""
+    save_result(tmp_path / "results", fixture_result(0))
+    uri = f"http://127.0.0.1:{closed_port()}"
+    out = CliRunner().invoke(main, ["sync", "--results-dir", str(tmp_path / "results"), "--tracking-uri", uri])
+    assert out.exit_code == 2 and "cannot be reached" in out.output, out.output
+    assert "--no-mlflow" not in out.output and "nothing was synced." in out.output, out.output
+
+
 def test_sync_cli_refuses_a_folder_without_results(tmp_path) -> None:
     out = CliRunner().invoke(main, ["sync", "--results-dir", str(tmp_path)], catch_exceptions=False)
     assert out.exit_code == 2 and f"Results folder {tmp_path} holds no runs/ folder" in out.output
