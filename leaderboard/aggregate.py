@@ -21,7 +21,7 @@ import hashlib
 import math
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
@@ -42,7 +42,7 @@ from ..harness.results.catalog import (
 )
 from ..harness.results.comparability import select_runs
 from ..harness.results.metrics import Metrics, best_new_accuracy, compute_metrics, plasticity_gap
-from ..harness.results.schema import RunResult, result_precision, run_identity
+from ..harness.results.schema import RunResult, format_setting, result_precision, run_identity
 from ..harness.results.tidy import runs_frame, seed_stats
 from ..harness.results.uncertainty import MAX_SEEDS, Interval, Paired, against_baseline, t_interval
 
@@ -499,14 +499,24 @@ def _ranked_rows(valid: list[Entry]) -> list[MethodRow]:
 
 def split_by_code(entries: list[Entry]) -> list[Entry]:
     """Runs of one row made with different code (``MethodStamp.code_hash``: an edited plugin, a new
-    release) are never averaged: when a row has several, each run's row name gets its hash."""
-    hashes: dict[str, set[str | None]] = defaultdict(set)
-    for e in entries:
-        hashes[e.method].add(e.result.method.code_hash)
-    for e in entries:
-        if len(hashes[e.method]) > 1:
-            e.__dict__["method"] = f"{e.method} #{(e.result.method.code_hash or 'unrecorded')[:8]}"
+    release) or, in a tuned row, with different tuned settings (a study run again chose others) are never
+    averaged: when a row has several, each run's row name gets its code hash, then its settings."""
+    _split(entries, lambda e: e.result.method.code_hash,
+           lambda e: f"#{(e.result.method.code_hash or 'unrecorded')[:8]}")
+    _split([e for e in entries if e.result.tuned is not None],
+           lambda e: tuple(sorted((k, format_setting(v)) for k, v in e.result.overrides.items())),
+           lambda e: "(" + ", ".join(f"{k}={format_setting(v)}" for k, v in sorted(e.result.overrides.items())) + ")")
     return entries
+
+
+def _split(entries: list[Entry], key: Callable[[Entry], Any], name: Callable[[Entry], str]) -> None:
+    """Rename the runs of each row whose ``key`` differs within it: each gets ``name`` after its row's."""
+    keys: dict[str, set[Any]] = defaultdict(set)
+    for e in entries:
+        keys[e.method].add(key(e))
+    for e in entries:
+        if len(keys[e.method]) > 1:
+            e.__dict__["method"] = f"{e.method} {name(e)}"
 
 
 def _stored_reference_hash(name: str, entries: Sequence[Entry], current: str) -> str | None:

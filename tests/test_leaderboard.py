@@ -505,6 +505,19 @@ def test_tracking_uri_reads_the_json_artifacts_from_mlflow(results_dir: Path, tm
     assert f"/runs/{mlflow_id}" in page and "mlflow ui --backend-store-uri" in page
 
 
+def test_a_run_page_names_its_row_and_how_its_settings_were_chosen(results_dir: Path, tmp_path: Path) -> None:
+    """A run made with --set (or tuned) had the same title and heading as a default run of the method."""
+    base = next(r for r in real_results() if r.method.spec == "vanilla" and r.seed == 0)
+    varied = base.model_copy(update={"run_id": "handset00001", "overrides": {"lr": 0.002}})
+    save_result(results_dir, varied)
+    site = tmp_path / "site"
+    build_site(load_folder(results_dir), site)
+    page = (site / "runs" / "handset00001.html").read_text()
+    assert "<title>vanilla [lr=0.002] · seed 0" in page and "set by hand" in page, page[:600]
+    default = (site / "runs" / f"{base.run_id}.html").read_text()
+    assert "<title>vanilla · seed 0" in default and "· defaults" in default
+
+
 def test_a_site_of_100_results_builds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Scale smoke test: 10 seeds x 9 methods + joints build one board with every method ranked. The time
     is printed, not asserted (speed targets live in benchmarks: machines are shared)."""

@@ -48,3 +48,24 @@ def test_summarizing_twice_gives_the_same_scores() -> None:
     assert [(e.run_id, e.reason, e.metrics, e.method) for e in scored_entries(first)] == \
         [(e.run_id, e.reason, e.metrics, e.method) for e in scored_entries(second)]
     assert sorted(e.run_id for e in scored_entries(first)) == sorted(e.run_id for e in entries)  # each run once
+
+
+def test_a_tuned_row_never_averages_seeds_that_ran_different_tuned_settings() -> None:
+    """A study run again (another seed, more trials) replaces the tuned entry; runs made before and after
+    it share the ruleset's row name, and the board averaged their different settings into one row."""
+    from bench_stability_gap.harness.results.schema import TunedStamp
+
+    stamp = TunedStamp(trials=1, objective="CK_delta", value=0.2, validation_per_class=5, study="s",
+                       tuning_hash="h")
+    runs = [joint_run("j0", 0), joint_run("j1", 1), two_session_run("v0", "vanilla", 0),
+            two_session_run("v1", "vanilla", 1)]
+    for run_id, seed, lr in (("t0", 0, 4.4e-4), ("t1", 1, 1.8e-4)):
+        r = two_session_run(run_id, "vanilla", seed)
+        runs.append(r.model_copy(update={"tuned": stamp, "overrides": {"lr": lr}}))
+    board = summarize_protocol("hand", [Entry(r, source=f"{r.run_id}.json", slug=r.run_id) for r in runs])
+    rows = {e.run_id: e.method for e in board.entries}
+    assert rows["t0"] == "vanilla [tuned (1 trials, CK_delta)] (lr=0.00044)", rows
+    assert rows["t1"] == "vanilla [tuned (1 trials, CK_delta)] (lr=0.00018)", rows
+    same = summarize_protocol("hand", [Entry(r, source=f"{r.run_id}.json", slug=r.run_id) for r in runs[:-1]] + [
+        Entry(runs[-1].model_copy(update={"overrides": {"lr": 4.4e-4}}), source="t1.json", slug="t1")])
+    assert {e.method for e in same.entries if e.run_id in ("t0", "t1")} == {"vanilla [tuned (1 trials, CK_delta)]"}
