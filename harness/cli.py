@@ -246,8 +246,8 @@ def run(protocol: str, method: str, seed: int, overrides: tuple[str, ...], tuned
     outcome = run_checked(spec, method, seed, options, tracking, tuned=stamp, rerun=rerun,
                           save_predictions=save_predictions, echo=click.echo, summary=print_summary)
     if outcome.reused:
-        click.echo("  an identical run is stored already (same protocol spec, method, settings, seed and precision): "
-                   "nothing was trained. Add --rerun to train it again.")
+        click.echo("  an identical run is stored already (same protocol spec, method, settings, seed, precision and "
+                   "method code): nothing was trained. Add --rerun to train it again.")
         return
     click.echo(resource_note())
 

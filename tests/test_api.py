@@ -115,6 +115,30 @@ def test_running_a_stored_run_again_completes_its_missing_or_unfinished_mlflow_r
     assert whole.info.run_id != cut.info.run_id and whole.data.tags["bench.synced"] == "true"
 
 
+def test_a_stored_run_made_by_other_code_is_not_taken_for_an_identical_one(tiny_protocol_file: Path,
+                                                                              results_with_joint: Path) -> None:
+    """After an edit to the method's code (a new release, an edited plugin), `bench run` and sweeps said the
+    run was stored already, while the leaderboard split it from runs of the current code into a row of its
+    own: the row could never be completed without --rerun on every run."""
+    import json
+
+    from bench_stability_gap.harness.api import run_options
+    from bench_stability_gap.harness.spec.protocol import load_protocol
+    from bench_stability_gap.harness.sweep.plan import stored_run
+
+    results = results_with_joint
+    first = run(str(tiny_protocol_file), "vanilla", 0, results_dir=results, mlflow=False, device="cpu")
+    options, spec = run_options(results, "cpu"), load_protocol(str(tiny_protocol_file))
+    (path,) = [p for p in (results / "runs").rglob("*.json") if first.run_id in p.name]
+    assert stored_run(spec, "vanilla", {}, 0, options) == path
+    data = json.loads(path.read_text())
+    data["method"]["code_hash"] = "0" * 64
+    path.write_text(json.dumps(data))
+    assert stored_run(spec, "vanilla", {}, 0, options) is None
+    again = run(str(tiny_protocol_file), "vanilla", 0, results_dir=results, mlflow=False, device="cpu")
+    assert again.run_id != first.run_id and stored_run(spec, "vanilla", {}, 0, options) is not None
+
+
 def write_grid(path: Path, protocol: Path, methods: list[str]) -> Path:
     path.write_text(yaml.safe_dump({"name": path.stem, "seeds": [0],
                                     "runs": [{"protocol": str(protocol), "methods": methods}]}))

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
 
-from ...methods.registry import build_method, method_settings
+from ...methods.registry import build_method, code_hash, method_settings, parse_method
 from ..errors import BenchError, not_a_file
 from ..results.comparability import Selection
 from ..results.schema import JOINT, TunedStamp, format_setting, row_label
@@ -175,9 +175,14 @@ def load_sweep(name_or_path: str) -> Sweep:
 def finished(protocol: Protocol, method: str, overrides: dict[str, Any], seed: int, config: dict[str, Any],
              counted: Selection, tuned: TunedStamp | None = None) -> Path | None:
     """The stored result that already covers a planned run: the run ``comparability.select_runs`` counts for its
-    row and seed, made with the settings the method resolves to now."""
+    row and seed, made with the settings the method resolves to now and by the same code (its code hash):
+    the leaderboard never averages runs of two codes, so a run the code has changed under is made again,
+    and, as the newer run of its row and seed, replaces the older one on the board."""
     found = counted.runs.get((row_label(method, overrides, tuned), seed))
-    return found[0] if found is not None and found[1].config == config else None
+    if found is None or found[1].config != config:
+        return None
+    spec = parse_method(method)
+    return found[0] if found[1].method.code_hash == code_hash([spec.base, *spec.modifiers]) else None
 
 
 def stored_run(protocol: Protocol, method: str, overrides: dict[str, Any], seed: int, options: RunOptions,
