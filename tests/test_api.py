@@ -229,7 +229,7 @@ def test_sweep_of_a_bf16_protocol_plans_against_bf16_runs(tiny_protocol_file: Pa
 
     from bench_stability_gap.harness import api
     from bench_stability_gap.harness.spec.protocol import load_protocol
-    from bench_stability_gap.methods.registry import build_method, method_settings
+    from bench_stability_gap.methods.registry import build_method, code_hash, method_settings, parse_method
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a CUDA machine, as far as planning sees
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
@@ -243,8 +243,10 @@ def test_sweep_of_a_bf16_protocol_plans_against_bf16_runs(tiny_protocol_file: Pa
 
     def stored_in(precision: str, device: str) -> tuple[Path, RunResult]:
         results = tmp_path / precision
-        run = two_session_run(f"f{precision}", "finetune").model_copy(update={
-            "protocol": stamp, "config": config, "options": {"device": device, "precision": precision}})
+        run = two_session_run(f"f{precision}", "finetune")
+        made_by = run.method.model_copy(update={"code_hash": code_hash([parse_method("finetune").base])})
+        run = run.model_copy(update={"protocol": stamp, "config": config, "method": made_by,
+                                     "options": {"device": device, "precision": precision}})
         save_result(results, run)
         return results, run
 
