@@ -52,8 +52,9 @@ def test_killed_runs_resume_to_the_uninterrupted_numbers(tiny_protocol_file, res
     assert not list((results_with_joint / "checkpoints").glob("*.pt"))  # removed once the result is stored
 
     pick = random.Random(1234)  # random kill points, the same on every machine
-    kills = [f"pretrain:{pick.randint(3, 18)}", f"joint:{pick.randint(3, 20)}", f"continual:{pick.randint(3, 20)}",
-             f"continual:{pick.randint(3, 20)}"]
+    # the joint kill falls past its first model (8 updates): the resume reuses that one and resumes the next
+    kills = [f"pretrain:{pick.randint(3, 18)}", f"joint:{8 + pick.randint(3, 20)}",
+             f"continual:{pick.randint(3, 20)}", f"continual:{pick.randint(3, 20)}"]
     results, cache = tmp_path / "killed", tmp_path / "cache-killed"
     said = []
     for kill in kills:
@@ -66,6 +67,7 @@ def test_killed_runs_resume_to_the_uninterrupted_numbers(tiny_protocol_file, res
     # each invocation after a kill went on from the checkpoint of the phase it killed, not from scratch
     assert "resuming at update" in said[1]  # pre-training
     assert "Resuming the joint reference" in said[2]
+    assert "model 1 was finished by an earlier, stopped run; reused from its checkpoint" in said[2]  # said, not hidden
     assert "Resuming" in said[3] and "Resuming" in said[4]  # the continual runs
     assert stored(results) == stored(results_with_joint)
     assert not list((results / "checkpoints").glob("*.pt"))

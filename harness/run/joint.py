@@ -149,8 +149,12 @@ def stored_part(checkpoint: Checkpointer | None) -> JointPart | None:
 
 def ensure_joint_part(bench: Workbench, seed: int, options: RunOptions, part: int,
                       checkpoint: Checkpointer | None) -> JointPart:
-    """The finished part from its checkpoint, or trained now and stored there as finished."""
+    """The finished part from its checkpoint (said, as the reference's first message counts every model), or
+    trained now and stored there as finished."""
     done = stored_part(checkpoint)
+    if done is not None:
+        say(options, f"Joint reference (seed {seed}): model {part + 1} was finished by an earlier, stopped run; "
+                     f"reused from its checkpoint")
     if done is None:
         done = train_joint_part(bench, seed, options, part, checkpoint)
         if checkpoint is not None:

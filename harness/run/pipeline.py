@@ -133,7 +133,8 @@ def _train_joint_reference(protocol: Protocol, seed: int, options: RunOptions,
     models = joint_parts(protocol)
     # precisions never share a reference: the message names this one (an fp32 reference may well exist)
     say(options, f"No {bench.precision} joint reference for {protocol.name} (seed {seed}) yet: training it first "
-                 f"({models} model(s) x {protocol.joint.updates} updates); later {bench.precision} runs reuse it.")
+                 f"({models} model(s) x {protocol.joint.updates} updates; any an earlier, stopped run finished or "
+                 f"began resume from their checkpoints); later {bench.precision} runs reuse it.")
     started = now_iso()
     savers = [_joint_checkpointer(protocol, seed, options, part) for part in range(models)]
     seconds: dict[str, float] = {}
