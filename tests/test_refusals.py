@@ -206,6 +206,7 @@ def test_a_file_store_this_mlflow_refuses_is_refused_before_compute(tmp_path, mo
     uri = (tmp_path / "store").as_uri() if form == "file" else str(tmp_path / "store")
     out = bench("run", "--results-dir", str(tmp_path / "r"), "--tracking-uri", uri)
     refused(out, f"Tracking URI {uri!r}: MLflow", "MLFLOW_ALLOW_FILE_STORE=true", "sqlite:///", lines=3)
+    assert not (tmp_path / "store").exists()  # "nothing has run", and nothing was made
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     check_tracking_uri(uri)  # allowed: MLflow writes it
 

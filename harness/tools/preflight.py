@@ -70,18 +70,20 @@ def _check_sqlite(uri: str) -> None:
 def _check_file_store(uri: str, folder: Path) -> None:
     """A file store's folder can be written, and this MLflow writes file stores: MLflow 3 refuses them unless
     MLFLOW_ALLOW_FILE_STORE=true, which a run found only when it mirrored its result, after training."""
-    check_writable_folder(folder, "MLflow file store", RESULTS_MIN_FREE)
     mlflow = import_mlflow()
     from mlflow.store.tracking.file_store import FileStore
 
-    try:
+    try:  # MLflow refuses in the constructor, before it touches the disk: a refusal leaves no folder behind
         FileStore(str(folder), str(folder))
+    except OSError:
+        pass  # a folder it cannot make: the writable check below says why
     except mlflow.exceptions.MlflowException as exc:
         reason = exc.message.strip().split(". ")[0]
         raise BenchError(f"Tracking URI {uri!r}: MLflow {mlflow.__version__} does not write this file store "
                          f"({reason}). Use a database store, e.g. sqlite:///{folder / 'mlflow.db'} (`mlflow "
                          f"migrate-filestore` moves an existing one), set MLFLOW_ALLOW_FILE_STORE=true, or pass "
                          f"--no-mlflow; nothing has run.") from None
+    check_writable_folder(folder, "MLflow file store", RESULTS_MIN_FREE)
 
 
 def _check_server(uri: str, timeout: float) -> None:
