@@ -66,4 +66,4 @@ def test_er_ace_passes_check_method_alone_and_with_sgm(bench_cache):
     for text in ("er_ace", "er_ace+sgm"):
         out = invoke("check-method", text)
         assert out.exit_code == 0, out.output
-        assert out.output.count("PASS") == 6 and f"{text}: passes the contract." in out.output
+        assert out.output.count("PASS") == 7 and f"{text}: passes the contract." in out.output

@@ -36,6 +36,7 @@ CAUGHT = {
     "cheat_helper_stash": r"predict\(\) changed bench_cheat_plugin\.stash\.KEPT.*evaluation teaches a method nothing",
     "cheat_train_original": r"predict\(\) changed its model\.head\.fc\.bias.*evaluation teaches a method nothing",
     "cheat_future_ids": r"failed in begin_session\(\).*assignment destination is read-only",
+    "cheat_foreign_stash": r"evaluated on other test images, it trained differently.*evaluation teaches a method nothing",
 }
 
 
@@ -88,7 +89,7 @@ def test_rewinding_the_lent_generator_changes_no_batch_and_no_number(cheats_inst
 def test_built_ins_pass_check_method(bench_cache):
     out = invoke("check-method", "vanilla")
     assert out.exit_code == 0, out.output
-    assert out.output.count("PASS") == 6 and "vanilla: passes the contract." in out.output
+    assert out.output.count("PASS") == 7 and "vanilla: passes the contract." in out.output
 
 
 def test_the_projects_contract_suite_never_collects_an_installed_plugin(cheats_installed):

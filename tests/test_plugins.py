@@ -114,7 +114,7 @@ def test_check_method_passes_both_example_methods(example_installed, bench_cache
     for name in ("example_replay", "example_head_sgd"):
         out = invoke("check-method", name)
         assert out.exit_code == 0, out.output
-        checks = 6 if name == "example_replay" else 5  # a method with its own step has no loss terms to check
+        checks = 7 if name == "example_replay" else 6  # a method with its own step has no loss terms to check
         assert out.output.count("PASS") == checks and f"{name}: passes the contract." in out.output
 
 

@@ -34,6 +34,7 @@ from ..run.memory import Memory
 from ..run.options import RunOptions
 from ..run.workbench import Workbench, prepare
 from ..spec.protocol import Protocol, load_protocol
+from .eval_independence import run_on_other_test_images
 from .loss_terms import check_loss_terms
 from .preflight import check_seed
 
@@ -187,12 +188,25 @@ def check_method(text: str, overrides: dict[str, Any] | None = None, seed: int =
                                  f"Rule: same seed, same numbers (draw randomness from ctx.rng / ctx.generator).")
             return "same seed, same curves and budget"
 
+        def eval_independence() -> str:
+            trained, curves, _ = runs["offline"]
+            other, shown = run_on_other_test_images(capped, text, overrides, seed, options)
+            if [c.loss for c in shown] != [c.loss for c in curves] or not same_state(other.state_dict(),
+                                                                                    trained.state_dict()):
+                raise BenchError(
+                    f"Method {trained.name!r}: evaluated on other test images, it trained differently (its training "
+                    f"losses or its final state differ from the run evaluated on the protocol's own). Rule: "
+                    f"evaluation teaches a method nothing: what predict sees must not reach training, by any route "
+                    f"(a global of another package's module, an object found through the garbage collector).")
+            return "evaluated on other test images, it trained exactly the same"
+
         def round_trip() -> str:
             state_round_trip(capped, text, overrides, runs["offline"][0], seed)
             return "state_dict -> torch.save -> load_state_dict -> same state"
 
         if "offline" in runs:
             record("determinism", determinism)
+            record("evaluation teaches nothing", eval_independence)
             record("state round-trip", round_trip)
             record("resume", lambda: resume_check(capped, text, overrides, runs["offline"], seed, options))
             if isinstance(runs["offline"][0], StandardMethod):
@@ -203,7 +217,8 @@ def check_method(text: str, overrides: dict[str, Any] | None = None, seed: int =
                                    "not applicable: the method has its own step (no modifier applies)"))
                 say(out[-1])
         else:
-            for check in ("determinism", "state round-trip", "resume", "loss terms reach trainable parameters"):
+            for check in ("determinism", "evaluation teaches nothing", "state round-trip", "resume",
+                          "loss terms reach trainable parameters"):
                 out.append(Outcome(check, None, "not checked: the offline run failed"))
                 say(out[-1])
     return out

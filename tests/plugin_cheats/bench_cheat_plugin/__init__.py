@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+import json as foreign  # a module of another package: no eval-point check reads its globals
+
 from bench_stability_gap.methods.base import StandardMethod, TrainBatch
 
 from . import stash
@@ -165,3 +167,24 @@ class FutureIds(StandardMethod):
         if later:
             session.train_ids[:4] = later[0].train_ids[:4]
             self.early = self.ctx.inputs.get(np.asarray(later[0].train_ids[:4]))
+
+
+class ForeignStash(StandardMethod):
+    """Leaves what predict saw (the mean of the test images) in another package's module and trains on it:
+    no eval-point check looks there; evaluating on other test images changes its training."""
+
+    name = "cheat_foreign_stash"
+
+    def setup(self, model, ctx) -> None:
+        super().setup(model, ctx)
+        foreign.__dict__["_bench_seen"] = []  # one run's only: its repeat is deterministic
+
+    def predict(self, x):
+        foreign.__dict__["_bench_seen"].append(float(x.float().mean()))
+        return super().predict(x)
+
+    def observe(self, batch: TrainBatch):
+        seen = foreign.__dict__.get("_bench_seen")
+        if seen:
+            batch = TrainBatch(batch.x + 1e-3 * seen[-1], batch.y, batch.ids, batch.is_new)
+        return super().observe(batch)
