@@ -9,7 +9,7 @@ import numpy as np
 
 from bench_stability_gap.harness.run.continual import run_cl
 from bench_stability_gap.harness.run.options import RunOptions
-from bench_stability_gap.harness.tools.check_method import same_state
+from bench_stability_gap.harness.tools.state_compare import same_state
 from bench_stability_gap.methods.registry import build_method
 
 

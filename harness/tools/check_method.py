@@ -34,9 +34,10 @@ from ..run.memory import Memory
 from ..run.options import RunOptions
 from ..run.workbench import Workbench, prepare
 from ..spec.protocol import Protocol, load_protocol
-from .eval_independence import run_on_other_test_images
+from .eval_independence import check_eval_independence
 from .loss_terms import check_loss_terms
 from .preflight import check_seed
+from .state_compare import same_state
 
 CAP = 40  # samples: tight for the reduced streams (600 pre-training images, 10 classes to come)
 
@@ -91,20 +92,6 @@ class Outcome:
     check: str
     passed: bool | None  # None: not applicable yet
     detail: str
-
-
-def same_state(a: Any, b: Any) -> bool:
-    """Deep equality of two state dicts (tensors and arrays by value)."""
-    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape and
-                bool(torch.equal(a, b)))
-    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        return np.array_equal(np.asarray(a), np.asarray(b))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(same_state(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(same_state(x, y) for x, y in zip(a, b))
-    return a == b
 
 
 def state_round_trip(bench: Workbench, text: str, overrides: dict[str, Any], trained: Any, seed: int) -> None:
@@ -188,25 +175,15 @@ def check_method(text: str, overrides: dict[str, Any] | None = None, seed: int =
                                  f"Rule: same seed, same numbers (draw randomness from ctx.rng / ctx.generator).")
             return "same seed, same curves and budget"
 
-        def eval_independence() -> str:
-            trained, curves, _ = runs["offline"]
-            other, shown = run_on_other_test_images(capped, text, overrides, seed, options)
-            if [c.loss for c in shown] != [c.loss for c in curves] or not same_state(other.state_dict(),
-                                                                                    trained.state_dict()):
-                raise BenchError(
-                    f"Method {trained.name!r}: evaluated on other test images, it trained differently (its training "
-                    f"losses or its final state differ from the run evaluated on the protocol's own). Rule: "
-                    f"evaluation teaches a method nothing: what predict sees must not reach training, by any route "
-                    f"(a global of another package's module, an object found through the garbage collector).")
-            return "evaluated on other test images, it trained exactly the same"
-
         def round_trip() -> str:
             state_round_trip(capped, text, overrides, runs["offline"][0], seed)
             return "state_dict -> torch.save -> load_state_dict -> same state"
 
         if "offline" in runs:
             record("determinism", determinism)
-            record("evaluation teaches nothing", eval_independence)
+            trained, curves = runs["offline"][:2]
+            record("evaluation teaches nothing",
+                   lambda: check_eval_independence(capped, text, overrides, trained, curves, seed, options))
             record("state round-trip", round_trip)
             record("resume", lambda: resume_check(capped, text, overrides, runs["offline"], seed, options))
             if isinstance(runs["offline"][0], StandardMethod):

@@ -17,10 +17,12 @@ import numpy as np
 
 from ...methods.registry import build_method
 from ..data.inputs import InputStore
+from ..errors import BenchError
 from ..results.curves import SessionCurve
 from ..run.continual import run_cl
 from ..run.options import RunOptions
 from ..run.workbench import Workbench
+from .state_compare import same_state
 
 
 class OtherTestImages:
@@ -44,11 +46,18 @@ class OtherTestImages:
         return getattr(self._store, name)
 
 
-def run_on_other_test_images(bench: Workbench, text: str, overrides: dict[str, Any], seed: int,
-                             options: RunOptions) -> tuple[Any, list[SessionCurve]]:
-    """The method ``text`` after a run on ``bench`` whose evaluations were shown other test images, and the
-    run's curves (their training losses are the run's own; their accuracies are not comparable)."""
-    _, method = build_method(text, bench.protocol, overrides)
+def check_eval_independence(bench: Workbench, text: str, overrides: dict[str, Any], trained: Any,
+                            curves: list[SessionCurve], seed: int, options: RunOptions) -> str:
+    """``trained`` (the method after its run on ``bench``, which gave ``curves``) against the same run with its
+    evaluations shown other test images: the same training losses and final state, or a BenchError."""
+    _, other = build_method(text, bench.protocol, overrides)
     shown = dataclasses.replace(bench, test_inputs=cast(InputStore, OtherTestImages(bench.test_inputs, seed)))
-    curves, _, _ = run_cl(shown, method, seed, options)
-    return method, curves
+    other_curves, _, _ = run_cl(shown, other, seed, options)
+    if [c.loss for c in other_curves] != [c.loss for c in curves] or \
+            not same_state(other.state_dict(), trained.state_dict()):
+        raise BenchError(
+            f"Method {trained.name!r}: evaluated on other test images, it trained differently (its training losses "
+            f"or its final state differ from the run evaluated on the protocol's own). Rule: evaluation teaches a "
+            f"method nothing: what predict sees must not reach training, by any route (a global of another "
+            f"package's module, an object found through the garbage collector).")
+    return "evaluated on other test images, it trained exactly the same"
