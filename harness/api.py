@@ -504,6 +504,8 @@ def run_sweep(spec: Any, seeds: list[int] | None, options: Any, tracking: Tracki
         runs = plan_sweep(spec, seeds, options, ray_plan, dry_run=dry_run, echo=echo)
         if runs is None or dry_run:
             return SweepOutcome(runs or [])
+        if tracking.mlflow:
+            _mirror_done(runs, options.results_dir, tracking.uri, echo)
         graph = stage_graph(runs, options.results_dir, options)
         options = dataclasses.replace(options, reuse_stored=True)  # planned as missing: a concurrent sweep's is reused
         shared = sum(stage.kind != "run" for stage in graph)
@@ -516,6 +518,16 @@ def run_sweep(spec: Any, seeds: list[int] | None, options: Any, tracking: Tracki
     from .sweep.ray_executor import run_ray
 
     return SweepOutcome(runs, run_ray(graph, options, ray_plan, tracking.uri, tracking.mlflow, echo))
+
+
+def _mirror_done(runs: list[Any], results_dir: Path, tracking_uri: str | None, echo: Echo) -> None:
+    """The MLflow records of the sweep's rows that are done, made where the store lacks a complete one, as
+    ``bench run`` makes a found run's: a sweep run again after one made without MLflow completes them."""
+    from .results.schema import load_result
+
+    for r in runs:
+        if r.done is not None:
+            _mirror_found(load_result(r.done), r.done, results_dir, tracking_uri, r.protocol, echo)
 
 
 def run_local_sweep(graph: list[Any], options: Any, tracking: Tracking = Tracking(), *, echo: Echo = _quiet,

@@ -115,6 +115,31 @@ def test_running_a_stored_run_again_completes_its_missing_or_unfinished_mlflow_r
     assert whole.info.run_id != cut.info.run_id and whole.data.tags["bench.synced"] == "true"
 
 
+def test_a_sweep_run_again_completes_the_mlflow_records_of_its_done_rows(tiny_protocol_file: Path, tmp_path: Path,
+                                                                         results_with_joint: Path,
+                                                                         mlflow_template: Path) -> None:
+    """A sweep made with --no-mlflow, run again with MLflow, planned its rows as done and left them unmirrored
+    (`bench run` of the same run completes its record)."""
+    import shutil
+
+    from mlflow.tracking import MlflowClient
+
+    from bench_stability_gap.harness.api import sweep
+
+    grid = write_grid(tmp_path / "grid.yaml", tiny_protocol_file, ["finetune"])
+    results, db = results_with_joint, tmp_path / "team" / "store.db"
+    db.parent.mkdir()
+    shutil.copyfile(mlflow_template, db)
+    uri = f"sqlite:///{db}"
+    first = sweep(str(grid), results_dir=results, mlflow=False, device="cpu")
+    again = sweep(str(grid), results_dir=results, tracking_uri=uri, device="cpu")
+    assert list(again["run_id"]) == list(first["run_id"])  # done: nothing trained
+    client = MlflowClient(tracking_uri=uri)
+    ids = [e.experiment_id for e in client.search_experiments() if e.name.startswith("bench/")]
+    mirrored = {r.data.tags["bench.run_id"] for r in client.search_runs(ids)}
+    assert set(first["run_id"]) <= mirrored
+
+
 def test_a_stored_run_made_by_other_code_is_not_taken_for_an_identical_one(tiny_protocol_file: Path,
                                                                               results_with_joint: Path) -> None:
     """After an edit to the method's code (a new release, an edited plugin), `bench run` and sweeps said the
