@@ -188,8 +188,7 @@ class ContinualRun:
         set_rng_state(state["rng"], *self.rngs)
         self.ctx.counters.clear()
         self.ctx.counters.update(state["counters"])
-        self.charged = FL.ChargedCounters()
-        self.charged.problem(self.ctx.counters)
+        self.charged = FL.ChargedCounters({name: float(self.ctx.counters.get(name, 0.0)) for name in FL.CHARGED})
         self.meter.tally = copy.deepcopy(state["tally"])
         for store, seen in zip((self.bench.train_inputs, self.bench.test_inputs), state["seen"], strict=True):
             setseen_state(store, seen)

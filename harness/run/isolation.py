@@ -79,19 +79,11 @@ class TrainStream:
         return np.concatenate(parts)
 
 
-def _frozen(a: np.ndarray) -> np.ndarray:
-    view = a.view()
-    view.flags.writeable = False
-    return view
-
-
 def train_view(stream: Stream, lent_to: str = "a method") -> TrainStream:
-    """Read-only where it is cheap (tuples, array views that refuse writes): nothing lent to a method
-    is a place to leave data for a later call."""
-    train = Catalog(stream.train.splits, _frozen(stream.train.labels))
-    return TrainStream(stream.protocol, stream.seed, train, tuple(stream.class_names), _frozen(stream.pretrain_ids),
-                       stream.pretrain_classes, tuple(stream.sessions), _frozen(stream.task_of_class),
-                       lent_to)
+    """The stream without its test split. Its arrays are lent as they are: the stream sealed them when it
+    was built (``stream.sealed``), so nothing lent to a method is a place to leave data for a later call."""
+    return TrainStream(stream.protocol, stream.seed, stream.train, tuple(stream.class_names), stream.pretrain_ids,
+                       stream.pretrain_classes, tuple(stream.sessions), stream.task_of_class, lent_to)
 
 
 class MemoryView:
