@@ -18,7 +18,7 @@ if [ ${#missing[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
   else
     echo "warning: Debian packages ${missing[*]} are not installed and apt-get is unavailable (or not root)." >&2
-    echo "         Fashion-MNIST can also be pointed at with pretrain_data.root (see README, "Protocols")." >&2
+    echo "         Fashion-MNIST can also be pointed at with pretrain_data.root (see docs/user-guide.md, "Embedded protocols")." >&2
   fi
 fi
 

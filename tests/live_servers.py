@@ -69,9 +69,9 @@ def stop(procs: list[subprocess.Popen], grace: float = 5.0) -> None:
 
 @pytest.fixture(scope="module")
 def mlflow_server(tmp_path_factory, mlflow_template):
-    """`mlflow server` with a sqlite backend and an artifact root, as README (Team setup) documents it. Its
-    store starts as a copy of the suite's migrated empty store, so the server skips MLflow's migrations
-    (about 20 s on a shared 2-core machine) and starts in a few seconds."""
+    """`mlflow server` with a sqlite backend and an artifact root, as docs/user-guide.md ("A team tracking
+    server") documents it. Its store starts as a copy of the suite's migrated empty store, so the server skips
+    MLflow's migrations (about 20 s on a shared 2-core machine) and starts in a few seconds."""
     import shutil
 
     root = tmp_path_factory.mktemp("mlflow-server")
