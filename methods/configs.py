@@ -112,10 +112,16 @@ class ERACEConfig(MethodConfig):
     mask: Literal["batch", "session"] = Field(
         "batch", description="classes an incoming sample competes with: those present among the batch's incoming "
                              "samples (Caccia et al.), or every class of the session")
+    replay_classes: Literal["seen", "all"] = Field(
+        "seen", description="head units a replayed sample competes with: the classes seen so far (Caccia et al.'s "
+                            "eq. 5), or every unit, those of classes not seen yet included (Mammoth's er_ace); the "
+                            "two differ only under backbone.head_units: full")
 
 
 class EWCConfig(MethodConfig):
-    weight: float = Field(100.0, ge=0, le=1e6, description="lambda: strength of the quadratic penalty")
+    weight: float = Field(100.0, ge=0, le=1e6, description="lambda in (lambda/2) sum F (theta - theta*)^2, F the "
+                                                       "empirical Fisher of the true labels, sample by sample "
+                                                       "(100 = Avalanche's and Mammoth's 50: no 1/2 there)")
     gamma: float = Field(1.0, ge=0, le=1, description="online EWC's decay of the accumulated Fisher at each new "
                                                       "estimate (1: the Fishers of every session add up)")
     fisher_samples: int = Field(200, gt=0, le=MAX_SAMPLES, description="samples of a session (S1: of the "

@@ -12,6 +12,14 @@ the classes of the whole session (``mask: session``, a switch); C_old u C_curr i
 far, the head's outputs in introduction order. New samples therefore never push the old classes'
 logits down, which is what the paper credits for the smaller drop at task boundaries.
 
+Which units a replayed sample competes with matters only where the head holds units of classes not seen
+yet (``backbone.head_units: full``, the published ConvNeXtV2 models' head of every class from the
+start; a grown head holds the seen classes only). ``replay_classes: seen`` (the default) is eq. 5's
+C_old u C_curr: the units of classes not seen yet are masked out of the replayed samples' softmax.
+``replay_classes: all`` runs it over every head unit, as Mammoth's ``er_ace`` (aimagelab/mammoth,
+``models/er_ace.py``: an unmasked cross-entropy on the buffer's logits, its head holding every class
+from the start) does, which pushes the unseen units down through every replayed sample.
+
 bench computes one mean over the batch's samples (new and replayed together, each scored under its own
 mask), which equals eq. 5's two means scaled by the batch's new/old shares; at the protocols' equal
 halves (``batch: {new: B, old: B}``) it is eq. 5 divided by two, the same optimum and the same relative
@@ -43,12 +51,16 @@ def masked_cross_entropy(logits: Tensor, targets: Tensor, allowed: Tensor) -> Te
 
 class ERACE(StandardMethod):
     name = "er_ace"
-    summary = "ER-ACE: replay; new samples compete only with the classes in their batch, replayed ones with all."
+    summary = ("ER-ACE: replay; new samples compete only with the classes in their batch, replayed ones with every "
+               "seen class.")
     Config = ERACEConfig
     config: ERACEConfig
 
+    seen_units: int | None = None  # head units of the classes seen so far (labels 0..n-1); None: every unit
+
     def begin_session(self, session: Session) -> None:
         self.session_classes = torch.tensor(session.classes)  # a copy: the stream's arrays are sealed
+        self.seen_units = int(session.seen_classes)
         super().begin_session(session)
 
     def loss_terms(self, batch: TrainBatch, logits: Tensor, targets: Tensor) -> dict[str, Tensor]:
@@ -63,6 +75,8 @@ class ERACE(StandardMethod):
             per_sample[new] = masked_cross_entropy(logits[new], targets[new], allowed.expand(int(new.sum()), -1))
         old = ~new
         if bool(old.any()):
-            everything = torch.ones_like(logits[old], dtype=torch.bool)
-            per_sample[old] = masked_cross_entropy(logits[old], targets[old], everything)
+            seen = torch.ones(logits.shape[1], dtype=torch.bool, device=logits.device)
+            if self.config.replay_classes == "seen" and self.seen_units is not None:
+                seen[self.seen_units:] = False  # units of classes not seen yet: outside C_old u C_curr
+            per_sample[old] = masked_cross_entropy(logits[old], targets[old], seen.expand(int(old.sum()), -1))
         return {"asymmetric_cross_entropy": per_sample.mean()}

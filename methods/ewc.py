@@ -25,6 +25,13 @@ Fisher is estimated over every body and head parameter whatever trains (LoRA fre
 rows of classes introduced after the last anchor carry no penalty (they have no anchor). Under old-class
 freezing (``oocf``) the anchored head rows get no gradient; the body's share still trains.
 
+How this compares with the common libraries, whose lambda a user may carry over: bench's penalty
+carries eq. 3's 1/2, Avalanche's ``EWCPlugin`` and Mammoth's ``ewc_on`` do not (``lambda * sum F (theta -
+theta*)^2``), so bench's lambda = 100 is their 50. F here is the empirical Fisher of the *true* labels
+(not of labels sampled from the model), from per-sample gradients, each squared on its own, in eval mode;
+Avalanche squares minibatch-mean gradients (a smaller estimate: the cross terms of a batch average out),
+and Mammoth squares per-sample gradients weighted by p(y | x).
+
 Every Fisher sample is one forward and backward pass through body and head, counted by the harness's
 meter as training compute; ``ctx.counters["ewc_fisher_samples"]`` declares how many.
 """
@@ -106,8 +113,9 @@ def ewc_penalty(current: dict[str, Tensor], anchor: dict[str, Tensor], fisher: d
 
 class EWC(StandardMethod):
     name = "ewc"
-    summary = ("EWC (online): no rehearsal; a diagonal-Fisher quadratic penalty pulls weights towards the "
-               "last session's.")
+    summary = ("EWC (online): no rehearsal; penalty (lambda/2) sum F (theta - theta*)^2 towards the last session's "
+               "weights (lambda 100 = Avalanche's and Mammoth's 50), F the empirical Fisher of the true labels, "
+               "one sample at a time.")
     Config = EWCConfig
     config: EWCConfig
     rehearsal = False

@@ -67,3 +67,47 @@ def test_er_ace_passes_check_method_alone_and_with_sgm(bench_cache):
         out = invoke("check-method", text)
         assert out.exit_code == 0, out.output
         assert out.output.count("PASS") == 7 and f"{text}: passes the contract." in out.output
+
+
+def _session_on_a_full_head(method, monkeypatch, seen: int) -> None:
+    """``begin_session`` of a session after which ``seen`` classes are known, on a head that holds more units
+    (``backbone.head_units: full``); the standard step's part (optimizer, modifiers) needs a model: skipped."""
+    from bench_stability_gap.harness.data.stream import Session
+    from bench_stability_gap.methods.base import StandardMethod
+
+    monkeypatch.setattr(StandardMethod, "begin_session", lambda self, session: None)
+    method.begin_session(Session(index=2, train_ids=np.arange(2), classes=np.array([2, 3]),
+                                 new_classes=np.array([2, 3]), seen_classes=seen))
+
+
+def test_on_a_full_head_replayed_samples_compete_with_the_seen_classes_only(monkeypatch):
+    """A 30-unit head after 4 classes are seen (0-1 before the session, 2-3 in it): the replayed sample's
+    cross-entropy runs over units 0-3 (eq. 5's C_old u C_curr), not over the 26 units of classes to come,
+    which hold the largest logits here."""
+    _, method = build_method("er_ace", "tiny_cil")
+    _session_on_a_full_head(method, monkeypatch, seen=4)
+    logits = torch.full((1, 30), 2.0)
+    logits[0, :4] = torch.tensor([0.0, 1.0, 0.0, 0.0])
+    b = batch([1], [False])
+    seen = math.log(3 + math.e) - 1.0                     # -log(e / (1 + e + 1 + 1))
+    every_unit = math.log(3 + math.e + 26 * math.e ** 2) - 1.0
+    assert float(method.loss(b, logits, b.y)) == pytest.approx(seen, rel=1e-6)
+    # the other reading, a switch: every head unit (Mammoth's er_ace), 2.3 nats more on this toy
+    _, every = build_method("er_ace", "tiny_cil", {"replay_classes": "all"})
+    _session_on_a_full_head(every, monkeypatch, seen=4)
+    assert float(every.loss(b, logits, b.y)) == pytest.approx(every_unit, rel=1e-6)
+    assert every_unit - seen > 2.0
+
+
+def test_replayed_soft_targets_on_classes_not_seen_yet_are_dropped(monkeypatch):
+    """SGM's soft targets spread mass over every unit of a full head; a replayed sample keeps the seen
+    classes' share, renormalised, and no gradient reaches the units of classes to come."""
+    _, method = build_method("er_ace", "tiny_cil")
+    _session_on_a_full_head(method, monkeypatch, seen=4)
+    logits = torch.zeros(1, 30, requires_grad=True)
+    soft = torch.full((1, 30), 0.5 / 29)
+    soft[0, 1] = 0.5                                       # half on the true class, the rest uniform
+    loss = method.loss(batch([1], [False]), logits, soft)
+    assert float(loss.detach()) == pytest.approx(math.log(4.0), rel=1e-6)  # equal logits over 4 seen units
+    loss.backward()
+    assert float(logits.grad[0, 4:].abs().sum()) == 0.0 and float(logits.grad[0, :4].abs().sum()) > 0
