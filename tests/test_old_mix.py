@@ -128,3 +128,111 @@ def test_the_storage_limited_places365_standard_protocols_draw_as_train_sgm_py()
         assert by_source_shares(p, 1, 128, 128) == by_source_shares(p, 4, 128, 128) == Shares(96, 128, 32)
     for name in ("cil_places_lt", "cil_places_std_unlimited", "tiny_cil"):  # no script configures these: the text's
         assert load_protocol(name).training.old_mix is None and by_source_shares(load_protocol(name), 1, 64, 64) is None
+
+
+def test_a_tiled_source_draws_each_stored_id_floor_or_ceil_times_seeded():
+    """The published loaders' draw (``training.source_draw: tiled``): 13 updates of 4 pre-training and 3
+    earlier samples over 10 and 7 stored ids are 52 and 39 draws, so n = 5.2 and 5.57: each pre-training id
+    is drawn 5 or 6 times, the first 2 of the list (52 - 50) the sixth time; each earlier id 5 or 6 times,
+    the first 4 (39 - 35) the sixth. The same seed gives the same order; another seed, another."""
+    from bench_stability_gap.harness.data.old_mix import SourceTiles
+
+    stored = np.array([103, 100, 101, 102, 104, 105, 106, 7, 3, 0, 1, 2, 4, 5, 6, 8, 9])  # storage order
+    tiles = SourceTiles(stored, 100, Shares(new=9, pretrain=4, earlier=3), 13, np.random.default_rng(5))
+    drawn = [tiles.take(4, 3) for _ in range(13)]
+    assert all(len(b) == 7 and np.all(b[:4] < 100) and np.all(b[4:] >= 100) for b in drawn)
+    counts = dict(zip(*np.unique(np.concatenate(drawn), return_counts=True)))
+    assert {g: counts[g] for g in (7, 3, 0, 1, 2, 4, 5, 6, 8, 9)} == {7: 6, 3: 6, 0: 5, 1: 5, 2: 5, 4: 5, 5: 5,
+                                                                      6: 5, 8: 5, 9: 5}
+    assert {g: counts[g] for g in range(100, 107)} == {103: 6, 100: 6, 101: 6, 102: 6, 104: 5, 105: 5, 106: 5}
+    again = SourceTiles(stored, 100, Shares(9, 4, 3), 13, np.random.default_rng(5))
+    assert all(np.array_equal(a, again.take(4, 3)) for a in drawn)
+    other = SourceTiles(stored, 100, Shares(9, 4, 3), 13, np.random.default_rng(6))
+    assert not all(np.array_equal(a, other.take(4, 3)) for a in drawn)
+    with pytest.raises(RuntimeError, match="ran out"):
+        tiles.take(4, 3)
+
+
+def test_source_draw_is_by_source_only_and_tiled_needs_a_count_of_updates():
+    from bench_stability_gap.harness.spec.protocol import Protocol
+
+    base = load_protocol("cil_places_std_24k").model_dump()
+    assert base["training"]["source_draw"] == "tiled"
+    for change, message in (({"old_mix": None}, "needs training.old_mix: by_source"),
+                            ({"updates": "per_sample"}, "needs a count of updates"),
+                            ({"class_balanced": True}, "not a class-balanced draw")):
+        spec = {**base, "training": {**base["training"], **change}}
+        with pytest.raises(Exception, match=message):
+            Protocol.model_validate(spec)
+    # unset is the per-batch draw: another spec, ranked apart
+    plain = {**base, "training": {**base["training"], "source_draw": None}}
+    assert Protocol.model_validate(plain).spec_hash != load_protocol("cil_places_std_24k").spec_hash
+
+
+def _tiled_bench(small_workbench):
+    """The reduced tiny workbench, by source and tiled, on a split memory of 20 pre-training and 20 stream
+    samples: 12 updates of 6 new + 8 pre-training + 2 earlier samples draw 96 over 20 (n = 4.8) and, from
+    the second session on, 24 over 20 (n = 1.2)."""
+    import dataclasses
+
+    from bench_stability_gap.harness.spec.protocol import Protocol
+
+    spec = small_workbench.protocol.model_dump()
+    spec["training"].update(updates=12, old_mix="by_source", source_draw="tiled")
+    spec["memory"] = {"policy": "split", "capacity": 40, "pretrain_share": 0.5, "include_pretrain": True}
+    spec["eval"].update(every=1000, dense_every=None, dense_until=0)
+    return dataclasses.replace(small_workbench, protocol=Protocol.model_validate(spec))
+
+
+class _Killed(Exception):
+    pass
+
+
+@pytest.mark.slow
+def test_a_tiled_session_sees_each_stored_id_floor_or_ceil_times_and_resumes_to_the_bit(small_workbench, tmp_path,
+                                                                                          monkeypatch):
+    from bench_stability_gap.harness.run import loop
+    from bench_stability_gap.harness.run.checkpoint import Checkpointer
+    from bench_stability_gap.harness.run.continual import ContinualRun, run_cl
+    from bench_stability_gap.harness.run.options import RunOptions
+    from bench_stability_gap.methods.registry import build_method
+
+    bench = _tiled_bench(small_workbench)
+    boundary = int(bench.stream.train.offsets[1])
+    options = RunOptions(results_dir=tmp_path / "results", progress=False, log=False)
+    trained: dict[tuple[int, int], np.ndarray] = {}
+    plain_update = ContinualRun.update
+
+    def recorded(self, u, batch):
+        trained[(self.open.pos, u)] = np.concatenate(batch).copy()
+        plain_update(self, u, batch)
+
+    monkeypatch.setattr(ContinualRun, "update", recorded)
+    plain = run_cl(bench, build_method("vanilla", bench.protocol)[1], 0, options,
+                   Checkpointer(tmp_path / "plain.pt", every=2))
+    for pos in range(len(bench.stream.sessions)):
+        old = np.concatenate([trained[(pos, u)][6 if pos else 8:] for u in range(12)])
+        for part, draws in ((old[old < boundary], 96), (old[old >= boundary], 24 if pos else 0)):
+            counts = np.unique(part, return_counts=True)[1]
+            assert len(part) == draws and (not draws or len(counts) == 20)  # every stored id of the source drawn
+            assert set(counts.tolist()) <= {draws // 20, -(-draws // 20)}  # floor(n) or ceil(n) times
+    plain_trained = dict(trained)
+
+    calls = [0]
+
+    def die_in_the_second_session(phase: str) -> None:  # the 17th update: update 4 of the second session
+        calls[0] += 1
+        if calls[0] == 17:
+            raise _Killed
+
+    monkeypatch.setattr(loop, "maybe_die", die_in_the_second_session)
+    saver = Checkpointer(tmp_path / "killed.pt", every=2)
+    with pytest.raises(_Killed):
+        run_cl(bench, build_method("vanilla", bench.protocol)[1], 0, options, saver)
+    assert saver.load(mid=True)["update"] == 4 and saver.load(mid=True)["tiles"] is not None
+    monkeypatch.setattr(loop, "maybe_die", lambda phase: None)
+    trained.clear()
+    resumed = run_cl(bench, build_method("vanilla", bench.protocol)[1], 0, options,
+                     Checkpointer(tmp_path / "killed.pt", every=2))
+    assert min(trained) == (1, 4) and all(np.array_equal(ids, plain_trained[k]) for k, ids in trained.items())
+    assert [c.model_dump() for c in resumed[0]] == [c.model_dump() for c in plain[0]]

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from ...methods.base import Method, StepStats
-from ..data.old_mix import Shares, by_source_shares
+from ..data.old_mix import Shares, SourceTiles, by_source_shares
 from ..data.stream import Cycler, Session
 from ..model import flops as FL
 from ..model.device import autocast, seed_everything
@@ -120,6 +120,7 @@ class OpenSession:
     made: int = 0  # updates made (the last update an eval point was asked for)
     schedule: EvalSchedule | None = None
     shares: Shares | None = None  # the batch's shares by source (``training.old_mix: by_source``)
+    tiles: SourceTiles | None = None  # the session's lists of draws by source (``training.source_draw: tiled``)
     before: BeforePoint | None = None  # accuracies of the model the session starts from
 
 
@@ -201,6 +202,7 @@ class ContinualRun:
         assert s is not None and s.arrivals is not None
         return self.state_dict(kind="mid", next_session=s.pos, update=u, curve=s.curve, flops0=(s.train0, s.eval0),
                                arrivals=(s.arrivals.order, s.arrivals.pos), pending=planned,
+                               tiles=s.tiles.state() if s.tiles is not None else None,
                                last_update_macs=s.stop.last if s.stop else None)
 
     # ------------------------------------------------------------------ spending so far
@@ -281,10 +283,15 @@ class ContinualRun:
         s.curve = _new_curve(s.plan.tasks)
         s.arrivals = Cycler(session.train_ids, self.rng, shuffle=not p.training.online)  # after begin_session
         s.shares = by_source_shares(p, pos, self.b_new, self.b_old)  # None: the old half pooled over the memory
+        if s.shares is not None and p.training.source_draw == "tiled" and s.updates is not None:
+            s.tiles = SourceTiles(self.memory.id_array(), int(self.bench.stream.train.offsets[1]), s.shares,
+                                  s.updates, self.rng)
         if mid is not None:  # the session's start replayed: now its middle
             self.load_state_dict(mid)
             s.start, s.curve, (s.train0, s.eval0) = mid["update"], mid["curve"], mid["flops0"]
             s.arrivals.order, s.arrivals.pos = mid["arrivals"]
+            if s.tiles is not None and mid.get("tiles") is not None:
+                s.tiles.load(mid["tiles"])
             s.pending = mid.get("pending")  # absent from checkpoints that drew batch by batch
             if s.stop is not None:
                 s.stop.last = mid.get("last_update_macs")
@@ -325,6 +332,8 @@ class ContinualRun:
         assert s is not None and s.arrivals is not None
         if s.shares is not None:  # fixed whole counts here (Shares also holds a pooled batch's expectations)
             new, pretrain, earlier = int(s.shares.new), int(s.shares.pretrain), int(s.shares.earlier)
+            if s.tiles is not None:  # the published loaders' lists, read in order
+                return s.arrivals.take(new), s.tiles.take(pretrain, earlier)
             return s.arrivals.take(new), self.memory.sample_by_source(
                 pretrain, earlier, int(self.bench.stream.train.offsets[1]), p.training.class_balanced)
         new_ids = s.arrivals.take(self.b_new)

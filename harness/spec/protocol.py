@@ -250,6 +250,11 @@ class Training(Spec):
                           "(the text: 50 % from earlier batches and ImageNet); by_source: the published code's "
                           "loaders, batch.old from the pre-training data in every session and, from the second "
                           "learning session on, a quarter of batch.new given to earlier sessions' samples")
+    source_draw: Literal["per_batch", "tiled"] | None = Field(
+        None, description="by_source only: how a session draws each source's stored samples. tiled: as the published "
+                          "loaders, the source's stored ids tiled to the session's draws, shuffled once (seeded) and "
+                          "read in order, so each is drawn floor(n) or ceil(n) times (n = draws per stored id); "
+                          "per_batch (unset): each batch drawn afresh, uniformly within its source")
 
     @model_validator(mode="after")
     def _one_budget(self) -> Training:
@@ -263,6 +268,17 @@ class Training(Spec):
     def _mix_has_sources(self) -> Training:
         if self.old_mix == "by_source" and not self.batch.old:
             raise ValueError("training.old_mix 'by_source' splits the old half by source: batch.old must be > 0")
+        if self.source_draw is not None and self.old_mix != "by_source":
+            raise ValueError("training.source_draw says how each source of a by_source batch is drawn: it needs "
+                             "training.old_mix: by_source")
+        if self.source_draw == "tiled" and not isinstance(self.updates, int):
+            # a session's list is fixed at its start, tiled to its draws: online, the memory changes within the
+            # session (a listed id may be evicted); under a FLOP budget the number of draws is not known
+            raise ValueError("training.source_draw 'tiled' fixes each session's list of draws at its start: it needs "
+                             "a count of updates (not per_sample, not a FLOP budget); use per_batch")
+        if self.source_draw == "tiled" and self.class_balanced:
+            raise ValueError("training.source_draw 'tiled' draws every stored id about equally often, which is not a "
+                             "class-balanced draw: drop one of the two")
         return self
 
     @property
@@ -647,7 +663,7 @@ def _old_batch_problems(p: Protocol, pre: int | None, stream: int | None) -> lis
 HASHED_WHEN_SET: tuple[tuple[str, str], ...] = (("memory", "pretrain_share"), ("backbone", "registered_first"),
                                                 ("training", "budget"), ("eval", "tflops"),
                                                 ("training", "old_mix"), ("backbone", "head_units"),
-                                                ("memory", "arrival"))
+                                                ("memory", "arrival"), ("training", "source_draw"))
 
 
 def parse_protocol(text: str, origin: str) -> Protocol:
