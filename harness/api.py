@@ -209,22 +209,33 @@ def execute(protocol: Any, method: str, seed: int, options: Any, tracking: Track
     recorder = PredictionRecorder() if save_predictions else None
     if not tracking.mlflow:
         on_eval = chain([None if recorder is None else recorder.eval_point])
-        result, path = execute_run(protocol, method, seed, dataclasses.replace(options, on_eval=on_eval), bench,
-                                   tuned=tuned)
-        if summary:
-            summary(result, path)
-        _save_predictions(recorder, result, path, echo)
+        path = None
+        try:
+            result, path = execute_run(protocol, method, seed, dataclasses.replace(options, on_eval=on_eval), bench,
+                                       tuned=tuned)
+            if summary:
+                summary(result, path)
+            _save_predictions(recorder, result, path, echo)
+        except KeyboardInterrupt as stop:  # once the result is stored, the note says so, and what is missing
+            from .run.stopped import after_stored, stored_before
+
+            if (path := path or stored_before(stop)) is not None:
+                note_stop(stop, after_stored(path, f"{_predictions_note(recorder, path)}nothing needs to train "
+                                                   f"again."))
+            raise
         return result, path
     return _execute_tracked(protocol, method, seed, options, tracking.uri, recorder, tuned, bench, echo, summary)
 
 
 def _execute_tracked(protocol: Any, method: str, seed: int, options: Any, tracking_uri: str | None, recorder: Any,
                      tuned: Any, bench: Any, echo: Echo, summary: Summary | None) -> tuple[RunResult, Path]:
+    from .results.schema import load_result
     from .results.tracking import LiveRun, not_mirrored, run_name, sync_command
     from .run.options import run_precision
     from .run.pipeline import execute as execute_run
     from .run.pipeline import new_run_id
     from .run.predictions import chain
+    from .run.stopped import stored_before
     from .sweep.mirror import finish_live
 
     before = _stored_paths(options.results_dir, protocol.name)
@@ -235,18 +246,23 @@ def _execute_tracked(protocol: Any, method: str, seed: int, options: Any, tracki
         "set": options.overrides},
         name=run_name(method, seed, options.overrides, tuned, run_precision(protocol, options)))
     joint_run = method.strip() == "joint"
+    sync = sync_command(options.results_dir, tracking_uri)
     try:
         # a joint run's points are logged when it finishes, on the method runs' step axis (its own eval points
         # close joint models whose update counts are not a session's)
         on_eval = chain([None if joint_run else live.eval_point, None if recorder is None else recorder.eval_point])
         result, path = execute_run(protocol, method, seed, dataclasses.replace(options, on_eval=on_eval), bench,
                                    run_id=None if joint_run else run_id, tuned=tuned)
-    except KeyboardInterrupt:
-        live.finish("killed")
+    except KeyboardInterrupt as stop:
+        if (stored := stored_before(stop)) is None:
+            live.finish("killed")
+        else:  # stopped after the result was written (its claim released, say): its record is completed now
+            _closed_after_stop(stop, live, load_result(stored), stored, recorder, sync, closed=False)
         raise
     except BaseException:
         live.finish("failed")
         raise
+    closed = False
     try:
         if summary:
             summary(result, path)
@@ -258,17 +274,45 @@ def _execute_tracked(protocol: Any, method: str, seed: int, options: Any, tracki
             _save_predictions(recorder, result, path, echo)
         finally:  # the result is stored: its MLflow run is closed with the full record even when the npz is not
             finish_live(live, result, path)
-    except KeyboardInterrupt as stop:  # the result is stored: only its record is unfinished
-        live.finish("killed")
-        note_stop(stop, f"Interrupted after the result was stored ({path}); only its MLflow record is unfinished "
-                      f"(marked KILLED): `{sync_command(options.results_dir, tracking_uri)}`, or the same "
-                      f"command again, completes it, and nothing needs to train again.")
+            closed = live.error is None
+    except KeyboardInterrupt as stop:  # the result is stored: the note says what else is on disk
+        _closed_after_stop(stop, live, result, path, recorder, sync, closed)
         raise
     problems = _mirror_references(result, path, before, options.results_dir, tracking_uri, echo, protocol)
     if live.error or problems:
         raise not_mirrored(live.error, path, problems, sync_command(options.results_dir, tracking_uri))
     echo(f"  MLflow run {live.run_id} in {live.store.uri}")
     return result, path
+
+
+def _predictions_note(recorder: Any, path: Path) -> str:
+    """What a stop after the result was stored says of ``--save-predictions``' file (empty without it)."""
+    if recorder is None:
+        return ""
+    npz = path.with_name(path.stem + ".predictions.npz")
+    if npz.is_file():
+        return f"its predictions are in {npz}; "
+    return ("its predictions were not saved (they are recorded while the run trains, so only a run with "
+            "--save-predictions that trains again records them); ")
+
+
+def _closed_after_stop(stop: KeyboardInterrupt, live: Any, result: RunResult, path: Path, recorder: Any, sync: str,
+                       closed: bool) -> None:
+    """A stop after the result was stored: its MLflow record is completed from it before the process ends
+    (unless it was already), and the stop gets the note of what is on disk. A second stop while the record
+    is written leaves it KILLED, for ``bench sync`` to complete."""
+    from .run.stopped import after_stored
+    from .sweep.mirror import finish_live
+
+    if not closed:
+        try:
+            finish_live(live, result, path)
+            closed = live.error is None
+        except KeyboardInterrupt:
+            live.finish("killed")
+    record = "its MLflow record is complete" if closed else \
+        f"its MLflow record is unfinished (marked KILLED): `{sync}`, or the same command again, completes it"
+    note_stop(stop, after_stored(path, f"{_predictions_note(recorder, path)}{record}; nothing needs to train again."))
 
 
 def checked_run(protocol: str, method: str, seed: int, settings: dict[str, Any], results_dir: str | Path | None,

@@ -37,11 +37,6 @@ def _on_sigterm(signum: int, frame) -> None:
     raise Terminated()
 
 
-INTERRUPTED = ("Interrupted: nothing was written for the unfinished run; stored results and any checkpoint it "
-               "saved are kept. Run the same command again to resume from its last checkpoint (one with none yet "
-               "starts over).")
-
-
 DRY_RUN = "bench.dry_run"  # ctx.meta key: the command only lists what it would do
 DRY_INTERRUPTED = "Interrupted: a dry run trains and writes nothing, so there is nothing to resume."
 
@@ -54,7 +49,9 @@ class BenchGroup(click.Group):
         import signal
 
         from .atomic import StorageFault, fault_message, storage_error
+        from .run.stopped import forget_stored
 
+        forget_stored()  # the stop notes name what this command stored
         before = signal.getsignal(signal.SIGTERM)
         if before is signal.SIG_DFL:  # never over a handler someone installed on purpose
             signal.signal(signal.SIGTERM, _on_sigterm)
@@ -67,8 +64,10 @@ class BenchGroup(click.Group):
             # click marks message Final (its __init__ sets it); it is read only when the error is shown
             err.message = shorten(err.message)  # type: ignore[misc]
             raise
-        except KeyboardInterrupt as stop:  # a stop after the work was stored carries its own note
-            note = stop_note(stop) or (DRY_INTERRUPTED if ctx.meta.get(DRY_RUN) else INTERRUPTED)
+        except KeyboardInterrupt as stop:  # the stage it stopped in noted what is on disk (run.stopped)
+            from .run.stopped import interrupted
+
+            note = stop_note(stop) or (DRY_INTERRUPTED if ctx.meta.get(DRY_RUN) else interrupted())
             click.echo(f"\n{note}", err=True)
             ctx.exit(143 if isinstance(stop, Terminated) else 130)
         except Exception as exc:  # a write outside the atomic path (a cache shard, a library's file)

@@ -51,6 +51,7 @@ from .joint import ensure_joint_part, joint_parts, stored_part, train_joint
 from .joint_request import check_joint_request
 from .options import RunOptions, run_precision
 from .report import say
+from .stopped import record_stored, stage, stored_result
 from .workbench import Workbench, prepare
 
 Stored = tuple[Path, Any]
@@ -135,17 +136,20 @@ def _train_joint_reference(protocol: Protocol, seed: int, options: RunOptions,
     say(options, f"No {bench.precision} joint reference for {protocol.name} (seed {seed}) yet: training it first "
                  f"({models} model(s) x {protocol.joint.updates} updates; any an earlier, stopped run finished or "
                  f"began resume from their checkpoints); later {bench.precision} runs reuse it.")
-    started = now_iso()
+    started, run_id = now_iso(), new_run_id()
     savers = [_joint_checkpointer(protocol, seed, options, part) for part in range(models)]
     seconds: dict[str, float] = {}
-    refs, budget, params = train_joint(bench, seed, dataclasses.replace(options, stage_seconds=seconds),
-                                       savers.__getitem__)
-    result = RunResult(**_common(protocol, bench, seed, options, started), method=_joint_stamp(),
-                       config=joint_settings(protocol), trainable_params=params, reference=refs, budget=budget,
-                       wall_time_s=max(s.wall_seconds() for s in savers), stage_seconds=seconds)
-    path = save_result(options.results_dir, result)
-    for saver in savers:
-        saver.discard()
+    with stage(f"training the joint reference of {protocol.name} (seed {seed})", savers,
+               stored_result(options.results_dir, protocol.name, run_id)):
+        refs, budget, params = train_joint(bench, seed, dataclasses.replace(options, stage_seconds=seconds),
+                                           savers.__getitem__)
+        result = RunResult(**_common(protocol, bench, seed, options, started, run_id), method=_joint_stamp(),
+                           config=joint_settings(protocol), trainable_params=params, reference=refs, budget=budget,
+                           wall_time_s=max(s.wall_seconds() for s in savers), stage_seconds=seconds)
+        path = save_result(options.results_dir, result)
+        record_stored(path)
+        for saver in savers:
+            saver.discard()
     return result, path
 
 
@@ -167,19 +171,24 @@ def joint_reference_part(protocol: Protocol, seed: int, part: int, options: RunO
                 protocol=protocol.spec_hash, seed=seed, config=joint_settings(protocol), part=part):
         saver = _joint_checkpointer(protocol, seed, options, part)
         if stored_part(saver) is None:
-            ensure_joint_part(bench, seed, options, part, saver)
+            with stage(f"training model {part + 1} of the joint reference of {protocol.name} (seed {seed})",
+                       [saver]):
+                ensure_joint_part(bench, seed, options, part, saver)
 
 
 def _continual_result(protocol: Protocol, bench: Workbench, spec: MethodSpec, method: Method, seed: int,
                       overrides: dict[str, Any], joint: RunResult, options: RunOptions,
-                      run_id: str | None = None, tuned: TunedStamp | None = None) -> RunResult:
-    """Stage 4: the CL sessions, as an unscored result (metrics filled by ``_score``)."""
+                      run_id: str | None = None, tuned: TunedStamp | None = None, what: str | None = None) -> RunResult:
+    """Stage 4: the CL sessions, as an unscored result (metrics filled by ``_score``). ``what``: the
+    training as a stop's note names it (None: the stage around it names it)."""
     started = now_iso()
     config = method_settings(method)
     saver = _run_checkpointer(options, protocol.spec_hash, spec.text, config, overrides, seed)
     status, seconds = "complete", dict[str, float]()
     try:
-        curves, budget, params = run_cl(bench, method, seed, dataclasses.replace(options, stage_seconds=seconds), saver)
+        with stage(what, [saver]):
+            curves, budget, params = run_cl(bench, method, seed, dataclasses.replace(options, stage_seconds=seconds),
+                                            saver)
     except Diverged as stop:  # a result all the same: the curves it made, marked so that nothing ranks it
         say(options, f"{stop} — stored with status 'diverged'.")
         curves, budget, params, status = stop.curves, stop.budget, stop.params, "diverged"
@@ -192,19 +201,20 @@ def _continual_result(protocol: Protocol, bench: Workbench, spec: MethodSpec, me
                      stage_seconds=seconds, tuned=tuned)
 
 
-def _checkpointer(options: RunOptions, phase: str, **identity: Any) -> Checkpointer:
-    """The checkpoint of one phase of one run, keyed by what decides its numbers (``--restart``: drop it)."""
+def _checkpointer(options: RunOptions, phase: str, restart: bool | None = None, **identity: Any) -> Checkpointer:
+    """The checkpoint of one phase of one run, keyed by what decides its numbers (``--restart``: drop it;
+    ``restart`` False: only find it, as what a stop leaves is looked up before the phase holds its claim)."""
     saver = checkpointer(options.results_dir, phase, run_key(**identity, device=options.device_key),
                          options.checkpoint_every, options.checkpoint_seconds)
-    if options.restart:
+    if options.restart if restart is None else restart:
         saver.discard()
     return saver
 
 
 def _run_checkpointer(options: RunOptions, protocol_hash: str, method: str, config: dict[str, Any],
-                      overrides: dict[str, Any], seed: int) -> Checkpointer:
-    return _checkpointer(options, "run", protocol=protocol_hash, method=method, config=config, overrides=overrides,
-                         seed=seed)
+                      overrides: dict[str, Any], seed: int, restart: bool | None = None) -> Checkpointer:
+    return _checkpointer(options, "run", restart, protocol=protocol_hash, method=method, config=config,
+                         overrides=overrides, seed=seed)
 
 
 def _score_and_save(result: RunResult, joint: RunResult, chosen: Selection[Stored], options: RunOptions) -> Path:
@@ -220,9 +230,11 @@ def _score_and_save(result: RunResult, joint: RunResult, chosen: Selection[Store
                                                eval_weighting=result.eval_weighting)
     except ValueError as exc:
         problem = str(exc)
-    path = save_result(options.results_dir, result)
-    _run_checkpointer(options, result.protocol.hash, result.method.spec, result.config, result.overrides,
-                      result.seed).discard()
+    with stage(None, stored=stored_result(options.results_dir, result.protocol.name, result.run_id)):
+        path = save_result(options.results_dir, result)
+        record_stored(path)
+        _run_checkpointer(options, result.protocol.hash, result.method.spec, result.config, result.overrides,
+                          result.seed).discard()
     if problem is not None:
         raise BenchError(f"The run finished and its curves are saved in {path}, but its metrics cannot be "
                          f"computed: {problem}. The leaderboard recomputes them from the stored curves.")
@@ -256,7 +268,8 @@ def _train_best_new_references(protocol: Protocol, bench: Workbench, seed: int, 
     quiet = dataclasses.replace(options, on_eval=None)  # live tracking follows the run asked for, not these
     for text in todo:
         spec, method = build_method(text, protocol, {})
-        fresh.append(_continual_result(protocol, bench, spec, method, seed, {}, joint, quiet))
+        fresh.append(_continual_result(protocol, bench, spec, method, seed, {}, joint, quiet, what=(
+            f"training the A_best reference run {text} of {protocol.name} (seed {seed})")))
     done.runs.update({(r.label, seed): (Path(), r) for r in fresh})
     for result in fresh:
         _score_and_save(result, joint, done, options)
@@ -286,6 +299,18 @@ def execute(protocol: Protocol, method_text: str, seed: int, options: RunOptions
     spec, method = build_method(method_text, protocol, options.overrides)
     if note := eviction_note(protocol, method):  # before any compute: the user may not want this run at all
         print(f"Warning: {note}.", file=sys.stderr)
+    run_id = run_id or new_run_id()  # known now, so a stop can tell whether the result was stored
+    saver = _run_checkpointer(options, protocol.spec_hash, spec.text, method_settings(method), dict(options.overrides),
+                              seed, restart=False)
+    with stage(f"running {spec.text} on {protocol.name} (seed {seed})", [saver],
+               stored_result(options.results_dir, protocol.name, run_id)):
+        return _method_run(protocol, method_text, spec, method, seed, options, bench, run_id, tuned)
+
+
+def _method_run(protocol: Protocol, method_text: str, spec: MethodSpec, method: Method, seed: int,
+                options: RunOptions, bench: Workbench | None, run_id: str,
+                tuned: TunedStamp | None) -> tuple[RunResult, Path]:
+    """``execute`` of a method: its references first (when missing), then the run itself, under its claim."""
     bench = bench or prepare(protocol, seed, options)
     # live tracking follows the run asked for, not the reference it may train first
     joint, _ = joint_reference(protocol, seed, dataclasses.replace(options, on_eval=None), bench)

@@ -24,6 +24,7 @@ from .loop import Stretch, train_stretch
 from .memory import Memory
 from .options import RunOptions
 from .report import say
+from .stopped import stage
 
 if TYPE_CHECKING:
     from .workbench import Workbench
@@ -79,9 +80,10 @@ def deploy(bench: Workbench, options: RunOptions) -> None:
         config = MethodConfig(lr=p.pretrain.lr, weight_decay=p.pretrain.weight_decay, layer_decay=1.0,
                               trainable=p.pretrain.trainable)
         generator = seed_everything(p.pretrain.seed)
-        train_offline(bench, bench.deployed, config, bench.stream.pretrain_ids, p.pretrain.updates,
-                      p.pretrain.batch_size, np.random.default_rng(p.pretrain.seed), generator, "pretrain S1", options,
-                      OfflineCheckpoint(saver, "pretrain", resume=resume))
+        with stage(f"training the deployed model of {p.name} on S1", [saver]):
+            train_offline(bench, bench.deployed, config, bench.stream.pretrain_ids, p.pretrain.updates,
+                          p.pretrain.batch_size, np.random.default_rng(p.pretrain.seed), generator, "pretrain S1",
+                          options, OfflineCheckpoint(saver, "pretrain", resume=resume))
         atomic_write(path, lambda fh: torch.save(bench.deployed.state_dict(), fh))
         atomic_write_text(sidecar, json.dumps({"sha256": file_sha256(path), "spec_hash": p.spec_hash,
                                                "weights": bench.weights, "precision": bench.precision,
