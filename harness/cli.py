@@ -505,14 +505,17 @@ def show() -> None:
 @show.command(name="protocol")
 @click.argument("name")
 def show_protocol(name: str) -> None:
-    """Print the validated spec (defaults filled in) and its hash."""
+    """Print the validated spec (defaults filled in), its hash, and its distance from the paper's setting."""
     import yaml
 
+    from ..methods.sgm.settings_view import sgm_settings
+    from .spec.paper import describe, distance
     from .spec.protocol import load_protocol
 
     p = load_protocol(name)
     click.echo(f"# {p.name} v{p.version}  hash {p.spec_hash}")
     click.echo(yaml.safe_dump(p.model_dump(mode="json"), sort_keys=False))
+    click.echo(describe(*distance(p, sgm_settings(p))))  # comment lines: the output stays valid YAML
 
 
 @main.command()

@@ -46,6 +46,7 @@ from .aggregate import (
 )
 from .budget_curve import CURVE_COLUMNS, BudgetFamily, budget_families, family_rows, figure_bytes
 from .glossary import BEFORE_NOTE, INTERVAL_NOTE, OMEGA_NOTE, TERMS
+from .paper_distance import paper_distance
 from .plots import board_plots, compute_plots, run_plot
 from .reported import ReportedTable, load_reported
 from .sources import Loaded
@@ -380,6 +381,7 @@ def environment() -> Environment:
     env.filters["tojson_pretty"] = lambda v: json.dumps(v, indent=2, sort_keys=True, default=str)
     env.filters["num"] = lambda v, d=3: "–" if v is None else f"{v:.{d}f}"
     env.filters["short"] = lambda h: (h or "")[:12]
+    env.globals["paper_distance"] = paper_distance  # a protocol section's distance from the paper's setting
     return env
 
 
