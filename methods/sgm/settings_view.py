@@ -20,7 +20,7 @@ def sgm_settings(protocol: Protocol) -> str:
     sgm = next(m for m in method.modifiers if m.name == "sgm").config
     lr = f"lr {config.lr:g}"
     if base == "remind":
-        lr = f"REMIND's per-class lr {config.lr:g} to {config.lr_end:g}"  # type: ignore[attr-defined]
+        lr = f"REMIND's per-class lr {config.lr:g} to {config.lr_end:g}"
     parts = [f"{lr}, AdamW wd {config.weight_decay:g}, layer decay {config.layer_decay:g}"]
     if "lora" in sgm.use:
         targets = sgm.lora.targets or protocol.backbone.lora_targets
