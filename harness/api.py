@@ -107,10 +107,14 @@ def _seeds(seeds: Any) -> list[int] | None:
 # ---------------------------------------------------------------------------------- run options
 
 
+MAX_HOOK_SECONDS = 10_000_000  # a hook time limit beyond this (four months) is a typo, not a limit
+
+
 def run_options(results_dir: str | Path | None = None, device: str = "auto", *, precision: str | None = None,
                 cpu_kernels: str = "fast", overrides: dict[str, Any] | None = None, trunk_cache: bool = True,
                 progress: bool = False, allow_download: bool = False, restart: bool = False,
-                checkpoint_every: int | None = None, wait: bool = True, gpu_decode: bool = True) -> Any:
+                checkpoint_every: int | None = None, wait: bool = True, gpu_decode: bool = True,
+                hook_time_limit: float | None = None) -> Any:
     """The ``RunOptions`` of a run or a sweep, each value checked (argument types, device, precision on it,
     kernel set, the BENCH_* settings a run reads) before anything computes; the results folder resolved as
     the CLI does (``BENCH_RESULTS_DIR``, else ./bench-results)."""
@@ -126,6 +130,11 @@ def run_options(results_dir: str | Path | None = None, device: str = "auto", *, 
     if checkpoint_every is not None and (isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int)
                                          or checkpoint_every < 0):  # the rule of the CLI's --checkpoint-every
         raise _refused("checkpoint_every", checkpoint_every, CHECKPOINT_EVERY)
+    if hook_time_limit is not None and (isinstance(hook_time_limit, bool) or
+                                        not isinstance(hook_time_limit, (int, float)) or
+                                        not 0 < hook_time_limit <= MAX_HOOK_SECONDS):
+        raise BenchError(f"hook_time_limit {hook_time_limit!r} must be a number of seconds > 0 (at most "
+                         f"{MAX_HOOK_SECONDS:,}), or None for the limit derived from the run's updates.")
     check_environment()
     chosen = resolve_device(device)
     check_precision(precision, chosen)
@@ -135,7 +144,8 @@ def run_options(results_dir: str | Path | None = None, device: str = "auto", *, 
     return RunOptions(results_dir=resolve_results(Path(results_dir) if results_dir is not None else None),
                       device=str(chosen), trunk_cache=trunk_cache, progress=progress, allow_download=allow_download,
                       overrides=dict(overrides or {}), restart=restart, checkpoint_every=checkpoint_every, wait=wait,
-                      gpu_decode=gpu_decode, precision=precision, cpu_kernels=cpu_kernels)
+                      gpu_decode=gpu_decode, precision=precision, cpu_kernels=cpu_kernels,
+                      hook_time_limit=None if hook_time_limit is None else float(hook_time_limit))
 
 
 def _offline(allow_download: bool) -> None:
@@ -530,6 +540,16 @@ def plan_sweep(spec: Any, seeds: list[int] | None, options: Any, ray_plan: Any =
 class SweepOutcome:
     runs: list[Any]  # the planned runs (``sweep.plan.PlannedRun``), done ones included
     states: dict[str, Any] = field(default_factory=dict)  # Ray: each task's final state
+    hung: list[str] = field(default_factory=list)  # local: the runs stopped past their hook time limit (labels)
+
+    def hung_error(self) -> BenchError | None:
+        """The one paragraph a sweep ends with when some of its runs hung (None: none did)."""
+        if not self.hung:
+            return None
+        return BenchError(f"{len(self.hung)} run(s) of the sweep did not finish: a call into the method ran past its "
+                          f"time limit ({'; '.join(self.hung)}; each one's paragraph is above). The sweep's other "
+                          f"runs finished; running the same command again retries the stopped ones, each from its "
+                          f"last checkpoint.")
 
     @property
     def failed(self) -> list[Any]:
@@ -557,8 +577,8 @@ def run_sweep(spec: Any, seeds: list[int] | None, options: Any, tracking: Tracki
              f"and {shared} shared stage(s) (deployed models, joint references, the A_best reference runs, which "
              f"include the sweep's runs of those methods).")
         if ray_plan is None:
-            run_local_sweep(graph, options, tracking, echo=echo, summary=summary)
-            return SweepOutcome(runs)
+            hung = run_local_sweep(graph, options, tracking, echo=echo, summary=summary)
+            return SweepOutcome(runs, hung=hung)
     from .sweep.ray_executor import run_ray
 
     return SweepOutcome(runs, run_ray(graph, options, ray_plan, tracking.uri, tracking.mlflow, echo))
@@ -575,20 +595,23 @@ def _mirror_done(runs: list[Any], results_dir: Path, tracking_uri: str | None, e
 
 
 def run_local_sweep(graph: list[Any], options: Any, tracking: Tracking = Tracking(), *, echo: Echo = _quiet,
-                    summary: Summary | None = None) -> None:
+                    summary: Summary | None = None) -> list[str]:
     """Every stage of a sweep's graph in this process, one workbench per protocol spec and seed: shared
     stages (joint, A_best references) once, then each method run as ``execute`` does it (live MLflow run
-    included); every result a shared stage stores is mirrored as ``sweep.mirror.mirror`` mirrors all."""
+    included); every result a shared stage stores is mirrored as ``sweep.mirror.mirror`` mirrors all.
+    Returns the labels of the method runs stopped past their hook time limit (the sweep went on)."""
     from .sweep.mirror import mirror
     from .sweep.progress import ProgressBoard
     from .sweep.stages import run_local
 
     board = ProgressBoard({stage.key: stage.label for stage in graph})
     before: list[Any] = []  # the stage running, marked done when the next one starts
+    hung: dict[str, str] = {}  # stage key -> label of its run, stopped past its hook time limit
 
     def start(stage: Any) -> None:
         if before:
-            board.finished(before.pop().key, "done")
+            done = before.pop()
+            board.finished(done.key, "failed" if done.key in hung else "done")
         board.started(stage.key, "local")
         before.append(stage)
         echo(f"\n[{graph.index(stage) + 1}/{len(graph)}] {stage.label}  ({sweep_status(board)})")
@@ -605,10 +628,16 @@ def run_local_sweep(graph: list[Any], options: Any, tracking: Tracking = Trackin
                 rid, uri = mirror(result, path, options.results_dir, tracking.uri, stage.protocol)
                 echo(f"  MLflow run {rid} in {uri}")
 
-    run_local(graph, options, start, method_run, stored)
+    def stopped(stage: Any, fault: Exception) -> None:  # the sweep goes on with its other runs
+        hung[stage.key] = stage.label
+        echo(f"Error: {fault} The sweep goes on with its other runs.")
+
+    run_local(graph, options, start, method_run, stored, stopped)
     if before:
-        board.finished(before.pop().key, "done")
+        done = before.pop()
+        board.finished(done.key, "failed" if done.key in hung else "done")
     echo(f"\nSweep finished: {sweep_status(board)}")
+    return list(hung.values())
 
 
 def sweep_status(board: Any) -> str:
@@ -647,6 +676,8 @@ def sweep(sweep: str, seeds: list[int] | None = None, *, results_dir: str | Path
     check_outputs(options.results_dir, tracking_uri, mlflow)
     with cpu_settings_restored():
         outcome = run_sweep(spec, chosen, options, Tracking(tracking_uri, mlflow))
+    if (hung := outcome.hung_error()) is not None:
+        raise hung
     frame = load_results(options.results_dir)
     wanted = {(r.protocol.name, r.row, r.seed) for r in outcome.runs}
     keep = [(p, m, s) in wanted for p, m, s in zip(frame["protocol"], frame["method"], frame["seed"])]

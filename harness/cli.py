@@ -186,6 +186,11 @@ def _run_options(f):
                           "naming it instead of waiting for it and reusing its result"),
         click.option("--restart", is_flag=True, expose_value=False, callback=_remember,
                      help="discard the stored checkpoint of this run instead of resuming from it"),
+        click.option("--hook-time-limit", type=click.FloatRange(min=0, min_open=True, max=10_000_000),
+                     expose_value=False, callback=_remember, metavar="SECONDS",
+                     help="stop the run (exit 2, its checkpoint kept) when one call into the method (observe, "
+                          "predict, a session hook) runs longer than this [default: the protocol's "
+                          "hook_time_limit, else max(300 s, 100 x the run's slowest update so far)]"),
         click.option("--checkpoint-every", type=click.IntRange(min=0), expose_value=False, callback=_remember,
                      metavar="K", help="checkpoint every K updates (0: at session ends only) [default: every "
                                        "2 minutes and at session ends]"),
@@ -215,7 +220,8 @@ def _options(overrides: dict, results_dir: Path | None, device: str, trunk_cache
                        cpu_kernels=meta.get("bench.cpu_kernels") or "fast", overrides=overrides,
                        trunk_cache=trunk_cache, progress=progress, allow_download=allow_download,
                        restart=bool(meta.get("bench.restart")), checkpoint_every=meta.get("bench.checkpoint_every"),
-                       wait=not meta.get("bench.no_wait"), gpu_decode=meta.get("bench.gpu_decode", True))
+                       wait=not meta.get("bench.no_wait"), gpu_decode=meta.get("bench.gpu_decode", True),
+                       hook_time_limit=meta.get("bench.hook_time_limit"))
 
 
 @main.command()
@@ -318,6 +324,8 @@ def sweep(sweep: str | None, schema: bool, seeds: str | None, dry_run: bool, tab
 
         atomic_write_text(table_path, text)
         click.echo(f"Table written to {table_path}")
+    if (hung := outcome.hung_error()) is not None:  # after the table of what finished
+        raise hung
 
 
 @main.command()
@@ -424,12 +432,13 @@ def ls(what: str) -> None:
             click.echo(f"{name:<28} v{p.version}  {tag:<10}  {p.description}")
         return
     from ..methods.registry import METHOD_GROUP, MODIFIER_GROUP, entries
+    from ..methods.registry import summary as summary_of
 
     for title, group in (("methods", METHOD_GROUP), ("modifiers (compose as base+modifier)", MODIFIER_GROUP)):
         click.echo(f"{title}:")
         for name, entry in sorted(entries(group).items()):
-            try:
-                summary = getattr(entry.load(), "summary", "")
+            try:  # read from the source: a catalogue imports no method (and so no torch)
+                summary = summary_of(entry)
             except BenchError as err:
                 summary = f"[fails to import] {err}"
             click.echo(f"  {name:<14} {entry.distribution} {entry.version:<8} {summary}")

@@ -137,7 +137,9 @@ class ContinualRun:
                  checkpoint: Checkpointer | None = None) -> None:
         p, stream = bench.protocol, bench.stream
         self.bench, self.method, self.seed, self.options, self.checkpoint = bench, method, seed, options, checkpoint
-        self.calls = MethodCalls(method, checkpoint)
+        given = options.hook_time_limit is not None
+        self.calls = MethodCalls(method, checkpoint, options.hook_time_limit if given else p.hook_time_limit,
+                                 "--hook-time-limit" if given else "the protocol's hook_time_limit")
         seed_everything(seed)
         streams = random_streams(seed)  # the harness's batches and head growth; the method gets its own
         self.rng, self.generator = streams.harness, streams.harness_torch

@@ -14,6 +14,7 @@ from ...methods.base import Method
 from ..atomic import storage_error
 from ..errors import BenchError, MethodFault
 from .checkpoint import Checkpointer
+from .hook_clock import HookClock, HookOverran, HookTimedOut
 
 DEBUG_VARIABLE = "BENCH_DEBUG"  # set (to anything but 0): a method's fault also prints its full traceback
 BUILTIN = Method.__module__.rpartition(".")[0] + "."  # the package of the built-in methods and modifiers
@@ -27,14 +28,22 @@ class MethodCalls:
     not as a traceback that reads as bench's bug. What the harness enforces inside a call (a BenchError),
     an interrupt and a storage fault (a full disk is no method's fault) pass as they are."""
 
-    def __init__(self, method: Method, checkpoint: Checkpointer | None) -> None:
+    def __init__(self, method: Method, checkpoint: Checkpointer | None, time_limit: float | None = None,
+                 limit_source: str = "--hook-time-limit") -> None:
         self.method, self.checkpoint = method, checkpoint
         self.parts: list[type] = [type(method), *(type(m) for m in getattr(method, "modifiers", []))]
+        # each call under a time limit (``hook_clock``): ``time_limit`` seconds (set by ``limit_source``), or
+        # derived from the run's updates
+        self.clock = HookClock(time_limit, lambda hook, where, limit: str(self.overran(hook, where, limit, None)),
+                               limit_source)
 
     @contextmanager
     def __call__(self, hook: str, where: str) -> Iterator[None]:
         try:
-            yield
+            with self.clock.watching(hook, where):
+                yield
+        except HookOverran as exc:
+            raise self.overran(hook, where, self.clock.limit(), exc) from None
         except BenchError:
             raise
         except (Exception, SystemExit) as exc:
@@ -48,7 +57,18 @@ class MethodCalls:
             line = self._own_line(exc)
             raise self.fault(hook, where, f"{reason}{f' (raised at {line})' if line else ''}") from exc
 
-    def fault(self, hook: str, where: str, what: str) -> MethodFault:
+    def overran(self, hook: str, where: str, limit: float, exc: BaseException | None) -> HookTimedOut:
+        """The paragraph of a call stopped past its time limit: by the signal (``exc``, raised where the
+        method's code was), or, where none could stop it, by ending the process (``exc`` None)."""
+        line = self._own_line(exc) if exc is not None else None
+        how = (f"and was stopped{f' at {line}' if line else ''}" if exc is not None else
+               "and no signal could stop it (C code that never returns, or code that catches the stop), so bench "
+               "ended the process")
+        fault = self.fault(hook, where, f"it was still running after {limit:.0f} s ({self.clock.how()}), {how}",
+                           failed="did not return from")
+        return HookTimedOut(str(fault))
+
+    def fault(self, hook: str, where: str, what: str, failed: str = "failed in") -> MethodFault:
         """The paragraph for ``what`` went wrong in ``hook`` at ``where``: whose code it is, and, for a run
         that checkpoints (a stored run's), what a rerun finds: its last checkpoint, when one was saved."""
         origin, builtin = self._origin()
@@ -63,7 +83,7 @@ class MethodCalls:
                f"{DEBUG_VARIABLE}=1 prints." if builtin else
                f"The fault is in the method's code, not bench's; {DEBUG_VARIABLE}=1 prints the full traceback.")
         call = f"{hook}()" if hook.isidentifier() else hook  # a hook's name, or words where none is known
-        return MethodFault(f"Method {self.method.label!r} ({origin}) failed in {call} {where}: {what}. {kept} "
+        return MethodFault(f"Method {self.method.label!r} ({origin}) {failed} {call} {where}: {what}. {kept} "
                            f"{who}")
 
     def _origin(self) -> tuple[str, bool]:

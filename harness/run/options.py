@@ -31,6 +31,9 @@ class RunOptions:
     gpu_decode: bool = True  # on CUDA: JPEG files decoded on the GPU (nvJPEG); no effect elsewhere
     checkpoint_every: int | None = None  # updates between checkpoints; None: every checkpoint_seconds
     checkpoint_seconds: float = 120.0
+    # seconds one call into the method may take before it is stopped (``hook_clock``); None: the protocol's
+    # ``hook_time_limit``, else derived from the run's own updates
+    hook_time_limit: float | None = None
     restart: bool = False  # discard a stored checkpoint instead of resuming from it
     wait: bool = True  # when another process computes the same phase: wait and reuse (False: refuse at once)
     # a sweep's run, planned as missing: a result with the same settings stored since (by a concurrent sweep of

@@ -464,6 +464,11 @@ class Protocol(Spec):
     validation: Validation | None = Field(None, description="held-out training samples that runs made for tuning "
                                                             "are scored on")
     tuning: TuningRules | None = Field(None, description="the tuning ruleset every method tuned here follows")
+    hook_time_limit: PositiveFinite | None = Field(
+        None, description="seconds one call into a method (observe, predict, a session hook...) may take before "
+                          "the run is stopped as the method's fault (exit 2, its checkpoint kept); unset: "
+                          "derived from the run, max(300 s, 100 x its slowest update so far). --hook-time-limit "
+                          "overrides it. It changes no number, so it is not part of the spec hash")
     scored_on: Literal["test", "validation"] = Field(
         "test", description="validation: this spec is the tuning view (held-out samples replace the test split); "
                             "set by the harness (Protocol.tuning_view), not written in protocol files")
@@ -582,6 +587,7 @@ class Protocol(Spec):
         # a test run is the same whatever the tuning ruleset and validation split: only the tuning view
         # (scored on the held-out samples, trained without them) is a different spec
         data.pop("tuning")
+        data.pop("hook_time_limit")  # how long a call may take before it is stopped: a run that ends is the same
         if data.pop("scored_on") == "test":
             data.pop("validation")
         blob = json.dumps(data, sort_keys=True).encode()

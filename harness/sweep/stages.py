@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from ..results.comparability import Selection
 from ..results.schema import RunResult, TunedStamp, format_setting, row_label
+from ..run.hook_clock import HookTimedOut
 from ..run.options import RunOptions
 from ..run.workbench import Workbench
 from ..spec.protocol import Protocol
@@ -157,11 +158,14 @@ def run_stage(stage: Stage, options: RunOptions, bench: Workbench | None = None)
 
 
 def run_local(graph: list[Stage], options: RunOptions, on_start: Callable[[Stage], None],
-              method_run: Callable[[Stage, Workbench], None], on_stored: Callable[[Stage, list[Stored]], None]) -> None:
+              method_run: Callable[[Stage, Workbench], None], on_stored: Callable[[Stage, list[Stored]], None],
+              on_hung: Callable[[Stage, HookTimedOut], None] | None = None) -> None:
     """Today's executor: every stage in order in this process. The stages of a protocol spec and seed share
     one workbench, prepared once (as one ``execute`` shares it with its references): the shared stages hand
     what they stored to ``on_stored``; a method run is ``method_run``'s (the CLI's, with live tracking),
-    which gets that workbench, finds those references stored and runs the method alone."""
+    which gets that workbench, finds those references stored and runs the method alone. A method run whose
+    call into the method ran past its time limit goes to ``on_hung`` and the sweep goes on with the others
+    (without ``on_hung`` it ends the sweep): one bad method never stalls a grid."""
     from ..run.workbench import prepare
 
     current: tuple[str, str, int] | None = None
@@ -173,7 +177,13 @@ def run_local(graph: list[Stage], options: RunOptions, on_start: Callable[[Stage
             bench, current = None, where  # one workbench in memory at a time
             bench = prepare(stage.protocol, stage.seed, options)
         assert bench is not None  # the first stage and every change of protocol or seed prepared one above
-        if stage.kind == "run":
-            method_run(stage, bench)
+        if stage.kind != "run":
+            on_stored(stage, run_stage(stage, options, bench))
             continue
-        on_stored(stage, run_stage(stage, options, bench))
+        try:
+            method_run(stage, bench)
+        except HookTimedOut as hung:
+            if on_hung is None:
+                raise
+            on_hung(stage, hung)
+            current = None  # a call stopped half-way may have left the workbench mid-batch: the next prepares anew
