@@ -25,6 +25,7 @@ from ..harness.paths import SITE_MARKER as MARKER
 from ..harness.results.catalog import ACCURACY_KEYS, METRICS, TIME_TO_RESULT_KEYS, MetricInfo, format_std, format_value
 from ..harness.results.metrics import RECOVERY_FRACTIONS, Metrics
 from ..harness.results.tidy import VALUE_KEYS, accuracy_scale, run_values
+from ..harness.results.uncertainty import Paired
 from ..methods.metadata import method_family, method_papers
 from .aggregate import (
     ALL_COLUMNS,
@@ -46,6 +47,7 @@ from .aggregate import (
 )
 from .budget_curve import CURVE_COLUMNS, BudgetFamily, budget_families, family_rows, figure_bytes
 from .glossary import BEFORE_NOTE, INTERVAL_NOTE, OMEGA_NOTE, TERMS
+from .options_view import option_node
 from .paper_distance import paper_distance
 from .plots import board_plots, compute_plots, run_plot
 from .reported import ReportedTable, load_reported
@@ -72,6 +74,8 @@ class BuildReport:
 
 
 _SLUG = re.compile(r"^[a-z0-9_]{1,64}$")
+# where the paired text's test part begins: its p-value, or "n.s." alone where one shared seed allows no test
+PAIRED_TEST_START = re.compile(r"\s(?=p[=<]|n\.s\.)")
 
 
 def protocol_slug(name: str, i: int) -> str:
@@ -137,9 +141,30 @@ def _row_view(row: MethodRow, run_href: dict[int, str], reference: bool = False,
         "cells": [_cell(row.stats[c.key], c.key, "" if reference else row.marks.get(c.key, ""), len(row.runs),
                         row.params_reading if c.key == "params" else None, row.reached.get(c.key))
                   for c in ALL_COLUMNS],
-        "paired": None if reference or row.method == BASELINE else {
-            "text": paired_text(paired, order, len(row.runs)), "inconclusive": paired is None or paired.inconclusive},
+        "paired": None if reference or row.method == BASELINE else _paired_view(paired, order, len(row.runs)),
+        "details": _row_details(row),
     }
+
+
+def _paired_view(paired: Paired | None, order: MetricInfo, row_seeds: int) -> dict:
+    """The paired difference in two short lines, so its column stays narrow: the difference and its interval,
+    then the test (p, n.s., the seeds it would need); the whole text is the cell's title."""
+    text = paired_text(paired, order, row_seeds)
+    parts = PAIRED_TEST_START.split(text, maxsplit=1)
+    difference, test = parts[0], (parts[1] if len(parts) > 1 else "")
+    return {"text": text, "difference": difference, "test": test.lstrip(", "),
+            "inconclusive": paired is None or paired.inconclusive}
+
+
+def _row_details(row: MethodRow) -> str:
+    """What the compact Method cell leaves to its tooltip: settings, family, papers, the code that made the
+    runs and their seeds."""
+    base = row.method.split(" ")[0]
+    papers = "; ".join(cite for _, cite, _ in method_papers(base))
+    seeds = ", ".join(str(e.result.seed) for e in row.runs)
+    return " · ".join(x for x in (f"settings: {row.effort}", f"family: {method_family(base)}",
+                                  f"paper: {papers}" if papers else "", f"supplied by {row.distribution}",
+                                  f"seeds {seeds}", *(f"note: {n}" for n in row.notes)) if x)
 
 
 def _reported_view(table: ReportedTable) -> dict:
@@ -207,14 +232,6 @@ def _compare_rows(entry: Entry) -> list[dict]:
                      "stored": format_value(None if then is None else then * factor, info),
                      "changed": now is not None and then is not None and abs(now - then) > 5e-4})
     return rows
-
-
-def _option_view(key: str, value: object) -> dict:
-    """One option of the run page: a mapping (the data-path plan: dataset -> folder) as rows of a small
-    table, anything else as text."""
-    if isinstance(value, dict):
-        return {"key": key, "rows": [(str(k), str(v)) for k, v in value.items()], "text": None}
-    return {"key": key, "rows": None, "text": str(value)}
 
 
 def check_mlflow_ui(ui: str | None) -> None:
@@ -519,7 +536,7 @@ def _write_run_page(run_tpl: Any, common: dict[str, Any], entry: Entry, board: B
     html = run_tpl.render(
         **common, root="../", entry=entry, r=r, board=board, board_slug=board_slug,
         values=[{"column": METRICS[k], "text": format_value(values[k], METRICS[k])} for k in VALUE_KEYS],
-        compare=_compare_rows(entry), options=[_option_view(k, v) for k, v in r.options.items()],
+        compare=_compare_rows(entry), options=[(k, option_node(k, v)) for k, v in r.options.items()],
         sessions=[c.session for c in sorted(r.curves, key=lambda c: c.session)], recovery=recovery, metrics=m,
         time_to_result=_time_to_result_rows(m), plot=f"{entry.slug}.svg" if svg else None,
         json_href=f"{entry.slug}.json", mlflow_href=href, mlflow_hint=hint,

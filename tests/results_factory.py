@@ -47,3 +47,18 @@ def joint_run(run_id: str = "j1", seed: int = 0) -> RunResult:
         ReferenceSession(session=2, old=0.9, new=0.8, all=0.85, tasks=[0.9, 0.8]),
         ReferenceSession(session=3, old=0.88, new=0.9, all=0.89, tasks=[0.87, 0.89, 0.9]),
     ], steps=30)
+
+
+def spread_run(run_id: str, method: str, seed: int, skill: float) -> RunResult:
+    """A two-session run whose old, new and all-class accuracies all move with ``skill`` and differ by seed
+    in the second decimal, each method in its own way, as real runs do: every mean then has a spread, a t
+    interval and a paired test with a p-value (and usually a seed count for 80 % power), so the tables'
+    cells are as wide as real ones."""
+    jitter = (0.0, 0.0137, -0.0091)[(seed + len(method)) % 3]
+    s = skill + jitter
+    return hand_result(run_id, method, seed, curves=[
+        curve(2, 4, [0, 2, 4], [0.9, 0.5123 + s, 0.8017 + s / 2], [0.0, 0.6031 + s, 0.7129 + s / 3],
+              [0.45, 0.5577 + s, 0.7573 + s / 2], before=[0.9, 0.0]),
+        curve(3, 6, [0, 3], [0.7, 0.6043 + s], [0.1, 0.8861 + s / 4], [0.5, 0.7193 + s / 2],
+              tasks=[[0.8, 0.6517 + s], [0.6, 0.5541 + s], [0.1, 0.8861 + s / 4]], before=[0.8, 0.7, 0.0]),
+    ])

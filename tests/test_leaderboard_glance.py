@@ -1,6 +1,6 @@
 """The index read at a glance, in headless Chromium at a desktop (1280 px) and a phone (390 px) width: the
 Method column stays in view when the table scrolls, the gap columns with their paired difference fit the
-desktop window, the phone gets one card per method, no two methods of a board share a colour, and the
+desktop window, the phone gets one card per method and figures that fit its column, no two methods of a board share a colour, and the
 glossary renders its HTML. Screenshots go to test-artifacts/ (or $BENCH_SHOTS) for a human to look at."""
 
 from __future__ import annotations
@@ -68,6 +68,12 @@ def test_index_at_a_glance_desktop_and_phone(tmp_path: Path) -> None:
             assert not page.locator('tr[data-method="vanilla"] td[data-col="wall"]').is_visible()
             assert page.evaluate("document.documentElement.scrollWidth") <= 1280
             page.screenshot(path=str(shots / "index-1280px.png"))
+            # a laptop's 800 px: at least five of the eight ranked rows are above the fold
+            page.set_viewport_size({"width": 1280, "height": 800})
+            bottoms = page.eval_on_selector_all("tbody.ranked tr[data-method]",
+                                                "rs => rs.map(r => r.getBoundingClientRect().bottom)")
+            assert len([b for b in bottoms if b <= 800]) >= 5, bottoms
+            page.set_viewport_size({"width": 1280, "height": 900})
             wait_until_loaded(page, page.locator("figure.plot-old img").first)
             page.locator("figure.plot-old").first.screenshot(path=str(shots / "stability-gap-figure-1280px.png"))
             # every column shown: the table scrolls, and the Method column stays where it was
@@ -96,10 +102,11 @@ def test_index_at_a_glance_desktop_and_phone(tmp_path: Path) -> None:
                 "td => getComputedStyle(td, '::before').content")
             assert "S_Δ" in label
             page.locator("figure.measured").first.screenshot(path=str(shots / "index-390px-cards.png"))
-            # the wide figure keeps a legible size and scrolls inside its box
+            # the wide figure scales to the column: nothing of it is cut off at the window's edge
             figure = page.locator("figure.plot-old img").first
             wait_until_loaded(page, figure)
-            assert figure.evaluate("img => img.getBoundingClientRect().width") >= 700
+            assert 300 <= figure.evaluate("img => img.getBoundingClientRect().right - img.getBoundingClientRect().left")
+            assert figure.evaluate("img => img.getBoundingClientRect().right") <= 390
             page.locator("figure.plot-old").first.screenshot(path=str(shots / "stability-gap-figure-390px.png"))
 
             # the glossary renders the catalog's HTML: a subscript, never the tag as text
