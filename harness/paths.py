@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -111,3 +112,32 @@ def check_output_file(path: Path, option: str, results: Path | None = None, inpu
                              f"(nothing has run).")
     check_writable_folder(path.parent, f"folder of {option}", 0)
     return path
+
+
+_announced: set[Path] = set()  # new stores said once per process (a sweep checks its store per run)
+
+
+def check_store_place(path: Path, what: str, shown: str, remedy: str) -> bool:
+    """The one rule for a store a command writes and the user named (an MLflow tracking store, an Optuna
+    study database; ``path``: its file, or a file store's folder): the folder it lies in must exist. bench
+    makes no folder for a store the user names, because a typo in the path would start a new, empty store
+    there, and every run mirrored into it would be missing from the store the user reads. A new store in
+    a folder that exists is how one asks for a new store: allowed, and said (``announce_new_store``, once
+    the caller's other checks of it pass). ``shown``: the option as given, which begins the refusal;
+    ``remedy``: what the user can do instead, ending the paragraph. Returns whether the store is new. The
+    stores bench picks itself, inside the results folder it writes anyway, are not checked here: they are
+    created as needed."""
+    folder = Path(os.path.abspath(path.expanduser())).parent
+    if not folder.exists():
+        raise BenchError(f"{shown}: the folder {folder} does not exist. bench makes no folder for a {what} you name "
+                         f"(a typo in the path would start a new, empty store and scatter the runs into it); "
+                         f"{remedy}")
+    return not os.path.lexists(path.expanduser())
+
+
+def announce_new_store(path: Path, what: str, shown: str) -> None:
+    """One line on stderr, once per process (a sweep checks its store for every run): a store the user
+    named is not there yet and is created, so a misspelt file name is seen before the runs go into it."""
+    if path not in _announced:
+        _announced.add(path)
+        print(f"Note: a new {what} {path} is created ({shown} names none that exists yet).", file=sys.stderr)

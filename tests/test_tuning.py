@@ -373,7 +373,8 @@ def test_a_bad_storage_is_refused_before_anything_is_written(tunable, tmp_path):
         f"sqlite:///{mlflow_db}": "MLflow store",
         f"sqlite:///{other}": "MLflow's tracking store",
         f"sqlite:///{tmp_path}": "is a folder",
-        "sqlite:////proc/nowhere/optuna.db": "not writable",
+        "sqlite:////proc/nowhere/optuna.db": "the folder /proc/nowhere does not exist",
+        "sqlite:////proc/optuna.db": "not writable",
     }
     for url, words in cases.items():
         out = run_cli("tune", str(tunable), "vanilla", "--storage", url, "--results-dir", str(results))

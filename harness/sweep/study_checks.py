@@ -99,8 +99,9 @@ def _describe(distributions: dict[str, Any]) -> str:
 
 def check_storage(url: str, results_dir: Path, given: bool = True) -> None:
     """A study storage (``--storage``, or the default one when not ``given``): a database URL SQLAlchemy
-    parses, whose driver is installed; for SQLite a file path (not memory) in a writable folder, never the
-    results folder's MLflow store nor any database that is not Optuna's. Nothing is created."""
+    parses, whose driver is installed; for SQLite a file path (not memory) in a writable folder (one that
+    exists, when ``given``: ``paths.check_store_place``), never the results folder's MLflow store nor any
+    database that is not Optuna's. Nothing is created."""
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
@@ -123,13 +124,13 @@ def check_storage(url: str, results_dir: Path, given: bool = True) -> None:
                          f"provides it, or use sqlite:///path/optuna.db. Nothing was written.") from None
     if parsed.get_backend_name() != "sqlite":
         return
-    _check_sqlite_file(shown, parsed.database, results_dir)
+    _check_sqlite_file(shown, parsed.database, results_dir, given)
 
 
-def _check_sqlite_file(shown: str, database: str | None, results_dir: Path) -> None:
+def _check_sqlite_file(shown: str, database: str | None, results_dir: Path, given: bool) -> None:
     from ..atomic import check_writable_folder
     from ..errors import not_a_file
-    from ..paths import resolve_folder
+    from ..paths import announce_new_store, check_store_place, resolve_folder
 
     if not database or database == ":memory:" or database.startswith("file::memory:"):
         raise BenchError(f"{shown} is an in-memory database: the study would be lost when bench tune "
@@ -143,7 +144,11 @@ def _check_sqlite_file(shown: str, database: str | None, results_dir: Path) -> N
         if why is not None:
             raise BenchError(f"{shown}: {path} {why}; move it aside or pick another storage.")
         _check_tables(shown, path)
+    new = given and check_store_place(path, "study database", shown, "create the folder first for a new study or "
+                                                                     "give another --storage. Nothing was written.")
     check_writable_folder(path.parent, "folder of the study database", 0)
+    if new:
+        announce_new_store(path, "study database", shown)
 
 
 def _check_tables(shown: str, path: Path) -> None:

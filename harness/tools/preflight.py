@@ -21,6 +21,7 @@ from typing import Any
 
 from ..atomic import check_writable_folder  # noqa: F401 - the probe lives with the writes it protects
 from ..errors import BenchError, not_a_file
+from ..paths import announce_new_store, check_store_place
 from ..results.tracking import default_tracking_uri, import_mlflow, sqlite_path
 from ..spec.protocol import MAX_SEED, MAX_UPDATES, Protocol
 
@@ -49,11 +50,17 @@ def check_seed(seed: int, what: str = "--seed") -> None:
 
 
 
-def _check_sqlite(uri: str) -> None:
+# how a refusal of a tracking store ends (``bench sync`` words it for itself: it has no --no-mlflow)
+STORE_REMEDY = ("create the folder first for a new store or pass another --tracking-uri, or --no-mlflow; "
+                "nothing has run.")
+
+
+def _check_sqlite(uri: str, given: bool) -> None:
     db = sqlite_path(uri)
     if db.is_dir():
         raise BenchError(f"Tracking URI {uri!r} points at the folder {db}; it must name a database file, "
                          f"e.g. sqlite:///{db / 'mlflow.db'}.")
+    new = given and check_store_place(db, "MLflow store", f"Tracking URI {uri!r}", STORE_REMEDY)
     check_writable_folder(db.parent, "folder of the MLflow database", RESULTS_MIN_FREE)
     if db.exists():
         try:
@@ -65,11 +72,15 @@ def _check_sqlite(uri: str) -> None:
         except sqlite3.Error as exc:
             raise BenchError(f"Tracking URI {uri!r}: {db} is not an SQLite database ({exc}). Move it aside, pass "
                              f"another --tracking-uri, or --no-mlflow; nothing has run.") from None
+    if new:
+        announce_new_store(db, "MLflow store", f"Tracking URI {uri!r}")
 
 
 def _check_file_store(uri: str, folder: Path) -> None:
     """A file store's folder can be written, and this MLflow writes file stores: MLflow 3 refuses them unless
-    MLFLOW_ALLOW_FILE_STORE=true, which a run found only when it mirrored its result, after training."""
+    MLFLOW_ALLOW_FILE_STORE=true, which a run found only when it mirrored its result, after training. Always
+    one the user named: its parent folder must exist (``check_store_place``)."""
+    new = check_store_place(folder, "MLflow file store", f"Tracking URI {uri!r}", STORE_REMEDY)
     mlflow = import_mlflow()
     from mlflow.store.tracking.file_store import FileStore
 
@@ -84,6 +95,8 @@ def _check_file_store(uri: str, folder: Path) -> None:
                          f"migrate-filestore` moves an existing one), set MLFLOW_ALLOW_FILE_STORE=true, or pass "
                          f"--no-mlflow; nothing has run.") from None
     check_writable_folder(folder, "MLflow file store", RESULTS_MIN_FREE)
+    if new:
+        announce_new_store(folder, "MLflow file store", f"Tracking URI {uri!r}")
 
 
 def _check_server(uri: str, timeout: float) -> None:
@@ -121,9 +134,10 @@ def _check_host(uri: str, parsed: urllib.parse.ParseResult, timeout: float) -> N
                              f"({exc.strerror or exc}); nothing has run.") from None
 
 
-def check_tracking_uri(uri: str | None, timeout: float = REACH_TIMEOUT_S) -> None:
+def check_tracking_uri(uri: str | None, timeout: float = REACH_TIMEOUT_S, given: bool = True) -> None:
     """A tracking URI MLflow can use, reachable now (None: the sqlite store in the results folder,
-    which ``check_writable_folder`` covers)."""
+    which ``check_writable_folder`` covers). ``given``: the user named it (not the results folder's default
+    store), so a database file must lie in a folder that exists (``check_store_place``)."""
     if uri is None:
         return
     if not uri.strip() or any(c.isspace() for c in uri):
@@ -137,7 +151,7 @@ def check_tracking_uri(uri: str | None, timeout: float = REACH_TIMEOUT_S) -> Non
         raise BenchError(f"Tracking URI {uri!r} has the unknown scheme {parsed.scheme!r}; use one of "
                          f"{', '.join(s + ':' for s in TRACKING_SCHEMES)} or a folder path.")
     if scheme == "sqlite":
-        _check_sqlite(uri)
+        _check_sqlite(uri, given)
     elif scheme == "file":
         _check_file_store(uri, Path(urllib.parse.unquote(parsed.path)))
     elif scheme in ("http", "https"):
@@ -196,7 +210,7 @@ def check_store(results_dir: Path, tracking_uri: str | None) -> None:
     if tracking_uri is not None:
         check_tracking_uri(tracking_uri)
         return
-    check_tracking_uri(default_tracking_uri(results_dir))
+    check_tracking_uri(default_tracking_uri(results_dir), given=False)
     db = results_dir / "mlflow.db"
     home = (results_dir / "mlartifacts").resolve()
     for name, where in _artifact_locations(db):
