@@ -457,7 +457,15 @@ def check_method_cmd(name: str, overrides: tuple[str, ...], seed: int, precision
     """Run the method contract on NAME (base(+modifier)*, any installed method) on two tiny embedded
     protocols: budget, storage, test isolation, determinism, state round-trip, resume, each loss term
     reaching a trainable parameter under the modifiers. Exit 2 on a breach."""
+    from ..methods.registry import check_method as check_request
     from ..methods.registry import parse_overrides
+    from .spec.protocol import load_protocol
+    from .tools.preflight import check_seed
+
+    # the name and settings against tiny_cil, whose reduced copies the checks run on, before torch is imported:
+    # a typo or a bad --set is answered in a second, as bench run answers it
+    check_request(name, load_protocol("tiny_cil"), parse_overrides(list(overrides)))
+    check_seed(seed)
     from .tools.check_method import check_method
 
     mark = {True: "PASS", False: "FAIL", None: "----"}
@@ -529,8 +537,12 @@ def show_protocol(name: str) -> None:
 
 @main.command()
 @click.argument("file", type=click.Path(path_type=Path))
-def validate(file: Path) -> None:
-    """Validate a protocol YAML file (or a result JSON) without running anything."""
+@click.option("--build", is_flag=True, help="protocols: also build the network in random init and split it as a run "
+                                            "would, check the backbone's weights file and price the FLOP budget "
+                                            "(imports torch and timm: tens of seconds on a loaded machine)")
+def validate(file: Path, build: bool) -> None:
+    """Validate a protocol YAML file (or a result JSON) without running anything. A protocol's fields,
+    data sources and reference methods are checked at once; --build checks what needs its network too."""
     from .errors import not_a_file
 
     kind = "Result" if file.suffix == ".json" else "Protocol"
@@ -552,12 +564,20 @@ def validate(file: Path) -> None:
     from .spec.protocol import load_protocol
 
     p = load_protocol(str(file))
-    from .tools.preflight import architecture, check_backbone, check_flop_budget, check_references
+    from .tools.preflight import check_references, weights_file
 
     check_references(p)
+    weights_file(p)
+    if not build:  # the network's checks import torch and timm: asked for, never a catalogue's cost
+        click.echo(f"OK: protocol {p.name} v{p.version}, hash {p.spec_hash} (fields, data and reference methods; "
+                   f"--build also builds the network and checks the backbone"
+                   + (" and the FLOP budget" if p.training.budget is not None else "") + ")")
+        return
+    from .tools.preflight import architecture, check_backbone, check_flop_budget
+
     check_backbone(p)
     architecture(p)  # the parts split and connect as a run will split them
-    click.echo(f"OK: protocol {p.name} v{p.version}, hash {p.spec_hash}")
+    click.echo(f"OK: protocol {p.name} v{p.version}, hash {p.spec_hash} (network built and split)")
     if (most := check_flop_budget(p)) is not None and p.training.budget is not None:
         click.echo(f"training.budget.tflops {p.training.budget.tflops:g} buys at most {most:,} updates a session "
                    f"(output-only training, the cheapest method; a method whose updates cost more makes fewer).")

@@ -65,6 +65,46 @@ def entries(group: str) -> dict[str, Entry]:
     return found
 
 
+def summary(entry: Entry) -> str:
+    """The one-line ``summary`` an entry's class declares, read from its source without importing it (a
+    method's module imports torch, which costs a catalogue half a minute on a loaded machine). A summary
+    that is not a plain string in the class body is read by loading the entry; code that cannot be found
+    is marked as failing to import, as loading it would."""
+    module, _, attr = entry.target.partition(":")
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError) as exc:
+        spec, missing = None, f"{type(exc).__name__}: {exc}"
+    else:
+        missing = f"ModuleNotFoundError: no module named {module!r}"
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        if spec is None:
+            return f"[fails to import] Plugin {entry.name!r} ({entry.distribution} {entry.version}): {missing}"
+        return str(getattr(entry.load(), "summary", ""))
+    found = _class_summary(Path(spec.origin), attr)
+    return found if found is not None else str(getattr(entry.load(), "summary", ""))
+
+
+def _class_summary(path: Path, cls: str) -> str | None:
+    """``cls.summary`` when the class body of ``path`` assigns it a literal string (implicit concatenation
+    included), else None."""
+    import ast
+
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            for item in node.body:
+                if isinstance(item, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "summary"
+                                                        for t in item.targets):
+                    value = item.value
+                    return value.value if isinstance(value, ast.Constant) and isinstance(value.value, str) \
+                        else None
+    return None
+
+
 SOURCE_SUFFIXES = (".py", ".yaml", ".yml", ".toml", ".json", ".cfg", ".txt")
 
 

@@ -212,7 +212,7 @@ def test_bench_validate_builds_the_network_and_refuses_parts_that_do_not_split(t
     data.update(name="unsplittable", backbone={**data["backbone"], **update})
     path = tmp_path / "unsplittable.yaml"
     path.write_text(yaml.safe_dump(data))
-    refused(CliRunner().invoke(main, ["validate", str(path)]), *needles, lines=3)
+    refused(CliRunner().invoke(main, ["validate", "--build", str(path)]), *needles, lines=3)
 
 
 @pytest.mark.parametrize("update, needles", UNSPLITTABLE)

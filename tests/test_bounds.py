@@ -63,14 +63,14 @@ def flops_protocol(tmp_path: Path, training: dict | None = None, tflops_eval: di
 ])
 def test_flop_budgets_and_eval_steps_are_bounded_at_validation(tmp_path, training, tflops_eval, words):
     path = flops_protocol(tmp_path, training, tflops_eval)
-    one_paragraph(bench("validate", str(path)), words)
+    one_paragraph(bench("validate", "--build", str(path)), words)
     out = bench("run", "-p", str(path), "-m", "vanilla", "--no-mlflow", "--results-dir", str(tmp_path / "r"))
     one_paragraph(out, words)
     assert not [p for p in (tmp_path / "r").rglob("*") if p.is_file()]  # refused before anything was written
 
 
 def test_validation_projects_the_updates_a_budget_buys():
-    out = bench("validate", str(Path(__file__).parents[1] / "protocols" / "tiny_cil_flops.yaml"))
+    out = bench("validate", "--build", str(Path(__file__).parents[1] / "protocols" / "tiny_cil_flops.yaml"))
     assert out.exit_code == 0, out.output
     assert "training.budget.tflops 0.2173 buys at most" in out.output and "updates a session" in out.output
 

@@ -237,6 +237,21 @@ def _artifact_locations(db: Path) -> list[tuple[str, str]]:
         con.close()
 
 
+def weights_file(protocol: Protocol) -> Path | None:
+    """The backbone's ``file:`` weights, checked to be a file (None for other weights); the weights' kind is
+    checked too. Torch-free: ``bench validate`` answers these without building anything."""
+    kind, _, ref = protocol.backbone.weights.partition(":")
+    if kind not in ("package", "file", "timm", "none"):
+        raise BenchError(f"backbone.weights {protocol.backbone.weights!r} must start with package:, file:, timm: or "
+                         f"none:.")
+    if kind != "file":
+        return None
+    path = Path(os.path.expandvars(ref)).expanduser()
+    if (problem := not_a_file(path)) is not None:
+        raise BenchError(f"backbone.weights file {path} {problem}.")
+    return path
+
+
 def check_backbone(protocol: Protocol) -> None:
     """The backbone exists in timm and ``file:`` weights load as a state dict: needs torch, so it runs
     after the cheap checks, still before any data is read or anything trains."""
@@ -252,14 +267,10 @@ def check_backbone(protocol: Protocol) -> None:
             close = difflib.get_close_matches(name, timm.list_models(), n=3, cutoff=0.6)
             hint = f" Did you mean: {', '.join(close)}?" if close else ""
             raise BenchError(f"{field} {name!r} of protocol {protocol.name} is not a timm model.{hint}")
-    if kind not in ("package", "file", "timm", "none"):
-        raise BenchError(f"backbone.weights {spec.weights!r} must start with package:, file:, timm: or none:.")
+    weights_file(protocol)  # the kind, before the budget's price
     check_flop_budget(protocol)
-    if kind != "file":
+    if (path := weights_file(protocol)) is None:
         return
-    path = Path(os.path.expandvars(ref)).expanduser()
-    if (problem := not_a_file(path)) is not None:
-        raise BenchError(f"backbone.weights file {path} {problem}.")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - pickle, zip and torch errors alike mean "not loadable"
