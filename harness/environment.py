@@ -9,6 +9,7 @@ import os
 from dataclasses import dataclass
 
 from .errors import BenchError
+from .numerics import pin_mode
 
 
 @dataclass(frozen=True)
@@ -77,3 +78,4 @@ def check_environment() -> None:
         setting.read()
     trunk_cache_setting()
     kill_at()
+    pin_mode()

@@ -42,7 +42,7 @@ from ..harness.results.catalog import (
 )
 from ..harness.results.comparability import select_runs
 from ..harness.results.metrics import Metrics, best_new_accuracy, compute_metrics, plasticity_gap
-from ..harness.results.schema import RunResult, format_setting, result_precision, run_identity
+from ..harness.results.schema import RunResult, format_setting, result_numerics, result_precision, run_identity
 from ..harness.results.tidy import runs_frame, seed_stats
 from ..harness.results.uncertainty import MAX_SEEDS, Interval, Paired, against_baseline, t_interval
 
@@ -305,6 +305,9 @@ class Board:
     unranked: list[Entry]
     entries: list[Entry]
     precision: str = "fp32"  # what every run on the board computed in (two precisions: two boards)
+    # the machine arithmetic of every run on the board (``harness.numerics``): two machines whose code paths
+    # differ give two boards, as two precisions do
+    numerics: str = "unrecorded"
 
     @property
     def ranked_runs(self) -> list[Entry]:
@@ -371,7 +374,8 @@ def _current_hash(name: str, entries: Sequence[Entry]) -> tuple[str, str, Protoc
     return newest.result.protocol.hash, origin, None
 
 
-def summarize_protocol(name: str, entries: list[Entry], precision: str = "fp32") -> Board:
+def summarize_protocol(name: str, entries: list[Entry], precision: str = "fp32",
+                       numerics: str | None = None) -> Board:
     """Rank one protocol's runs: which runs count is ``harness.results.comparability.select_runs`` (the rule
     the runner and the sweep use too); here only the leaderboard's own rule is added: a method is ranked
     when it has as many seeds as the best-covered method.
@@ -388,7 +392,7 @@ def summarize_protocol(name: str, entries: list[Entry], precision: str = "fp32")
     shared = (spec.reference.spec_hash if spec.reference is not spec else None) if spec is not None \
         else _stored_reference_hash(name, entries, current)
     sel = select_runs(entries, current, reference_set, joint_settings(spec) if spec is not None else None,
-                      result_of=lambda e: e.result, precision=precision, reference_hash=shared)
+                      result_of=lambda e: e.result, precision=precision, reference_hash=shared, numerics=numerics)
     for e, reason in sel.apart:
         e.reason = reason
     joints = dict(sel.joints)
@@ -409,7 +413,13 @@ def summarize_protocol(name: str, entries: list[Entry], precision: str = "fp32")
         rows=rows, reference_row=reference_row, joints=joints, best_new=best_new, best_new_from=best_from,
         best_new_methods=sel.best_new_methods,
         unranked=unranked, entries=entries, precision=precision,
+        numerics=numerics or _board_numerics(entries),
     )
+
+
+def _board_numerics(entries: list[Entry]) -> str:
+    """The machine arithmetic a board's runs share (the label of the first, when a caller gave none)."""
+    return result_numerics(entries[0].result) if entries else "unrecorded"
 
 
 def unscored(entry: Entry) -> Entry:
@@ -557,17 +567,19 @@ def _stored_reference_set(entries: Sequence[Entry]) -> list[str]:
 
 
 def summarize(entries: Iterable[Entry]) -> list[Board]:
-    """One board per protocol name and precision found in the results, sorted by name: runs made in
-    two precisions never share a row, a joint reference or an A_best. The entries given are left as they
-    are (each board scores copies: ``summarize_protocol``; each run as scored: ``scored_entries``)."""
-    groups: dict[tuple[str, str], list[Entry]] = defaultdict(list)
+    """One board per protocol name, precision and machine arithmetic found in the results, sorted by name:
+    runs made in two precisions, or on two machines whose code paths differ, never share a row, a joint
+    reference or an A_best. The entries given are left as they are (each board scores copies:
+    ``summarize_protocol``; each run as scored: ``scored_entries``)."""
+    groups: dict[tuple[str, str, str], list[Entry]] = defaultdict(list)
     for e in entries:
-        groups[(e.result.protocol.name, result_precision(e.result))].append(e)
-    for name, precision in list(groups):  # NAME@Kx is scored against NAME's joint references
+        groups[(e.result.protocol.name, result_precision(e.result), result_numerics(e.result))].append(e)
+    for name, precision, numerics in list(groups):  # NAME@Kx is scored against NAME's joint references
         base = name.partition("@")[0]
         if base != name:
-            groups[(name, precision)] += [e for e in groups.get((base, precision), []) if e.result.is_reference]
-    return [summarize_protocol(name, groups[(name, precision)], precision) for name, precision in sorted(groups)]
+            groups[(name, precision, numerics)] += [e for e in groups.get((base, precision, numerics), [])
+                                                    if e.result.is_reference]
+    return [summarize_protocol(key[0], groups[key], key[1], key[2]) for key in sorted(groups)]
 
 
 def boards_frame(boards: Sequence[Board]) -> pd.DataFrame:
@@ -671,7 +683,7 @@ def format_table(boards: Sequence[Board], fmt: TableFormat = "markdown",
     headers = (["method", "seeds", "settings"] + [header_text(c) for c in columns] +
                [f"Δ{order.symbol} vs {BASELINE} [95% CI]"])
     for board in boards:
-        title = f"{board.name} (protocol hash {board.current_hash}, {board.precision})"
+        title = f"{board.name} (protocol hash {board.current_hash}, {board.precision}, {board.numerics})"
         out.append(f"## {title}" if fmt == "markdown" else title)
         out.append("")
         body: list[list[str]] = []
@@ -767,7 +779,8 @@ def format_latex(boards: Sequence[Board], columns: Sequence[MetricInfo] = COLUMN
     for board in boards:
         spec = "l r " + " ".join("r" for _ in columns) + " r"
         paired_head = f"$\\Delta${latex_symbol(order).split(' ')[0]} vs {latex_escape(BASELINE)}"
-        out += [f"% {board.name} (protocol hash {board.current_hash}, {board.precision}); mean $\\pm$ std "
+        out += [f"% {board.name} (protocol hash {board.current_hash}, {board.precision}, {board.numerics}); "
+                f"mean $\\pm$ std "
                 f"[95 \\% Student-t CI] over seeds",
                 r"\begin{tabular}{" + spec + "}", r"\toprule",
                 " & ".join(["Method", "$n$"] + [latex_symbol(c) for c in columns] + [paired_head]) + r" \\",
@@ -822,13 +835,15 @@ def board_json(boards: Sequence[Board], columns: Sequence[MetricInfo] = COLUMNS)
     def row_json(row: MethodRow, reference: bool = False) -> dict[str, object]:
         return {"method": row.method, "seeds": row.seeds, "n": len(row.runs), "partial": row.partial,
                 "reference": reference, "color": row.color, "settings": row.effort, "notes": row.notes,
-                **{k: sorted({run_identity(e.result)[k] for e in row.runs}) for k in ("threads", "cpu_kernels")},
+                **{k: sorted({run_identity(e.result)[k] for e in row.runs})
+                   for k in ("threads", "cpu_kernels", "numerics")},
                 "metrics": {c.key: {**_stat_json(row.stats[c.key]), "mark": row.marks.get(c.key, ""),
                                     **reached(row, c.key)} for c in columns},
                 "vs_baseline": {c.key: _paired_json(row.paired.get(c.key)) for c in columns if c.key in row.paired}}
 
     data = {"baseline": BASELINE, "level": 0.95, "columns": [c.key for c in columns], "protocols": [
-        {"name": b.name, "protocol_hash": b.current_hash, "precision": b.precision, "most_seeds": b.most_seeds,
+        {"name": b.name, "protocol_hash": b.current_hash, "precision": b.precision, "numerics": b.numerics,
+         "most_seeds": b.most_seeds,
          "rows": [row_json(r) for r in b.rows] + ([row_json(b.reference_row, True)] if b.reference_row else []),
          "unranked": [{"method": e.method, "seed": e.result.seed, "run_id": e.run_id, "reason": e.reason}
                       for e in b.unranked]} for b in boards]}

@@ -464,6 +464,9 @@ def _render(loaded: Loaded, boards: list[Board], reported: dict, out: Path, mlfl
     run_href = {id(e): f"runs/{e.slug}.html" for b in boards for e in b.entries}
 
     views = [_board_view(board, board_slug[id(board)], out, run_href, reported) for board in boards]
+    several = len({b.numerics for b in boards}) > 1  # a board's machine arithmetic named where two differ
+    for view in views:
+        view["numerics_shown"] = several
     families = []
     for family in budget_families(boards):
         path = f"plots/budget-{family.slug}.svg"

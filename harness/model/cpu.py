@@ -15,6 +15,7 @@ from torch.overrides import TorchFunctionMode
 
 from ..results.comparability import CPU_THREADS, kernel_label
 from .kernels import current, use_kernels
+from .machine import numerics_label
 
 LIBC: ctypes.CDLL | None
 try:
@@ -93,11 +94,12 @@ def pin_threads(device: torch.device) -> int:
 
 
 def cache_tag(device: torch.device, kernels: str = "fast") -> str:
-    """What a cache made on ``device`` adds to its key: on the CPU, the thread count and the kernel set it
-    was computed with (trunk features and trained models alike differ in the last bits otherwise)."""
+    """What a cache made on ``device`` adds to its key: the machine arithmetic and, on the CPU, the thread
+    count and the kernel set it was computed with (trunk features and trained models alike differ in the
+    last bits otherwise)."""
     if device.type != "cpu":
-        return ""
-    return f"cpu-threads{CPU_THREADS}-{kernel_label(kernels)}"
+        return numerics_label(device)
+    return f"cpu-threads{CPU_THREADS}-{kernel_label(kernels)}-{numerics_label(device)}"
 
 
 def cpu_kernels(device: torch.device, kernels: str = "fast") -> str | None:

@@ -53,7 +53,7 @@ from typing import Any, Generic, TypeVar
 
 from ..errors import BenchError
 from .metrics import Metrics, best_new_accuracy
-from .schema import JOINT, RunResult, iter_results, result_precision, warn_skipped
+from .schema import JOINT, RunResult, iter_results, result_numerics, result_precision, warn_skipped
 
 # ------------------------------------------------------------------ on the CPU: threads and kernels
 
@@ -253,14 +253,16 @@ def select_runs(items: Iterable[T], protocol_hash: str, best_new_methods: Iterab
                 joint_config: dict[str, Any] | None = None,
                 result_of: Callable[[T], RunResult | BenchError] = lambda item: item,  # type: ignore[assignment,return-value]
                 weights: str | None = None, precision: str | None = None,
-                reference_hash: str | None = None, kernels: str = "fast") -> Selection[T]:
+                reference_hash: str | None = None, kernels: str = "fast",
+                numerics: str | None = None) -> Selection[T]:
     """Sort stored runs of one protocol into what counts and what is set apart (see ``Selection``).
     ``joint_config``: the settings the protocol's joint reference trains with, when known; ``weights``: the
     content digest of the backbone weights in use, when known (a weights file replaced at the same path
     leaves the spec hash as it was, so runs made with the old content are set apart by this); ``precision``:
     the run's precision, when known (runs made in another precision are neither references nor rows);
     ``reference_hash``: the hash joint references carry, when the protocol shares another's (NAME@Kx);
-    ``kernels``: the CPU kernel set (``fast`` or ``stock``) whose runs count."""
+    ``kernels``: the CPU kernel set (``fast`` or ``stock``) whose runs count; ``numerics``: the label of the
+    machine arithmetic whose runs count (``harness.numerics``), when known."""
     sel: Selection[T] = Selection(protocol_hash, tuple(best_new_methods), result_of=result_of)  # type: ignore[arg-type]
     live: list[tuple[T, RunResult]] = []
     for item in items:
@@ -273,6 +275,9 @@ def select_runs(items: Iterable[T], protocol_hash: str, best_new_methods: Iterab
             sel.apart.append((item, problem))
         elif (problem := cpu_problem(r.options, r.versions, kernels)) is not None:
             sel.apart.append((item, problem))
+        elif numerics is not None and (made := result_numerics(r)) != numerics:
+            sel.apart.append((item, f"made with other machine arithmetic ({made}; this selection: {numerics}): "
+                                    "other CPU or GPU code paths differ in the last bits, and training amplifies them"))
         elif weights is not None and r.options.get("weights") not in (None, "", weights):
             sel.apart.append((item, f"made with other backbone weights ({r.options['weights']}, now {weights})"))
         elif precision is not None and result_precision(r) != precision:
@@ -304,12 +309,14 @@ def stored_selection(root: Path, protocol_name: str, protocol_hash: str, best_ne
                      joint_config: dict[str, Any] | None = None,
                      weights: str | None = None,
                      precision: str | None = None,
-                     kernels: str = "fast") -> Selection[tuple[Path, RunResult | BenchError]]:
+                     kernels: str = "fast",
+                     numerics: str | None = None) -> Selection[tuple[Path, RunResult | BenchError]]:
     """``select_runs`` over the result files of one protocol in a results folder. A file that is no result
     (corrupt, cut short) is said once on stderr, as junk is: a run or sweep that would otherwise find its
     result missing trains it again without telling why."""
     sel = select_runs(iter_results(root, protocol_name), protocol_hash, best_new_methods, joint_config,
-                      result_of=lambda pr: pr[1], weights=weights, precision=precision, kernels=kernels)
+                      result_of=lambda pr: pr[1], weights=weights, precision=precision, kernels=kernels,
+                      numerics=numerics)
     for (path, read), why in sel.apart:
         if isinstance(read, BenchError):
             warn_skipped(path, why)

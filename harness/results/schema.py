@@ -350,20 +350,29 @@ def run_identity(r: RunResult) -> dict[str, str | int]:
     """What, beyond protocol, method and seed, changes a run's numbers and so names its board and row: the
     precision, how its settings were chosen (``effort``: defaults, a tuning ruleset, set by hand) and, on
     the CPU, the intra-op thread count and kernel set (0 and "" where they do not apply: a CUDA run;
-    0 and "unrecorded" for a CPU run made before bench recorded them). Every machine-readable output and
-    the run's own summary carry these, so no grouping of stored runs mixes what the leaderboard keeps apart."""
+    0 and "unrecorded" for a CPU run made before bench recorded them), and the machine arithmetic
+    (``result_numerics``). Every machine-readable output and the run's own summary carry these, so no
+    grouping of stored runs mixes what the leaderboard keeps apart."""
     cpu = str(r.options.get("device", "cpu")).startswith("cpu")
     return {"precision": result_precision(r), "settings": r.effort,
             "threads": int(r.options.get("torch_threads") or 0) if cpu else 0,
-            "cpu_kernels": str(r.options.get("cpu_kernels") or "unrecorded") if cpu else ""}
+            "cpu_kernels": str(r.options.get("cpu_kernels") or "unrecorded") if cpu else "",
+            "numerics": result_numerics(r)}
 
 
 def identity_text(r: RunResult) -> str:
     """``fp32, defaults, 1 thread, kernels gemm1x1+...``: ``run_identity`` as the run's summary line shows it."""
     i = run_identity(r)
     parts = [str(i["precision"]), str(i["settings"])]
+def result_numerics(r: RunResult) -> str:
+    """The label of the machine arithmetic a run computed with (``harness.numerics``); ``unrecorded`` for a
+    run made before bench recorded it (its CPU and code paths are unknown, so it matches no run made now)."""
+    return str(r.options.get("numerics") or "unrecorded")
+
+
     if i["threads"]:
         parts.append(f"{i['threads']} thread{'s' if i['threads'] != 1 else ''}")
     if i["cpu_kernels"]:
         parts.append(f"kernels {i['cpu_kernels']}")
     return ", ".join(parts)
+    parts.append(f"arithmetic {i['numerics']}")

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..model.device import check_precision, resolve_device
+from ..model.machine import numerics_label
 from ..results.comparability import kernel_label
 from ..spec.protocol import Protocol
 from .checkpoint import run_key
@@ -55,7 +56,13 @@ class RunOptions:
         # cpu_channels_last stays in the key (always off since the switch was removed) so that CUDA
         # checkpoints made before stay resumable
         return run_key(device=self.device, precision=self.precision or "default",
-                       cpu_channels_last=False, trunk_cache=self.trunk_cache, **off)[:8]
+                       cpu_channels_last=False, trunk_cache=self.trunk_cache, numerics=self.numerics, **off)[:8]
+
+    @property
+    def numerics(self) -> str:
+        """The label of the machine arithmetic these options compute with (``harness.numerics``): a checkpoint
+        resumes, a cache is reused and a stored run counts only under the same label."""
+        return numerics_label(resolve_device(self.device))
 
 
 def run_precision(protocol: Protocol, options: RunOptions) -> str:

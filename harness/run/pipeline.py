@@ -26,6 +26,7 @@ from ...methods.configs import joint_settings
 from ...methods.registry import MethodSpec, build_method, code_hash, method_settings
 from ..errors import BenchError
 from ..model.cpu import cpu_kernels
+from ..model.machine import machine_record, numerics_label
 from ..results import metrics as M
 from ..results.comparability import Selection, stored_selection
 from ..results.efficiency import efficiency_vs_joint
@@ -93,6 +94,8 @@ def _common(protocol: Protocol, bench: Workbench, seed: int, options: RunOptions
                  "torch_threads": torch.get_num_threads(),
                  "cpu_kernels": cpu_kernels(bench.device, options.cpu_kernels),
                  "data_path": bench.data_path.as_dict() if bench.data_path is not None else None,
+                 # the code paths the CPU's (or GPU's) math libraries took, and the machine that took them
+                 "numerics": numerics_label(bench.device), "machine": machine_record(bench.device),
                  # a protocol file of one's own: where it is, so messages can name a command that runs it
                  **({"protocol_file": protocol.source_file} if protocol.source_file else {})},
     )
@@ -104,7 +107,7 @@ def selection(protocol: Protocol, options: RunOptions, weights: str | None = Non
     precision than ``options``' (``run_precision``) never do."""
     return stored_selection(options.results_dir, protocol.name, protocol.spec_hash, protocol.best_new_reference,
                             joint_settings(protocol), weights, run_precision(protocol, options),
-                            kernels=options.cpu_kernels)
+                            kernels=options.cpu_kernels, numerics=options.numerics)
 
 
 def _claim(options: RunOptions, name: str, what: str, **identity: Any):
