@@ -346,6 +346,12 @@ def result_precision(r: RunResult) -> str:
     return "bf16" if str(r.options.get("device", "cpu")).startswith("cuda") else "fp32"
 
 
+def result_numerics(r: RunResult) -> str:
+    """The label of the machine arithmetic a run computed with (``harness.numerics``); ``unrecorded`` for a
+    run made before bench recorded it (its CPU and code paths are unknown, so it matches no run made now)."""
+    return str(r.options.get("numerics") or "unrecorded")
+
+
 def run_identity(r: RunResult) -> dict[str, str | int]:
     """What, beyond protocol, method and seed, changes a run's numbers and so names its board and row: the
     precision, how its settings were chosen (``effort``: defaults, a tuning ruleset, set by hand) and, on
@@ -364,15 +370,9 @@ def identity_text(r: RunResult) -> str:
     """``fp32, defaults, 1 thread, kernels gemm1x1+...``: ``run_identity`` as the run's summary line shows it."""
     i = run_identity(r)
     parts = [str(i["precision"]), str(i["settings"])]
-def result_numerics(r: RunResult) -> str:
-    """The label of the machine arithmetic a run computed with (``harness.numerics``); ``unrecorded`` for a
-    run made before bench recorded it (its CPU and code paths are unknown, so it matches no run made now)."""
-    return str(r.options.get("numerics") or "unrecorded")
-
-
     if i["threads"]:
         parts.append(f"{i['threads']} thread{'s' if i['threads'] != 1 else ''}")
     if i["cpu_kernels"]:
         parts.append(f"kernels {i['cpu_kernels']}")
-    return ", ".join(parts)
     parts.append(f"arithmetic {i['numerics']}")
+    return ", ".join(parts)
