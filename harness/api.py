@@ -728,10 +728,12 @@ def load_results(results_dir: str | Path) -> pd.DataFrame:
     in %). A run that cannot be scored keeps its row with NaN metrics and the ``reason``; a corrupt file
     is skipped with a warning naming it. An empty folder gives an empty frame with the same columns."""
     from ..leaderboard.aggregate import entry_frame, scored_entries, summarize
-    from ..leaderboard.sources import load_folder
+    from ..leaderboard.sources import load_folder, set_trials_apart
 
     _check(results_dir=(results_dir, FOLDER))
-    loaded = load_folder(Path(results_dir), warn=lambda message: warnings.warn(message, stacklevel=3))
+    warn = lambda message: warnings.warn(message, stacklevel=3)  # noqa: E731 - one line, used twice
+    loaded = load_folder(Path(results_dir), warn=warn)
+    set_trials_apart(loaded, Path(results_dir), warn)  # tuning trials are never scored as a board
     scored = scored_entries(summarize(loaded.entries))
     if not scored:
         return pd.DataFrame(columns=results_columns())
@@ -753,14 +755,16 @@ def table(results_dir: str | Path, protocols: Iterable[str] = (), fmt: TableForm
     or, with a leading ``-``, to remove."""
     from ..leaderboard.aggregate import boards_frame, format_table, summarize, table_columns
     from ..leaderboard.cli import chosen_boards
-    from ..leaderboard.sources import load_folder
+    from ..leaderboard.sources import load_folder, set_trials_apart
 
     _check(results_dir=(results_dir, FOLDER))
     protocols, columns = _names(protocols, "protocols", "['tiny_cil']"), _names(columns, "columns", "['bwt', '-wall']")
     if fmt not in TABLE_FORMATS:  # the Literal binds the type checker only, not a notebook's caller
         raise BenchError(f"table fmt {fmt!r} is not a table format: choose one of {', '.join(TABLE_FORMATS)}.")
     chosen = table_columns(columns)  # checked for every format, csv too (its frame holds every column)
-    loaded = load_folder(Path(results_dir), warn=lambda message: warnings.warn(message, stacklevel=3))
+    warn = lambda message: warnings.warn(message, stacklevel=3)  # noqa: E731 - one line, used twice
+    loaded = load_folder(Path(results_dir), warn=warn)
+    set_trials_apart(loaded, Path(results_dir), warn)
     boards = chosen_boards(summarize(loaded.entries), protocols, loaded.origin)
     if fmt == "csv":
         return boards_frame(boards).to_csv(index=False) if boards else ""

@@ -1,7 +1,8 @@
 """Where the leaderboard reads RunResult JSON from: a results folder, or an MLflow tracking store.
 
 A file that is corrupt or not a bench result is skipped with a warning that names it; nothing here
-raises for one bad file. A missing folder or an unusable tracking store is a ``BenchError``.
+raises for one bad file. Tuning trials (scored on the validation split) and tuned entries are read as
+what they are, never as runs to rank. A missing folder or an unusable tracking store is a ``BenchError``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..harness.errors import BenchError, without_foreign_page
-from ..harness.results.schema import RunResult, iter_results, load_result, scan_results
+from ..harness.results.schema import RunResult, iter_results, load_result, scan_results, scored_on
+from ..harness.results.tuned import entry_problem, is_entry_path
 from .aggregate import Entry, MlflowLink
 
 Warn = Callable[[str], None]
@@ -28,6 +30,7 @@ class Loaded:
     entries: list[Entry] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
     tracking_uri: str | None = None
+    trials: list[str] = field(default_factory=list)  # tuning trials read (scored on validation), never entries
     _by_id: dict[str, Entry] = field(default_factory=dict, repr=False)
 
     def add(self, entry: Entry, warn: Warn) -> None:
@@ -90,11 +93,32 @@ def load_folder(root: Path, warn: Warn = _ignore) -> Loaded:
     if links:
         loaded.tracking_uri = next(iter(links.values())).tracking_uri
     for path, item in found:
-        if isinstance(item, RunResult):
+        if isinstance(item, RunResult) and scored_on(item, path) == "validation":
+            loaded.trials.append(str(path))  # never an entry: ``set_trials_apart`` says what they are
+        elif isinstance(item, RunResult):
             loaded.add(Entry(result=item, source=str(path), mlflow=links.get(item.run_id)), warn)
+        elif is_entry_path(path):  # the folder's tuned settings (bench tune), which are no run result
+            if (why := entry_problem(path)) is not None:
+                loaded.skip(str(path), why, warn)
         else:
             loaded.skip(str(path), _reason(item, path), warn)
     return loaded
+
+
+def set_trials_apart(loaded: Loaded, root: Path, warn: Warn = _ignore) -> None:
+    """Tuning trials are scored on the validation split to pick settings: ranked as a board they would read as
+    test results. A folder of nothing else (what bench tune leaves in a fresh results folder, or its trials
+    folder itself) is refused, naming it; beside test runs they are left out, said once."""
+    if not loaded.trials:
+        return
+    if not loaded.entries:
+        raise BenchError(f"{root} holds only tuning trials ({len(loaded.trials)} run(s) that bench tune scored on "
+                         f"the validation split to pick settings, e.g. {loaded.trials[0]}), and the leaderboard never "
+                         f"ranks those as a board. Give the results folder whose runs/ bench run or bench sweep wrote "
+                         f"(the tuned settings run on the test split with `bench run --tuned`).")
+    folders = sorted({str(Path(t).parent.parent.parent) for t in loaded.trials})
+    warn(f"left out {len(loaded.trials)} tuning trial(s) under {', '.join(folders)}: bench tune scored them on the "
+         f"validation split, and they are never ranked")
 
 
 def _reason(err: BaseException, path: Path) -> str:
@@ -209,4 +233,7 @@ def load(results: Path | None = None, tracking_uri: str | None = None, warn: War
         return load_mlflow(tracking_uri, warn)
     from ..harness.paths import results_dir
 
-    return load_folder(results_dir(results), warn)
+    root = results_dir(results)
+    loaded = load_folder(root, warn)
+    set_trials_apart(loaded, results or root, warn)
+    return loaded

@@ -114,6 +114,7 @@ def test_a_tuning_run_never_reads_the_test_split(tunable, tmp_path, sealed_test_
     result, _ = execute(spec.tuning_view(), "vanilla", 0, options)
     assert result.status == "complete" and result.metrics is not None
     assert result.protocol.hash == spec.tuning_view().spec_hash
+    assert result.protocol.scored_on == "validation"  # a trial says so itself: never ranked as a test board
 
 
 def test_a_validation_split_larger_than_a_class_is_refused_naming_the_field(tmp_path, bench_cache):

@@ -37,6 +37,10 @@ class ProtocolStamp(Strict):
     name: str
     version: int
     hash: str
+    scored_on: Literal["test", "validation"] = Field(
+        "test", description="the split the run was scored on: validation for a tuning trial (bench tune), which "
+                            "picks settings and is never ranked; a result written before runs recorded it lacks it "
+                            "(``scored_on`` reads such a trial by where it lies)")
 
 
 class MethodStamp(Strict):
@@ -333,6 +337,18 @@ def iter_results(root: Path, protocol: str | None = None,
 
 
 # ------------------------------------------------------------------ what a run is (which runs count: comparability.py)
+
+TRIALS_FOLDER = "tuning"  # <results>/tuning: where bench tune stores its trials, apart from the results' runs/
+
+
+def scored_on(r: RunResult, path: Path | None = None) -> str:
+    """The split a run was scored on: "validation" for a tuning trial, else "test". Its stamp says so; a
+    result written before runs were stamped is a trial when its file lies in a trials folder's ``runs/``
+    (``<results>/tuning/runs/...``, where bench tune stored every trial and its references)."""
+    if "scored_on" in r.protocol.model_fields_set or path is None:
+        return r.protocol.scored_on
+    return "validation" if any(p.name == "runs" and p.parent.name == TRIALS_FOLDER for p in path.parents) else "test"
+
 
 JOINT = "joint"  # the method string of the harness's own upper-bound reference
 

@@ -61,8 +61,27 @@ class TunedEntry(BaseModel):
         return f"tuned ({self.trials} trials, {self.objective})"
 
 
+TUNED_FOLDER = "tuned"  # <results>/tuned/PROTOCOL/METHOD.json
+
+
 def entry_path(results_dir: Path, protocol: str, method: str) -> Path:
-    return results_dir / "tuned" / protocol / f"{method.replace('+', '__')}.json"
+    return results_dir / TUNED_FOLDER / protocol / f"{method.replace('+', '__')}.json"
+
+
+def is_entry_path(path: Path) -> bool:
+    """Whether ``path`` lies where tuned entries are written (``<results>/tuned/PROTOCOL/METHOD.json``)."""
+    return path.parent.parent.name == TUNED_FOLDER and path.suffix == ".json"
+
+
+def entry_problem(path: Path) -> str | None:
+    """Why the file at ``path`` is not a valid tuned entry (None when it is one): what a reader of a whole
+    results folder says of a file in ``tuned/``, which is no run result."""
+    try:
+        _read(path)
+    except BenchError as err:
+        why = str(err).removeprefix(f"Tuned entry {path} ").rstrip(".")
+        return why.removeprefix("is ") if why.startswith("is not a valid") else f"a tuned entry that {why}"
+    return None
 
 
 def save_entry(results_dir: Path, entry: TunedEntry) -> tuple[Path, Path | None]:

@@ -85,7 +85,8 @@ def _common(protocol: Protocol, bench: Workbench, seed: int, options: RunOptions
             run_id: str | None = None) -> dict[str, Any]:
     return dict(
         run_id=run_id or new_run_id(), status="complete", seed=seed,
-        protocol=ProtocolStamp(name=protocol.name, version=protocol.version, hash=protocol.spec_hash),
+        protocol=ProtocolStamp(name=protocol.name, version=protocol.version, hash=protocol.spec_hash,
+                               scored_on=protocol.scored_on),
         versions=library_versions(), git_commit=git_commit(), started_at=started,
         # torch's CPU thread count and kernels change float reductions: two runs are bit-identical only with
         # the same count and kernel set

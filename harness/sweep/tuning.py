@@ -21,7 +21,7 @@ from typing import Any
 
 from ...methods.registry import method_settings, parse_method, resolve_settings
 from ..errors import BenchError
-from ..results.schema import load_result
+from ..results.schema import TRIALS_FOLDER, load_result
 from ..results.tuned import TunedEntry, has_entry, save_entry
 from ..spec.protocol import MAX_TRIALS, OBJECTIVES, Protocol, TuningRules
 from .study_checks import check_dim, check_storage, check_values, same_space, space_key, typed_range
@@ -35,7 +35,7 @@ WARMUP_POINTS = 4
 
 def tuning_root(results_dir: Path) -> Path:
     """The trials' results folder: apart from ``<results>/runs``, so no trial is ever ranked."""
-    return results_dir / "tuning"
+    return results_dir / TRIALS_FOLDER
 
 
 def default_storage(results_dir: Path) -> str:
