@@ -769,3 +769,18 @@ def table(results_dir: str | Path, protocols: Iterable[str] = (), fmt: TableForm
     if fmt == "csv":
         return boards_frame(boards).to_csv(index=False) if boards else ""
     return format_table(boards, fmt, chosen) if boards else f"No results in {loaded.origin}.\n"
+
+def reproduce(result: str | Path, scratch: str | Path | None = None, *, reuse_caches: bool = False,
+              progress: bool = True) -> Any:
+    """Make the stored run ``result`` (its JSON) again from what it records, as ``bench reproduce`` does, and
+    return the report (``harness.tools.reproduce.Report``: ``identical``, ``identity``, ``point``, ``metrics``,
+    ``lines()``). The scratch folder is a new temporary one unless given; caches are made afresh there unless
+    ``reuse_caches``. Bad input (no such file, a spec or method code not installed here) raises ``BenchError``."""
+    from .model.cpu import cpu_settings_restored
+    from .tools.reproduce import reproduce as make_again
+
+    _check(result=(result, FOLDER_OR_NONE), scratch=(scratch, FOLDER_OR_NONE))
+    _flags(reuse_caches=reuse_caches, progress=progress)
+    with cpu_settings_restored():
+        return make_again(Path(result), None if scratch is None else Path(scratch), reuse_caches=reuse_caches,
+                          progress=progress, echo=print if progress else _quiet)

@@ -514,6 +514,27 @@ def sync(results_dir: Path | None, tracking_uri: str | None) -> None:
                + (f", {len(report.skipped)} skipped (named above)." if report.skipped else "."))
 
 
+@main.command()
+@click.argument("result", type=click.Path(path_type=Path))
+@click.option("--scratch", type=click.Path(path_type=Path), default=None,
+              help="folder to make the run again in [default: a new temporary folder]")
+@click.option("--reuse-caches", is_flag=True,
+              help="reuse the cached deployed model and trunk features instead of making them again")
+def reproduce(result: Path, scratch: Path | None, reuse_caches: bool) -> None:
+    """Make the stored run RESULT (its JSON) again from what it records (protocol spec by hash, method and
+    its code hash, settings, seed, precision, kernels, machine arithmetic) and compare every recorded value:
+    "identical", or the first eval point and measure that differ and the identity fields that differ
+    (another CPU's arithmetic, another torch). Exit 0 when identical, 1 when not, 2 when it cannot be made
+    here (the spec or method code at the recorded hash is not installed)."""
+    from .tools.reproduce import reproduce as make_again
+
+    report = make_again(result, scratch, reuse_caches=reuse_caches, echo=lambda m: click.echo(m, err=True))
+    for line in report.lines():
+        click.echo(line)
+    if not report.identical:
+        sys.exit(1)
+
+
 @main.group()
 def show() -> None:
     """Show a protocol's full spec."""
