@@ -8,13 +8,12 @@ import subprocess
 import sys
 
 import pytest
+from results_factory import joint_run, two_session_run
 
 from bench_stability_gap.harness import numerics
 from bench_stability_gap.harness.errors import BenchError
 from bench_stability_gap.harness.results.comparability import select_runs
 from bench_stability_gap.leaderboard.aggregate import Entry, summarize
-
-from results_factory import joint_run, two_session_run
 
 
 def test_pin_sets_are_named_and_others_are_not():

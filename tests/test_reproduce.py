@@ -9,7 +9,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from support import invoke, refused, small_protocol
 
 pytestmark = pytest.mark.slow
