@@ -19,10 +19,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 
 import pandas as pd
 
@@ -684,10 +684,12 @@ def sweep(sweep: str, seeds: list[int] | None = None, *, results_dir: str | Path
     return frame[keep].reset_index(drop=True)
 
 
-def sweep_table(spec: Any, runs: Iterable[Any], results_dir: Path) -> str:
+def sweep_table(spec: Any, runs: Iterable[Any], results_dir: Path, fmt: str = "markdown",
+                columns: Sequence[str] = ()) -> str:
     """The leaderboard's mean ± std table restricted to this sweep's protocols, rows and seeds (with their
-    joint references)."""
-    from ..leaderboard.aggregate import format_table, summarize
+    joint references), in ``fmt`` (``brief``: the gaps and the paired difference in 120 columns; else a
+    format of ``bench leaderboard table``, with ``columns`` as its --columns keys)."""
+    from ..leaderboard.aggregate import format_table, summarize, table_columns
     from ..leaderboard.sources import load_folder
 
     runs = list(runs)
@@ -701,9 +703,14 @@ def sweep_table(spec: Any, runs: Iterable[Any], results_dir: Path) -> str:
                if (e.result.protocol.name, e.result.label, e.result.seed) in wanted
                or (e.result.seed in seeds and (e.result.protocol.name, "joint" if e.is_reference else e.result.label)
                    in references | joints)]
-    header = f"## Sweep {spec.name}: seeds {', '.join(map(str, sorted(seeds)))}\n\n"
+    header = f"Sweep {spec.name}: seeds {', '.join(map(str, sorted(seeds)))}\n\n"
+    if fmt == "markdown":
+        header = "## " + header
     boards = [b for b in summarize(entries) if b.name in names]  # not NAME's own board
-    return header + (spec.description.strip() + "\n\n" if spec.description else "") + format_table(boards)
+    table = format_table(boards, cast(Any, fmt), table_columns(columns))
+    if fmt in ("latex", "json"):  # machine-read: the table alone
+        return table
+    return header + (spec.description.strip() + "\n\n" if spec.description and fmt != "brief" else "") + table
 
 
 # ---------------------------------------------------------------------------------- the results

@@ -266,6 +266,11 @@ def run(protocol: str, method: str, seed: int, overrides: tuple[str, ...], tuned
 @click.option("--table", "table_path", type=click.Path(path_type=Path), default=None,
               help="also write the final Markdown table to this file (never a folder, the sweep file, or a file in a "
                    "results folder or leaderboard site; checked before any run)")
+@click.option("--format", "fmt", type=click.Choice(["brief", "markdown", "text", "latex", "json"]), default="brief",
+              show_default=True, help="the closing table: brief (the gaps and the paired difference with vanilla in "
+                                      "120 columns) or a format of bench leaderboard table")
+@click.option("--columns", "extra", default=None, metavar="KEYS",
+              help="markdown/text/latex/json: columns to add or remove, as bench leaderboard table --columns")
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
               help="local: one run after another in this process; ray: each run a Ray task (pip install '.[ray]')")
 @click.option("--address", default=None, metavar="HOST:PORT",
@@ -277,8 +282,8 @@ def run(protocol: str, method: str, seed: int, overrides: tuple[str, ...], tuned
               help="ray: GPUs each task reserves, fractions share one [default: 0]")
 @click.option("--max-retries", type=int, default=None, help="ray: retries of a task whose worker died [default: 3]")
 @_run_options
-def sweep(sweep: str | None, schema: bool, seeds: str | None, dry_run: bool, table_path: Path | None,
-          executor: str, address: str | None,
+def sweep(sweep: str | None, schema: bool, seeds: str | None, dry_run: bool, table_path: Path | None, fmt: str,
+          extra: str | None, executor: str, address: str | None,
           cpus_per_run: float | None, gpus_per_run: float | None, max_retries: int | None, results_dir: Path | None,
           device: str, trunk_cache: bool, progress: bool, allow_download: bool, tracking_uri: str | None,
           no_mlflow: bool) -> None:
@@ -299,6 +304,7 @@ def sweep(sweep: str | None, schema: bool, seeds: str | None, dry_run: bool, tab
         raise BenchError("bench sweep needs SWEEP: a built-in sweep's name or a sweep YAML file "
                          "(bench sweep --schema prints what the file may hold).")
     ray_plan = _ray_plan(executor, address, cpus_per_run, gpus_per_run, max_retries, device, "sweep")
+    columns = _sweep_columns(fmt, extra)
     spec = load_sweep(sweep)
     if table_path is not None:
         table_path = check_output_file(table_path, "--table", resolve_results(results_dir),
@@ -317,15 +323,30 @@ def sweep(sweep: str | None, schema: bool, seeds: str | None, dry_run: bool, tab
     if dry_run:
         return
     _report_ray_tasks(outcome)
-    text = sweep_table(spec, outcome.runs, options.results_dir)
-    click.echo("\n" + text, nl=False)
+    click.echo("\n" + sweep_table(spec, outcome.runs, options.results_dir, fmt, columns), nl=False)
     if table_path is not None:
         from .atomic import atomic_write_text
 
-        atomic_write_text(table_path, text)
+        atomic_write_text(table_path, sweep_table(spec, outcome.runs, options.results_dir, "markdown", columns))
         click.echo(f"Table written to {table_path}")
     if (hung := outcome.hung_error()) is not None:  # after the table of what finished
         raise hung
+
+
+def _sweep_columns(fmt: str, extra: str | None) -> list[str]:
+    """--columns' keys, checked before any run (the brief table has its columns fixed)."""
+    if extra is None:
+        return []
+    from ..leaderboard.aggregate import table_columns
+
+    keys = [k.strip() for k in extra.split(",") if k.strip()]
+    if not keys:
+        raise BenchError(f"--columns {extra!r} names no column: give comma-separated keys, e.g. bwt,fwt or -wall.")
+    if fmt == "brief":
+        raise BenchError("--columns chooses the columns of --format markdown, text, latex or json; the brief table "
+                         "always shows the gaps and the paired difference with vanilla.")
+    table_columns(keys)
+    return keys
 
 
 @main.command()

@@ -590,7 +590,7 @@ def boards_frame(boards: Sequence[Board]) -> pd.DataFrame:
 
 # ------------------------------------------------------------------------------------ text table
 
-TableFormat = Literal["markdown", "text", "latex", "json"]
+TableFormat = Literal["brief", "markdown", "text", "latex", "json"]
 REACHED_NOTE = ("T_old, T_new: time to result (99 % of A_joint old; 99 % of A_best new), mean over the sessions "
                 "that reached it (r/t: sessions reached of all the row's sessions); never ranked")
 PAIRED_NOTE = ("Δ vs vanilla: mean paired difference on shared seeds [95 % paired-t CI], p of the paired t test "
@@ -674,6 +674,8 @@ def format_table(boards: Sequence[Board], fmt: TableFormat = "markdown",
     """The aggregated numbers as Markdown (best **bold**, 2nd _italic_), plain text, LaTeX (booktabs, best
     bold, 2nd underlined) or JSON; mean ± std [95 % CI] over seeds and the paired difference with vanilla
     on the ranking column."""
+    if fmt == "brief":
+        return format_brief(boards)
     if fmt == "json":
         return board_json(boards, columns)
     if fmt == "latex":
@@ -702,7 +704,7 @@ def format_table(boards: Sequence[Board], fmt: TableFormat = "markdown",
             body.append(cells)
         if board.reference_row:
             ref = board.reference_row
-            body.append(["joint (upper bound)", str(len(ref.runs)), "protocol's joint"]
+            body.append([JOINT_ROW, str(len(ref.runs)), "protocol's joint"]
                         + [cell_text(ref.stats[c.key], c, len(ref.runs)) for c in columns] + [""])
         if not board.rows:
             out.append("(no ranked runs)")
@@ -729,6 +731,52 @@ def format_table(boards: Sequence[Board], fmt: TableFormat = "markdown",
             out.append("")
             out.append(REACHED_NOTE + ".")
     return "\n".join(out).rstrip() + "\n"
+
+
+JOINT_ROW = "joint (upper bound)"
+BRIEF_KEYS = ("S_delta", "P_delta", "CK_delta")  # the gaps: what a sweep is run to see
+BRIEF_WIDTH = 120  # a terminal's width the brief table keeps to
+
+
+def format_brief(boards: Sequence[Board], width: int = BRIEF_WIDTH) -> str:
+    """The table at a glance, for a terminal: per protocol, each row's seeds, the gaps as mean ± std and the
+    paired difference with vanilla on CK_Δ with its interval and p, in at most ``width`` columns (a long
+    method string is cut to fit, ending in "…"); every other column, the intervals of the means and the
+    notes are in the other formats."""
+    order = COLUMN_BY_KEY[DEFAULT_ORDER]
+    columns = [COLUMN_BY_KEY[k] for k in BRIEF_KEYS]
+    headers = ["method", "n"] + [header_text(c) for c in columns] + [f"Δ{order.symbol} vs {BASELINE}"]
+    out: list[str] = []
+    for board in boards:
+        out += [f"{board.name} ({board.precision}, {board.numerics}; hash {board.current_hash})", ""]
+        body = [[row.method, seeds_text(row, board.most_seeds)]
+                + [cell_text(row.stats[c.key], c, len(row.runs), ci=False) for c in columns]
+                + ["(baseline)" if row.method == BASELINE else _brief_paired(row.paired.get(order.key), order)]
+                for row in board.rows]
+        if board.reference_row:
+            ref = board.reference_row
+            body.append([JOINT_ROW, str(len(ref.runs))]
+                        + [cell_text(ref.stats[c.key], c, len(ref.runs), ci=False) for c in columns] + [""])
+        if not body:
+            out += ["(no ranked runs)", ""]
+            continue
+        rest = sum(max(len(r[i]) for r in [headers, *body]) + 2 for i in range(1, len(headers)))
+        room = max(12, width - rest)
+        body = [[r[0] if len(r[0]) <= room else r[0][:room - 1] + "…", *r[1:]] for r in body]
+        out += render_rows(headers, body, "text") + [""]
+        if board.unranked:
+            out += [f"{len(board.unranked)} run(s) not ranked (bench leaderboard table says why)", ""]
+    if any(b.rows for b in boards):
+        out += ["mean ± std over seeds; Δ: paired difference on shared seeds [95 % CI], Holm-adjusted p "
+                "(n.s.: ≥ 0.05).", "Every column, interval and note: --format markdown (--columns all)."]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _brief_paired(paired: Paired | None, column: MetricInfo) -> str:
+    """The paired difference, its interval and p, without the power note (the other formats give it)."""
+    if paired is None:
+        return "–"
+    return paired_text(replace(paired, needed=None), column, len(paired.seeds))
 
 
 _LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",

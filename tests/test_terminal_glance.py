@@ -1,0 +1,47 @@
+"""What the terminal shows at a glance: a sweep's closing table fits 120 columns (the gap columns and the
+paired difference with vanilla; the rest behind --format and --columns)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+from results_factory import joint_run, spread_run
+
+from bench_stability_gap.harness.api import sweep_table
+from bench_stability_gap.harness.results.schema import save_result
+
+METHODS = ("vanilla", "vanilla+sgm", "derpp+soft+init+oocf", "lwf")
+
+
+def _sweep(tmp_path: Path) -> tuple[SimpleNamespace, list[SimpleNamespace]]:
+    """4 methods x 3 seeds whose numbers spread as real runs do (every cell has a spread, the paired
+    column a p), one method string as long as real compositions get."""
+    planned = []
+    protocol = SimpleNamespace(name="hand", best_new_reference=["vanilla"])
+    protocol.reference = protocol
+    for seed in (0, 1, 2):
+        save_result(tmp_path, joint_run(f"j{seed}", seed))
+        for i, method in enumerate(METHODS):
+            save_result(tmp_path, spread_run(f"{method.replace('+', '_')}-{seed}", method, seed, skill=0.02 * i))
+            planned.append(SimpleNamespace(protocol=protocol, row=method, seed=seed))
+    return SimpleNamespace(name="glance", description=None), planned
+
+
+def test_a_sweeps_closing_table_fits_120_columns(tmp_path: Path) -> None:
+    spec, planned = _sweep(tmp_path)
+    text = sweep_table(spec, planned, tmp_path, fmt="brief")
+    wide = [line for line in text.splitlines() if len(line) > 120]
+    assert not wide, "\n".join(wide)
+    for needle in ("S_Δ", "P_Δ", "CK_Δ", "vs vanilla", "derpp+soft+init+oocf", "joint", "p="):
+        assert needle in text, text
+    assert "σ" not in text and "TFLOPs" not in text  # the rest is behind --format/--columns
+    assert "| vanilla |" in sweep_table(spec, planned, tmp_path, fmt="markdown")
+
+
+def test_bench_sweep_prints_the_brief_table_unless_asked_for_another_format() -> None:
+    from bench_stability_gap.harness.cli import sweep
+
+    fmt = next(p for p in sweep.params if p.name == "fmt")
+    assert fmt.default == "brief" and {"markdown", "text", "latex", "json"} <= set(fmt.type.choices)
+    assert any(p.name == "extra" for p in sweep.params)
