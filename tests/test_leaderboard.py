@@ -516,6 +516,10 @@ def test_a_run_page_names_its_row_and_how_its_settings_were_chosen(results_dir: 
     assert "<title>vanilla [lr=0.002] · seed 0" in page and "set by hand" in page, page[:600]
     default = (site / "runs" / f"{base.run_id}.html").read_text()
     assert "<title>vanilla · seed 0" in default and "· defaults" in default
+    # every run page says how to check it, and what arithmetic it was made with
+    stored = next((results_dir / "runs").rglob(f"*{base.run_id}.json"))
+    assert f"bench reproduce {stored}" in default
+    assert f"<code class=\"wrap\">{base.options.get('numerics') or 'unrecorded'}</code>" in default
 
 
 def test_a_site_of_100_results_builds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
