@@ -604,7 +604,7 @@ def run_local_sweep(graph: list[Any], options: Any, tracking: Tracking = Trackin
     from .sweep.progress import ProgressBoard
     from .sweep.stages import run_local
 
-    board = ProgressBoard({stage.key: stage.label for stage in graph})
+    board = ProgressBoard({stage.key: stage.label for stage in graph}, work={stage.key: stage.work for stage in graph})
     before: list[Any] = []  # the stage running, marked done when the next one starts
     hung: dict[str, str] = {}  # stage key -> label of its run, stopped past its hook time limit
 
@@ -646,7 +646,7 @@ def sweep_status(board: Any) -> str:
     from .sweep.progress import count, eta_seconds
 
     states = board.snapshot()
-    eta = eta_seconds(states)
+    eta = eta_seconds(states, board.work)
     return (f"{count(states, 'done')}/{len(states)} stages done, elapsed {duration(board.clock() - board.begun)}, "
             f"ETA {'-' if eta is None else duration(eta)}")
 

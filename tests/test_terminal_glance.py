@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 from results_factory import joint_run, spread_run
 
 from bench_stability_gap.harness.api import sweep_table
@@ -45,3 +46,32 @@ def test_bench_sweep_prints_the_brief_table_unless_asked_for_another_format() ->
     fmt = next(p for p in sweep.params if p.name == "fmt")
     assert fmt.default == "brief" and {"markdown", "text", "latex", "json"} <= set(fmt.type.choices)
     assert any(p.name == "extra" for p in sweep.params)
+
+
+def test_the_eta_after_the_first_stage_prices_each_stage_by_the_work_the_plan_knows() -> None:
+    """The first stage of a sweep is its cheapest (a deployed model from a cache, a short pre-training):
+    the mean duration of the finished stages, times the stages left, said 0m48s with 11 minutes to go."""
+    from bench_stability_gap.harness.sweep.progress import ProgressBoard, eta_seconds
+
+    now = [0.0]
+    board = ProgressBoard({"deployed": "d", "joint": "j", "run": "r"}, clock=lambda: now[0],
+                          work={"deployed": 1_000.0, "joint": 8_000.0, "run": 4_000.0})
+    board.started("deployed", "local")
+    now[0] = 10.0
+    board.finished("deployed", "done")
+    assert eta_seconds(board.snapshot(), board.work) == pytest.approx(120.0)  # 12,000 samples at 10 s per 1,000
+    board.started("joint", "local")
+    now[0] = 30.0
+    assert eta_seconds(board.snapshot(), board.work) == pytest.approx(60.0 + 40.0)
+    assert eta_seconds(board.snapshot()) == pytest.approx(10.0)  # without the plan's work: the mean duration
+
+
+def test_each_stage_knows_the_samples_it_trains_on() -> None:
+    from bench_stability_gap.harness.spec.protocol import load_protocol
+    from bench_stability_gap.harness.sweep.stages import Stage
+
+    p = load_protocol("tiny_cil_quick")  # pretrain 60 x 64; joint per session 60 x 64; 4 sessions of 30 x 32
+    assert Stage("deployed", p, 0).work == 60 * 64
+    assert Stage("joint", p, 0).work == 4 * 60 * 64 and Stage("joint-part", p, 0).work == 60 * 64
+    assert Stage("run", p, 0, "vanilla").work == 4 * 30 * 32
+    assert Stage("references", p, 0).work == len(p.best_new_reference) * 4 * 30 * 32

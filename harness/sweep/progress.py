@@ -33,10 +33,12 @@ class TaskState:
 
 
 class ProgressBoard:
-    def __init__(self, labels: dict[str, str], clock=time.monotonic) -> None:
+    def __init__(self, labels: dict[str, str], clock=time.monotonic, work: dict[str, float | None] | None = None
+                 ) -> None:
         self.clock = clock
         self.begun = clock()
         self.tasks = {key: TaskState(label) for key, label in labels.items()}
+        self.work = work  # each task's share of the sweep's work, where the plan knows it (eta_seconds)
 
     def started(self, key: str, node: str) -> int:
         """A worker began the task (again, after a retry: the attempt count says so); returns the attempt."""
@@ -64,28 +66,36 @@ def count(states: dict[str, TaskState], status: str) -> int:
     return sum(t.status == status for t in states.values())
 
 
-def eta_seconds(states: dict[str, TaskState]) -> float | None:
-    """Seconds left: each pending task is expected to take the mean duration of the finished ones, each
-    running task that less its age; the sum is shared by the tasks running at once. None before any
-    task finished (nothing to go by)."""
-    took = [t.finished - t.started for t in states.values()
-            if t.status == "done" and t.started is not None and t.finished is not None]
-    running = [t for t in states.values() if t.status == "running"]
-    pending = count(states, "pending")
+def eta_seconds(states: dict[str, TaskState], work: dict[str, float | None] | None = None) -> float | None:
+    """Seconds left: each task not finished is expected to take its share of the work (``work``: what the
+    plan knows of each task, the samples it trains on) at the speed the finished tasks measured, or,
+    where the work of some task is not known, the mean duration of the finished ones; a running task
+    that less its age. The sum is shared by the tasks running at once. None before any task finished
+    (nothing to go by)."""
+    done = {k: t.finished - t.started for k, t in states.items()
+            if t.status == "done" and t.started is not None and t.finished is not None}
+    running = {k: t for k, t in states.items() if t.status == "running"}
+    pending = [k for k, t in states.items() if t.status == "pending"]
     if not running and not pending:
         return 0.0
-    if not took:
+    if not done:
         return None
-    mean = sum(took) / len(took)
-    left = pending * mean + sum(max(0.0, mean - t.age) for t in running)
+    weights = work if work is not None and all(work.get(k) is not None for k in states) else None
+    if weights is not None and sum(weights[k] or 0.0 for k in done) > 0:
+        rate = sum(done.values()) / sum(weights[k] or 0.0 for k in done)  # seconds per unit of work
+        expect = {k: (weights[k] or 0.0) * rate for k in [*pending, *running]}
+    else:
+        mean = sum(done.values()) / len(done)
+        expect = {k: mean for k in [*pending, *running]}
+    left = sum(expect[k] for k in pending) + sum(max(0.0, expect[k] - t.age) for k, t in running.items())
     return left / max(1, len(running))
 
 
 
 
-def overall_line(states: dict[str, TaskState], elapsed: float) -> str:
+def overall_line(states: dict[str, TaskState], elapsed: float, work: dict[str, float | None] | None = None) -> str:
     retried = sum(t.attempts > 1 for t in states.values())
-    eta = eta_seconds(states)
+    eta = eta_seconds(states, work)
     parts = [f"tasks: {count(states, 'done')}/{len(states)} done", f"{count(states, 'running')} running",
              f"{count(states, 'failed')} failed"]
     if count(states, "skipped"):

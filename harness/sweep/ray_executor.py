@@ -182,15 +182,16 @@ class _Display:
     """One overall line and the running tasks: redrawn in place on a terminal; in a log, printed when a
     task changes state or phase (a session, a joint model) and every ``every`` seconds."""
 
-    def __init__(self, echo: Callable[[str], None], every: float = 30.0) -> None:
-        self.echo, self.every = echo, every
+    def __init__(self, echo: Callable[[str], None], every: float = 30.0, work: dict[str, float | None] | None = None
+                 ) -> None:
+        self.echo, self.every, self.work = echo, every, work
         self.tty = sys.stdout.isatty()
         self.drawn = 0
         self.last_stages: tuple | None = None
         self.last_print = 0.0
 
     def show(self, states: dict[str, TaskState], elapsed: float) -> None:
-        lines = [overall_line(states, elapsed), *running_lines(states)]
+        lines = [overall_line(states, elapsed, self.work), *running_lines(states)]
         if self.tty:
             sys.stdout.write("\x1b[1A\x1b[2K" * self.drawn + "\n".join(lines) + "\n")
             sys.stdout.flush()
@@ -242,7 +243,10 @@ def _submit_and_watch(graph: list[Stage], options: RunOptions, plan: RayPlan, tr
                  tracking_uri if worker_logs else None, *[refs[k] for k in stage.needs])
     stage_of = {ref: s for s, ref in zip(graph, refs.values())}
     failed: set[str] = set()
-    display, begun = _Display(echo), time.monotonic()
+    # a joint stage whose models are trained by its joint-part stages only combines them: no work of its own
+    work = {s.key: 0.0 if s.kind == "joint" and any(n.startswith("joint-part") for n in s.needs) else s.work
+            for s in graph}
+    display, begun = _Display(echo, work=work), time.monotonic()
     pending = list(refs.values())
     while pending:
         ready, pending = ray.wait(pending, num_returns=1, timeout=1.0)

@@ -57,6 +57,26 @@ class Stage:
         return f"run:{spec}:{self.seed}:{row_label(self.method, self.overrides, self.tuned)}"
 
     @property
+    def work(self) -> float | None:
+        """The samples this stage trains on, as the plan knows them (updates x batch, every session and
+        model): the unit a sweep's ETA prices with the speed it measured, so the first stage finished is
+        enough to go by. None where the count is not known ahead (a FLOP budget's updates)."""
+        p = self.protocol
+        if self.kind == "deployed":
+            return float(p.pretrain.updates * p.pretrain.batch_size)
+        if self.kind in ("joint", "joint-part"):
+            joint = p.joint
+            if not isinstance(joint.updates, int):
+                return None
+            models = 1 if self.kind == "joint-part" or joint.mode == "final" else p.sessions
+            return float(models * joint.updates * joint.batch_size)
+        per_session = _session_updates(p)
+        if per_session is None:
+            return None
+        runs = len(p.best_new_reference) if self.kind == "references" else 1
+        return float(runs * p.sessions * per_session * p.training.batch.size)
+
+    @property
     def label(self) -> str:
         """What a person reads in the progress display: protocol, method (or stage), seed."""
         if self.kind == "deployed":
@@ -71,6 +91,18 @@ class Stage:
         extra = f" [{self.tuned.ruleset}]" if self.tuned else "".join(
             f" --set {k}={format_setting(v)}" for k, v in self.overrides.items())
         return f"{self.protocol.name} {self.method} seed {self.seed}{extra}"
+
+
+def _session_updates(protocol: Protocol) -> int | None:
+    """A learning session's updates: the count, or one per arriving sample online (a session's new
+    samples: its classes x the stream's training images per class); None under a FLOP budget."""
+    updates = protocol.training.updates
+    if isinstance(updates, int):
+        return updates
+    if updates == "per_sample":
+        per_class = max(source.train_per_class or 0 for source in protocol.stream_data)
+        return protocol.classes_per_session * per_class or None  # all of a source's images: not known ahead
+    return None
 
 
 def made_by_references(run: PlannedRun, counted: Selection) -> bool:
