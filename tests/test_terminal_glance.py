@@ -75,3 +75,23 @@ def test_each_stage_knows_the_samples_it_trains_on() -> None:
     assert Stage("joint", p, 0).work == 4 * 60 * 64 and Stage("joint-part", p, 0).work == 60 * 64
     assert Stage("run", p, 0, "vanilla").work == 4 * 30 * 32
     assert Stage("references", p, 0).work == len(p.best_new_reference) * 4 * 30 * 32
+
+
+def test_bench_run_says_first_what_it_will_do_and_how_long_it_likely_takes(tmp_path: Path) -> None:
+    """Before the checks that import torch (nothing showed for ~20 s, then "device: cpu"), and from the
+    runs stored in the results folder when there are some."""
+    from results_factory import two_session_run
+    from support import invoke
+
+    from bench_stability_gap.harness.spec.protocol import load_protocol
+
+    p = load_protocol("tiny_cil_quick")
+    stamp = {"name": p.name, "version": p.version, "hash": p.spec_hash}
+    for i, wall in enumerate((60.0, 90.0, 200.0)):
+        run = two_session_run(f"q{i}").model_copy(update={"wall_time_s": wall})
+        save_result(tmp_path, run.model_copy(update={"protocol": run.protocol.model_copy(update=stamp)}))
+    out = invoke("run", "-p", "tiny_cil_quick", "--set", "lrr=1", "--results-dir", str(tmp_path), "--no-mlflow")
+    first = out.output.splitlines()[0]
+    assert out.exit_code == 2 and first.startswith("bench run: vanilla on tiny_cil_quick, seed 0: 4 sessions of 30 "
+                                                   "updates (batch 32)"), out.output
+    assert "likely about 1m30s (the median of 3 run(s)" in first, first
