@@ -169,6 +169,9 @@ def value_problem(r: RunResult) -> str | None:
     they can. Such a file is refused everywhere: ``bench validate`` fails on it, the leaderboard never
     ranks it, ``bench sync`` never mirrors it."""
     values = [v for c in r.curves for v in (*c.old, *c.new, *c.all, *(x for t in c.tasks for x in t))]
+    # the point before each session (what ACC, forgetting, BWT and FWT read): a NaN there is as impossible
+    values += [v for c in r.curves if c.before is not None
+               for v in (c.before.old, c.before.new, c.before.all, *c.before.tasks)]
     values += [v for s in r.reference for v in (s.old, s.new, s.all, *s.tasks)]
     bad = next((v for v in values if not (math.isfinite(v) and 0.0 <= v <= 1.0)), None)
     if bad is not None:
@@ -312,12 +315,14 @@ def stored_selection(root: Path, protocol_name: str, protocol_hash: str, best_ne
                      kernels: str = "fast",
                      numerics: str | None = None) -> Selection[tuple[Path, RunResult | BenchError]]:
     """``select_runs`` over the result files of one protocol in a results folder. A file that is no result
-    (corrupt, cut short) is said once on stderr, as junk is: a run or sweep that would otherwise find its
-    result missing trains it again without telling why."""
+    (corrupt, cut short) or records impossible numbers (``value_problem``) is said once on stderr, as junk
+    is: a run or sweep that would otherwise find its result missing trains it again without telling why."""
     sel = select_runs(iter_results(root, protocol_name), protocol_hash, best_new_methods, joint_config,
                       result_of=lambda pr: pr[1], weights=weights, precision=precision, kernels=kernels,
                       numerics=numerics)
-    for (path, read), why in sel.apart:
+    for (path, read), why in sel.apart:  # what the run then makes again: said, never passed over in silence
         if isinstance(read, BenchError):
             warn_skipped(path, why)
+        elif (bad := value_problem(read)) is not None:
+            warn_skipped(path, f"refused: {bad}")
     return sel
