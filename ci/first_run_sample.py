@@ -69,6 +69,8 @@ def problems(readme: str, stored: Path = STORED) -> list[str]:
                      f"{PROTOCOL} spec {spec_hash}")
     if (arithmetic := cpu_problem(result.options)) is not None:  # a run made now would give other numbers
         found.append(f"the stored run was {arithmetic}")
+    if not str(result.options.get("numerics", "")).startswith("cpu-x86-avx2"):  # what another machine can repeat
+        found.append(f"the stored run was made without the CPU pins (arithmetic {result.options.get('numerics')!r})")
     block = current_block(readme)
     if block is None:
         found.append(f"the README has no sample block between {BEGIN!r} and {END!r}")
@@ -86,7 +88,10 @@ def rewrite_readme() -> None:
 
 
 def run_fresh() -> None:
-    """The README's first command in a new results folder with empty caches, as a fresh clone runs it."""
+    """The README's first command in a new results folder with empty caches, as a fresh clone runs it; the
+    stored result records the machine it was made on (``options.machine``), and the line printed says it."""
+    from bench_stability_gap.harness.results.schema import RunResult
+
     bench = Path(sys.executable).parent / "bench"
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "BENCH_CACHE_DIR": f"{tmp}/cache", "BENCH_RESULTS_DIR": f"{tmp}/bench-results"}
@@ -96,6 +101,9 @@ def run_fresh() -> None:
             sys.exit(f"expected one vanilla result of {PROTOCOL}, found {made}")
         STORED.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(made[0], STORED)
+        machine = RunResult.model_validate_json(STORED.read_text()).options.get("machine") or {}
+        print(f"made on {machine.get('cpu_model')} ({machine.get('cpu_vendor')}, widest ISA {machine.get('cpu_isa')}, "
+              f"ATen {machine.get('cpu_capability')}, pins {machine.get('pin_set')})")
 
 
 def main() -> None:

@@ -240,8 +240,8 @@ def check_request(path: Path) -> tuple[RunResult, Any]:
 def reproduce(path: Path, scratch: Path | None = None, *, reuse_caches: bool = False, progress: bool = True,
               echo: Any = print) -> Report:
     """Make the stored run at ``path`` again in ``scratch`` (a new temporary folder by default) and compare."""
-    from ..api import Tracking, execute
     from ..run.options import RunOptions
+    from ..run.pipeline import execute
 
     result, spec = check_request(path)
     folder = scratch or Path(tempfile.mkdtemp(prefix="bench-reproduce-"))
@@ -258,8 +258,7 @@ def reproduce(path: Path, scratch: Path | None = None, *, reuse_caches: bool = F
         echo("not the same identity, so the numbers may differ: " + "; ".join(d.text() for d in report.identity))
     echo(f"making {result.method.spec} on {result.protocol.name} (seed {result.seed}) again in {folder}")
     with _scratch_caches(folder, reuse_caches):
-        made, made_path = execute(spec, result.method.spec, result.seed, options, Tracking(mlflow=False),
-                                  tuned=result.tuned, echo=echo)
+        made, made_path = execute(spec, result.method.spec, result.seed, options, tuned=result.tuned)
     report.reproduced = made_path
     report.point, report.compared = compare_curves(result.curves, made.curves)
     report.metrics, report.notes = compare_metrics(result, made)
