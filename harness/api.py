@@ -387,6 +387,9 @@ def run_checked(protocol: Any, method: str, seed: int, options: Any, tracking: T
         found = None if rerun or save_predictions else stored_identical(protocol, method, seed, options, tuned)
         if found is not None:
             result = load_result(found)
+            echo(f"Stored, nothing trained: an identical run (same protocol spec, method, settings, seed, "
+                 f"precision and method code) is stored in {found}; its numbers follow, with the wall time it took "
+                 f"when it was made ({result.wall_time_s:.1f} s). Add --rerun to train it again.")
             if summary:
                 summary(result, found)
             if tracking.mlflow:

@@ -284,9 +284,7 @@ def run(protocol: str, method: str, seed: int, overrides: tuple[str, ...], tuned
     options = _options(settings, results_dir, device, trunk_cache, progress, allow_download)
     outcome = run_checked(spec, method, seed, options, tracking, tuned=stamp, rerun=rerun,
                           save_predictions=save_predictions, echo=click.echo, summary=print_summary)
-    if outcome.reused:
-        click.echo("  an identical run is stored already (same protocol spec, method, settings, seed, precision and "
-                   "method code): nothing was trained. Add --rerun to train it again.")
+    if outcome.reused:  # said first (run_checked), before the stored run's summary
         return
     click.echo(resource_note())
 

@@ -42,9 +42,13 @@ def test_an_identical_stored_run_is_reported_and_trains_nothing(tiny_protocol_fi
     monkeypatch.setattr(pipeline, "run_cl", no_training)
     again = run_cli(*args)
     assert again.exit_code == 0, again.output
-    assert "nothing was trained" in again.output and "--rerun" in again.output
+    assert "nothing trained" in again.output and "--rerun" in again.output
     assert str(stored[0]) in again.output and f"{stored[1].metrics.S_delta:.3f}" in again.output
     assert "\n".join(summary_lines(stored[1], stored[0])) in again.output  # the stored run's own summary
+    # said first, and the summary's times named as the stored run's, not this command's
+    said = again.output.index("Stored, nothing trained")
+    assert said < again.output.index(summary_lines(stored[1], stored[0])[0].strip())
+    assert "wall time it took when it was made" in again.output[said:again.output.index("\n", said)]
     assert len([r for _, r in iter_results(results_with_joint) if not r.is_reference]) == 1
     # another setting is another run: it trains (and here meets the patched trainer)
     with pytest.raises(AssertionError, match="trained again"):
