@@ -101,7 +101,7 @@ def _session_updates(protocol: Protocol) -> int | None:
         return updates
     if updates == "per_sample":
         per_class = max(source.train_per_class or 0 for source in protocol.stream_data)
-        return protocol.classes_per_session * per_class or None  # all of a source's images: not known ahead
+        return (protocol.classes_per_session or 0) * per_class or None  # all of a source's images: not known ahead
     return None
 
 
