@@ -538,7 +538,9 @@ def repair(client, run: Any, result: RunResult, json_path: Path, artifacts: Arti
 
 def sync(results_dir: Path, tracking_uri: str | None = None, artifacts: Artifacts | None = None) -> SyncReport:
     """Mirror every stored result that the tracking store lacks (idempotent: a run is matched by
-    bench's run id), and ``repair`` the mirrored records that lack a tag or an artifact. A mirror left
+    bench's run id), and ``repair`` the mirrored records that lack a tag or an artifact. A second file of a
+    run id (a copy) is skipped, naming the first: its JSON would otherwise be added to the run's record as
+    a repair, by the sync after the one that logged the run. A mirror left
     unfinished (a live run whose process died, a logging error) is deleted and logged again whole."""
     report = SyncReport()
     store = Store(results_dir, tracking_uri)
@@ -548,12 +550,16 @@ def sync(results_dir: Path, tracking_uri: str | None = None, artifacts: Artifact
             for rid in ids:
                 client.delete_run(rid)
                 report.replaced.append(rid)
+    read_from: dict[str, Path] = {}  # bench run id -> the file this sync mirrored it from
     for path, result in iter_results(results_dir, skip=lambda p, why: report.skipped.append((p, why))):
         if not isinstance(result, RunResult):  # a corrupt file: its error names it
             report.skipped.append((path, str(result)))
             continue
         if (bad := value_problem(result)) is not None:
             report.skipped.append((path, f"refused: {bad}; the leaderboard never ranks it either"))
+            continue
+        if (first := read_from.setdefault(result.run_id, path)) != path:  # a copy: one record per run, from one file
+            report.skipped.append((path, f"duplicate of run {result.run_id} already read from {first}"))
             continue
         if result.run_id in done:
             report.present += 1
