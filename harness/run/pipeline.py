@@ -255,7 +255,7 @@ def _best_new_references(protocol: Protocol, bench: Workbench, seed: int, joint:
 
     if not missing():
         return
-    with _claim(options, "best_new", f"The A_best reference runs of {protocol.name} (seed {seed})",
+    with _claim(options, "best_new", f"The A_best reference set of {protocol.name} (seed {seed})",
                 protocol=protocol.spec_hash, seed=seed, methods=list(protocol.best_new_reference), skip=skip):
         _train_best_new_references(protocol, bench, seed, joint, missing(), options)
 
