@@ -86,8 +86,8 @@ def entry_problem(path: Path) -> str | None:
 
 def save_entry(results_dir: Path, entry: TunedEntry) -> tuple[Path, Path | None]:
     """Write the entry (left untouched when it holds this content already); one there with other content
-    (maybe edited by hand, or tuned on another spec) is first moved aside to ``METHOD.json.replaced-TIME``, never lost. Returns the entry's path and
-    where the old one went (None when there was none)."""
+    (maybe edited by hand, or tuned on another spec) is first moved aside to ``METHOD.json.replaced-TIME``,
+    never lost. Returns the entry's path and where the old one went (None when there was none)."""
     path = entry_path(results_dir, entry.protocol, entry.method)
     path.parent.mkdir(parents=True, exist_ok=True)
     text, kept = entry.model_dump_json(indent=1), None
