@@ -521,7 +521,7 @@ def plan_sweep(spec: Any, seeds: list[int] | None, options: Any, ray_plan: Any =
     """The sweep's runs, tuned first where its rows ask, each marked done when a stored result covers it
     in the precision, device and kernel set ``options`` give (a bf16 run on CUDA is not covered by an fp32
     one); None for a dry run whose tuned rows are not tuned yet."""
-    from .sweep.plan import plan
+    from .sweep.plan import plan, todo_note
     from .tools.preflight import check_backbone
 
     if not tune_first(spec, options, ray_plan, dry_run=dry_run, echo=echo):
@@ -535,7 +535,7 @@ def plan_sweep(spec: Any, seeds: list[int] | None, options: Any, ray_plan: Any =
          f"results in {options.results_dir}")
     for i, r in enumerate(runs, 1):
         if r.done is not None or dry_run:
-            echo(f"  [{i}/{len(runs)}] {r.label}: " + (f"done ({r.done})" if r.done else "to run"))
+            echo(f"  [{i}/{len(runs)}] {r.label}: " + (f"done ({r.done})" if r.done else todo_note(r, options)))
     return runs
 
 

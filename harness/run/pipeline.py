@@ -221,6 +221,14 @@ def _run_checkpointer(options: RunOptions, protocol_hash: str, method: str, conf
                          overrides=overrides, seed=seed)
 
 
+def resume_checkpoint(options: RunOptions, protocol_hash: str, method: str, config: dict[str, Any],
+                      overrides: dict[str, Any], seed: int) -> Path | None:
+    """The checkpoint a method run with these would resume from (its mid-session one, else its session-end
+    one; None: it starts from its first session), found without reading it, for a dry run to name."""
+    saver = _run_checkpointer(options, protocol_hash, method, config, overrides, seed, restart=False)
+    return next((p for p in (saver.mid_path, saver.path) if p.is_file()), None)
+
+
 def _score_and_save(result: RunResult, joint: RunResult, chosen: Selection[Stored], options: RunOptions) -> Path:
     """Stage 5: metrics against the references, then the JSON. Curves are what cost compute: a run whose
     metrics cannot be computed is saved with them, and the error says where."""

@@ -149,6 +149,17 @@ class PlannedRun:
         return row_label(self.method, self.overrides, self.tuned)
 
 
+def todo_note(run: PlannedRun, options: RunOptions) -> str:
+    """How a dry run lists a run still to make: "to run", and the checkpoint it would resume from when a
+    stopped run left one (``--restart`` would discard it), so a resumed run is not mistaken for a fresh one."""
+    from ..run.pipeline import resume_checkpoint
+
+    found = resume_checkpoint(options, run.protocol.spec_hash, run.method, run.config, run.overrides, run.seed)
+    if found is None:
+        return "to run"
+    return f"to run ({'starts over: --restart discards' if options.restart else 'resumes from'} its checkpoint {found})"
+
+
 def load_sweep(name_or_path: str) -> Sweep:
     """A built-in sweep (protocols/sweeps/NAME.yaml) or a YAML file; every problem names its field. A
     protocol given as a path in a sweep file is read relative to that file, so the sweep runs the same
