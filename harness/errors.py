@@ -13,9 +13,14 @@ LONGEST_SHOWN = 160  # characters of one unbroken value (a name, a path) an erro
 
 
 class BenchError(Exception):
-    """Bad input the user can fix: the CLI prints the message and exits with code 2."""
+    """Bad input the user can fix: the CLI prints the message and exits with code 2. The message is
+    ``shorten``-ed: a refusal echoes what the user gave, and a value of thousands of characters is cut where
+    it is echoed, so one paragraph stays one paragraph, in the CLI and the Python API alike."""
 
     exit_code = 2
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(shorten(a) if isinstance(a, str) else a for a in args))
 
 
 class MethodFault(BenchError):
@@ -40,13 +45,20 @@ def only_with(options: list[str], condition: str) -> str:
 
 
 def shorten(message: str, limit: int = LONGEST_SHOWN) -> str:
-    """``message`` with every unbroken run of characters longer than ``limit`` (a 5,000-character
-    method name, a pasted file) cut in the middle, its length said, so one paragraph stays one paragraph."""
-    def cut(match: re.Match) -> str:
-        text = match.group(0)
+    """``message`` with every echoed value longer than ``limit`` cut in the middle, its length said, so one
+    paragraph stays one paragraph: a quoted value (``'...'`` or ``"..."`` as ``!r`` writes it, spaces and
+    all: a 5,000-character method string of words) and every unbroken run of characters (a long name, a
+    pasted file). A quote counts as one only where it opens and closes a value, not inside a word (the
+    apostrophe of "method's"), so prose is never cut."""
+    def cut(text: str) -> str:
         return f"{text[: limit * 2 // 3]}...{text[-limit // 4:]} [{len(text):,} characters]"
 
-    return re.sub(r"\S{%d,}" % (limit + 1), cut, message)
+    def cut_quoted(match: re.Match) -> str:
+        quote, value = match.group(1), match.group(2)
+        return f"{quote}{value[: limit * 2 // 3]}...{value[-limit // 4:]}{quote} [{len(value):,} characters]"
+
+    quoted = r"""(?<!\w)(['"])((?:(?!\1)[^\n]){%d,})\1(?!\w)""" % (limit + 1)
+    return re.sub(r"\S{%d,}" % (limit + 1), lambda m: cut(m.group(0)), re.sub(quoted, cut_quoted, message))
 
 
 MISSING = "does not exist"  # not_a_file's answer for a path with nothing there, which some callers allow
