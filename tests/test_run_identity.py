@@ -62,14 +62,15 @@ def test_csv_and_json_keep_precisions_apart(tmp_path: Path) -> None:
         (vanilla,) = [r for r in board["rows"] if r["method"] == "vanilla"]
         assert vanilla["n"] == 2 and vanilla["settings"] == "defaults" and vanilla["threads"] == [1]
     latex = runner.invoke(main, ["leaderboard", "table", "--results-dir", str(root), "--format", "latex"])
-    assert "hand (protocol hash " in latex.output and ", bf16)" in latex.output and ", fp32)" in latex.output
+    assert "hand (protocol hash " in latex.output and ", bf16, unrecorded)" in latex.output and ", fp32, unrecorded)" in latex.output
 
 
 def test_summary_line_and_mlflow_name_tags_params(tmp_path: Path) -> None:
     run = _in(two_session_run(), "bf16", "v0")
     assert run_identity(run) == {"precision": "bf16", "settings": "defaults", "threads": 1,
-                                 "cpu_kernels": CPU["cpu_kernels"]}
-    assert identity_text(run) == f"bf16, defaults, 1 thread, kernels {CPU['cpu_kernels']}"
+                                 "cpu_kernels": CPU["cpu_kernels"], "numerics": "unrecorded"}
+    assert identity_text(run) == f"bf16, defaults, 1 thread, kernels {CPU['cpu_kernels']}, arithmetic unrecorded"
+    assert _tags(run, tmp_path / "r.json")["bench.numerics"] == "unrecorded"
     assert f"| seed 0 | {identity_text(run)} |" in summary_lines(run, tmp_path / "r.json")[0]
     assert result_run_name(run) == "vanilla seed0 bf16"
     tuned_hand = run.model_copy(update={"overrides": {"lr": 0.1}})

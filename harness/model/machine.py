@@ -34,7 +34,10 @@ def math_builds() -> dict[str, str]:
 @lru_cache(maxsize=8)
 def gpu_info(index: int) -> GpuInfo:
     """The CUDA device's model, compute capability and the CUDA, cuDNN and driver versions in use."""
-    props = torch.cuda.get_device_properties(index)
+    try:
+        props = torch.cuda.get_device_properties(index)
+    except (RuntimeError, AssertionError):  # no driver to ask (a planning host); the label then says so
+        return GpuInfo(name="unknown", capability="", cuda=str(torch.version.cuda), cudnn="", driver=None)
     cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
     return GpuInfo(name=props.name, capability=f"{props.major}{props.minor}", cuda=str(torch.version.cuda),
                    cudnn=str(cudnn), driver=_driver_version())
@@ -54,7 +57,7 @@ def numerics_label(device: torch.device) -> str:
     (``harness.numerics``). On the CPU the capability torch reports must agree with the pins for the
     run to count as pinned (torch imported before bench keeps whatever it found)."""
     if device.type == "cuda":
-        return gpu_label(gpu_info(device.index if device.index is not None else torch.cuda.current_device()))
+        return gpu_label(gpu_info(device.index or 0))
     if device.type == "cpu":
         return cpu_label(cpu_capability())
     return f"{device.type}-{cpu_label(cpu_capability())}"
@@ -69,7 +72,7 @@ def machine_record(device: torch.device) -> dict[str, Any]:
         "cpu_capability": cpu_capability(), **math_builds(),
         "pins": pins, "pin_set": pin_set(pins)}
     if device.type == "cuda":
-        gpu = gpu_info(device.index if device.index is not None else torch.cuda.current_device())
+        gpu = gpu_info(device.index or 0)
         record.update(gpu=gpu.name, gpu_capability=gpu.capability, cuda=gpu.cuda, cudnn=gpu.cudnn,
                       driver=gpu.driver)
     return record

@@ -265,7 +265,8 @@ def select_runs(items: Iterable[T], protocol_hash: str, best_new_methods: Iterab
     the run's precision, when known (runs made in another precision are neither references nor rows);
     ``reference_hash``: the hash joint references carry, when the protocol shares another's (NAME@Kx);
     ``kernels``: the CPU kernel set (``fast`` or ``stock``) whose runs count; ``numerics``: the label of the
-    machine arithmetic whose runs count (``harness.numerics``), when known."""
+    machine arithmetic whose runs count (``harness.numerics``), when known (a run stored before bench recorded
+    it is not known to differ, and is kept, as a kernel label unknown on a torch-free host is)."""
     sel: Selection[T] = Selection(protocol_hash, tuple(best_new_methods), result_of=result_of)  # type: ignore[arg-type]
     live: list[tuple[T, RunResult]] = []
     for item in items:
@@ -278,7 +279,7 @@ def select_runs(items: Iterable[T], protocol_hash: str, best_new_methods: Iterab
             sel.apart.append((item, problem))
         elif (problem := cpu_problem(r.options, r.versions, kernels)) is not None:
             sel.apart.append((item, problem))
-        elif numerics is not None and (made := result_numerics(r)) != numerics:
+        elif numerics is not None and (made := result_numerics(r)) not in (numerics, "unrecorded"):
             sel.apart.append((item, f"made with other machine arithmetic ({made}; this selection: {numerics}): "
                                     "other CPU or GPU code paths differ in the last bits, and training amplifies them"))
         elif weights is not None and r.options.get("weights") not in (None, "", weights):
