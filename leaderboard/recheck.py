@@ -27,7 +27,7 @@ def recomputed_problem(path: Path, result: RunResult) -> str | None:
     root = results_root(path)
     if root is None or result.metrics is None:
         return None
-    loaded = load_folder(root)
+    loaded = load_folder(root, with_trials=True)  # a tuning trial is checked against the trials' references
     entry = next((e for e in scored_entries(summarize(loaded.entries)) if e.result.run_id == result.run_id), None)
     if entry is None or entry.metrics is None:
         return None

@@ -77,8 +77,10 @@ def _mlflow_index(db: Path) -> dict[str, MlflowLink]:
     return {str(bench_id): MlflowLink(str(run), str(exp), uri) for bench_id, run, exp in rows}
 
 
-def load_folder(root: Path, warn: Warn = _ignore) -> Loaded:
-    """Every ``*.json`` under ``root/runs`` (the layout ``bench run`` writes), else under ``root``."""
+def load_folder(root: Path, warn: Warn = _ignore, with_trials: bool = False) -> Loaded:
+    """Every ``*.json`` under ``root/runs`` (the layout ``bench run`` writes), else under ``root``. Tuning
+    trials are listed apart (``Loaded.trials``), or read as entries ``with_trials`` (to recompute a
+    trial's metrics against the references beside it, never to rank it)."""
     root = Path(root).expanduser()
     if not root.is_dir():
         what = "is a file, not a folder" if root.exists() else "does not exist"
@@ -93,7 +95,7 @@ def load_folder(root: Path, warn: Warn = _ignore) -> Loaded:
     if links:
         loaded.tracking_uri = next(iter(links.values())).tracking_uri
     for path, item in found:
-        if isinstance(item, RunResult) and scored_on(item, path) == "validation":
+        if isinstance(item, RunResult) and not with_trials and scored_on(item, path) == "validation":
             loaded.trials.append(str(path))  # never an entry: ``set_trials_apart`` says what they are
         elif isinstance(item, RunResult):
             loaded.add(Entry(result=item, source=str(path), mlflow=links.get(item.run_id)), warn)

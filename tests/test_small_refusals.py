@@ -12,13 +12,13 @@ import shutil
 from pathlib import Path
 
 import pytest
-import yaml
-
 import support
-from bench_stability_gap.harness.errors import BenchError
-from bench_stability_gap.harness.results.schema import save_result
+import yaml
 from results_factory import two_session_run
 from support import invoke
+
+from bench_stability_gap.harness.errors import BenchError
+from bench_stability_gap.harness.results.schema import save_result
 
 
 def _nan_before(root: Path) -> Path:
@@ -111,8 +111,9 @@ def test_a_dry_run_names_the_checkpoint_a_run_resumes_from(tmp_path, monkeypatch
 
 
 def test_a_finished_study_leaves_its_tuned_entry_untouched(tmp_path) -> None:
-    from bench_stability_gap.harness.results.tuned import TunedEntry, save_entry
     from test_tuning_trials_board import TUNED
+
+    from bench_stability_gap.harness.results.tuned import TunedEntry, save_entry
 
     entry = TunedEntry.model_validate(TUNED)
     path, kept = save_entry(tmp_path, entry)

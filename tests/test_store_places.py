@@ -10,12 +10,12 @@ from functools import partial
 from pathlib import Path
 
 import pytest
-import yaml
-
 import support
-from bench_stability_gap.harness.results.schema import save_result
+import yaml
 from results_factory import two_session_run
 from support import invoke
+
+from bench_stability_gap.harness.results.schema import save_result
 
 refused = partial(support.refused, lines=1)
 

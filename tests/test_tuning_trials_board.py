@@ -10,11 +10,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 import support
-from bench_stability_gap.harness.results.schema import save_result
 from results_factory import joint_run, two_session_run
 from support import invoke
+
+from bench_stability_gap.harness.results.schema import save_result
 
 TUNED = {"protocol": "hand", "protocol_hash": "h" * 16, "tuning_hash": "t" * 16, "method": "vanilla",
          "settings": {"lr": 0.001}, "trials": 2, "objective": "CK_delta", "direction": "minimize", "value": 0.1,
@@ -99,3 +99,17 @@ def test_the_python_api_refuses_a_folder_of_only_tuning_trials_too(tmp_path) -> 
     for read in (api.table, api.load_results):
         with pytest.raises(BenchError, match="holds only tuning trials"):
             read(root)
+
+
+def test_validate_still_checks_a_trials_metrics_against_the_trials_beside_it(tmp_path) -> None:
+    """Left out of every board, a trial is still re-checked by bench validate against the references it lies
+    beside (the trials folder's own joint run)."""
+    from bench_stability_gap.harness.results import metrics as M
+
+    root = tmp_path / "r" / "tuning"
+    joint, run = (r.model_copy(update={"protocol": r.protocol.model_copy(update={"scored_on": "validation"})})
+                  for r in (joint_run(), two_session_run()))
+    run.metrics = M.compute_metrics(run.curves, joint.reference, {2: 0.7, 3: 0.9})
+    save_result(root, joint)
+    target = save_result(root, run.model_copy(update={"metrics": run.metrics.model_copy(update={"CK_delta": -0.5})}))
+    support.refused(invoke("validate", str(target)), "metrics.CK_delta is stored as -0.5", "curves and references give")
