@@ -87,7 +87,8 @@ class HookClock:
         now = time.monotonic()
         limit = self.limit()
         self.armed = Armed(hook, where, now, now + limit, limit)
-        _watchdog.watch(self)
+        if _watchdog.clock is not self or _watchdog.thread is None or not _watchdog.thread.is_alive():
+            _watchdog.watch(self)  # once per run (a call costs microseconds: one per update and eval batch)
         try:
             yield
         finally:
