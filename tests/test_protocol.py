@@ -92,7 +92,7 @@ def test_a_field_added_later_changes_no_hash_until_it_is_set():
     data = spec.model_dump(mode="json")
     data["memory"].pop("pretrain_share")  # the spec as hashed before the fields existed
     data["memory"].pop("arrival")
-    for name in ("validation", "tuning", "scored_on", "class_order"):
+    for name in ("validation", "tuning", "scored_on", "class_order", "hook_time_limit"):
         data.pop(name)
     data["backbone"].pop("registered_first")
     data["backbone"].pop("head_units")
@@ -108,6 +108,8 @@ def test_a_field_added_later_changes_no_hash_until_it_is_set():
     # a validation split and a tuning ruleset change no test run, hence not its hash; the tuning view differs
     tunable = spec.model_copy(update={"validation": Validation(per_class=5), "tuning": TuningRules(trials=3)})
     assert tunable.spec_hash == spec.spec_hash != tunable.tuning_view().spec_hash
+    # how long a call into a method may take changes no number either
+    assert spec.model_copy(update={"hook_time_limit": 5.0}).spec_hash == spec.spec_hash
     body = spec.backbone.body
     ordered = spec.model_copy(update={"backbone": spec.backbone.model_copy(update={"registered_first": body[-1:]})})
     assert ordered.spec_hash != spec.spec_hash
