@@ -326,14 +326,19 @@ def _closed_after_stop(stop: KeyboardInterrupt, live: Any, result: RunResult, pa
 
 
 def checked_run(protocol: str, method: str, seed: int, settings: dict[str, Any], results_dir: str | Path | None,
-                tracking: Tracking = Tracking(), tuned: bool = False) -> tuple[Any, dict[str, Any], Any]:
+                tracking: Tracking = Tracking(), tuned: bool = False,
+                announce: Callable[[Any], None] | None = None) -> tuple[Any, dict[str, Any], Any]:
     """Everything a run's request can get wrong, checked before torch is imported: the protocol, the tuned
     entry (``tuned``: its settings replace ``settings``, which must then be empty), the method and its
-    settings, the seed, the outputs and the backbone. Returns (protocol, settings, tuned stamp or None)."""
+    settings, the seed, the outputs and the backbone. Returns (protocol, settings, tuned stamp or None).
+    ``announce``: called with the protocol once the torch-free checks pass, before the backbone's (timm and
+    torch load there, seconds on a loaded machine), so what the run will do is said at once."""
+    from .environment import check_environment
     from .paths import results_dir as resolve_results
     from .spec.protocol import load_protocol
     from .tools.preflight import check_backbone, check_run
 
+    check_environment()  # a malformed BENCH_* setting is refused with the request, before anything is announced
     spec = load_protocol(str(protocol))
     root = resolve_results(Path(results_dir) if results_dir is not None else None)
     stamp = None
@@ -346,6 +351,8 @@ def checked_run(protocol: str, method: str, seed: int, settings: dict[str, Any],
         entry = load_entry(root, spec, method, str(protocol))
         settings, stamp = dict(entry.settings), tuned_stamp(entry)
     check_run(spec, method, seed, settings, root, tracking.uri, tracking.mlflow)  # no torch yet
+    if announce is not None:
+        announce(spec)
     check_backbone(spec)
     return spec, settings, stamp
 
@@ -779,6 +786,7 @@ def table(results_dir: str | Path, protocols: Iterable[str] = (), fmt: TableForm
     if fmt == "csv":
         return boards_frame(boards).to_csv(index=False) if boards else ""
     return format_table(boards, fmt, chosen) if boards else f"No results in {loaded.origin}.\n"
+
 
 def reproduce(result: str | Path, scratch: str | Path | None = None, *, reuse_caches: bool = False,
               progress: bool = True) -> Any:

@@ -270,17 +270,16 @@ def run(protocol: str, method: str, seed: int, overrides: tuple[str, ...], tuned
     """Run METHOD on PROTOCOL (default: vanilla on the embedded tiny_cil) and print its gap metrics. With no
     --set, the method runs its published settings (methods/defaults.yaml); --tuned runs its tuned ones."""
     from ..methods.registry import parse_overrides
+    from .api import Tracking, checked_run, run_checked
     from .paths import results_dir as resolve_results
     from .run.announce import plan_line
-    from .spec.protocol import load_protocol
-
-    # what the run is about to do, first: the checks below import torch (tens of seconds on a loaded machine)
-    click.echo(plan_line(load_protocol(str(protocol)), method, seed, resolve_results(results_dir)), err=True)
-    from .api import Tracking, checked_run, run_checked
 
     tracking = Tracking(tracking_uri, not no_mlflow)
-    spec, settings, stamp = checked_run(protocol, method, seed, parse_overrides(list(overrides)), results_dir,
-                                        tracking, tuned)
+    # what the run is about to do, said once the torch-free checks pass (a refusal stays one paragraph) and
+    # before anything imports torch (tens of seconds on a loaded machine)
+    spec, settings, stamp = checked_run(
+        protocol, method, seed, parse_overrides(list(overrides)), results_dir, tracking, tuned,
+        announce=lambda p: click.echo(plan_line(p, method, seed, resolve_results(results_dir)), err=True))
     options = _options(settings, results_dir, device, trunk_cache, progress, allow_download)
     outcome = run_checked(spec, method, seed, options, tracking, tuned=stamp, rerun=rerun,
                           save_predictions=save_predictions, echo=click.echo, summary=print_summary)

@@ -162,12 +162,12 @@ def protocol_file(tmp_path: Path, **backbone) -> Path:
 
 
 def test_unknown_backbone_is_named_with_suggestions(tmp_path) -> None:
-    out = invoke("validate", str(protocol_file(tmp_path, model="tf_efficientnet_lite00")))
+    out = invoke("validate", "--build", str(protocol_file(tmp_path, model="tf_efficientnet_lite00")))
     refused(out, "backbone.model 'tf_efficientnet_lite00'", "not a timm model", "tf_efficientnet_lite0")
 
 
 def test_unknown_timm_weights_and_weight_kinds_are_named(tmp_path) -> None:
-    refused(invoke("validate", str(protocol_file(tmp_path, weights="timm:convnextv2_femtoo.fcmae"))),
+    refused(invoke("validate", "--build", str(protocol_file(tmp_path, weights="timm:convnextv2_femtoo.fcmae"))),
             "backbone.weights 'convnextv2_femtoo.fcmae'", "not a timm model")
     refused(invoke("validate", str(protocol_file(tmp_path, weights="http://x/w.pth"))),
             "backbone.weights 'http://x/w.pth' must start with package:, file:, timm: or none:")
@@ -186,7 +186,9 @@ def test_file_weights_that_are_not_a_state_dict(tmp_path, content, needle) -> No
         torch.save([1, 2, 3], weights)
     elif content is not None:
         weights.write_bytes(content)
-    out = invoke("validate", str(protocol_file(tmp_path, weights=f"file:{weights}")))
+    # the file's presence is checked at once; what it holds, by --build, which loads it
+    out = invoke("validate", *(["--build"] if content is not None else []),
+                 str(protocol_file(tmp_path, weights=f"file:{weights}")))
     refused(out, f"backbone.weights file {weights}", needle)
 
 

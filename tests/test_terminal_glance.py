@@ -90,8 +90,13 @@ def test_bench_run_says_first_what_it_will_do_and_how_long_it_likely_takes(tmp_p
     for i, wall in enumerate((60.0, 90.0, 200.0)):
         run = two_session_run(f"q{i}").model_copy(update={"wall_time_s": wall})
         save_result(tmp_path, run.model_copy(update={"protocol": run.protocol.model_copy(update=stamp)}))
-    out = invoke("run", "-p", "tiny_cil_quick", "--set", "lrr=1", "--results-dir", str(tmp_path), "--no-mlflow")
-    first = out.output.splitlines()[0]
-    assert out.exit_code == 2 and first.startswith("bench run: vanilla on tiny_cil_quick, seed 0: 4 sessions of 30 "
-                                                   "updates (batch 32)"), out.output
+    from bench_stability_gap.harness.run.announce import plan_line
+
+    first = plan_line(p, "vanilla", 0, tmp_path)
+    assert first.startswith("bench run: vanilla on tiny_cil_quick, seed 0: 4 sessions of 30 updates (batch 32)")
     assert "likely about 1m30s (the median of 3 run(s)" in first, first
+    # a request the torch-free checks refuse gets its one paragraph and nothing announced before it
+    out = invoke("run", "-p", "tiny_cil_quick", "--set", "lrr=1", "--results-dir", str(tmp_path), "--no-mlflow")
+    assert out.exit_code == 2 and out.output.startswith("Error: Invalid configuration for method 'vanilla': lrr"), \
+        out.output
+    assert "bench run:" not in out.output
