@@ -194,21 +194,36 @@ def _final_metrics(result: RunResult, with_curves: bool, protocol: Any = None) -
     metrics += [Metric("trainable_params", float(result.trainable_params), ts, 0),
                 Metric("wall_time_s", result.wall_time_s, ts, 0)]
     metrics += [Metric(f"{stage}_s", float(v), ts, 0) for stage, v in sorted(result.stage_seconds.items())]
-    offset = 0
-    for n, c in enumerate(result.curves):
-        for i, u in enumerate(c.updates):
-            values = {f"acc_{k}": float(s[i]) for k, s in (("old", c.old), ("new", c.new), ("all", c.all))} \
-                if with_curves else {}
-            # the compute axis: plot acc_* against train_tflops in the MLflow UI (same steps)
-            if c.train_flops is not None:
-                values["train_tflops"] = float(c.train_flops[i]) / 1e12
-            metrics += point_metrics(offset + u, c.session, u, n == 0, values, session_key=with_curves)
-        offset += c.total_updates
+    metrics += _curve_metrics(result, with_curves)
     steps = reference_steps(result, protocol)
     for r in result.reference:
         for key in ("old", "new", "all"):
             step = r.session if steps is None else steps[r.session]
             metrics.append(Metric(f"joint_acc_{key}", float(getattr(r, key)), ts, step))
+    return metrics
+
+
+def _curve_metrics(result: RunResult, with_curves: bool) -> list:
+    """The curves' step metrics on one axis, updates since the first learning session began: at each eval point
+    the accuracy on the old, new and all classes (``with_curves``: a live run logged those as it went), on each
+    task's classes (``acc_task_k``) and the training TFLOPs so far; and the training loss of every update
+    (``loss``) at the step its update count reaches, the k-th update of a session at the session's start + k,
+    so an eval point and the update that came just before it share a step."""
+    from mlflow.entities import Metric
+
+    metrics: list = []
+    offset = 0
+    for n, c in enumerate(result.curves):
+        for i, u in enumerate(c.updates):
+            values = {f"acc_{k}": float(s[i]) for k, s in (("old", c.old), ("new", c.new), ("all", c.all))} \
+                if with_curves else {}
+            values.update({f"acc_task_{k + 1}": float(t[i]) for k, t in enumerate(c.tasks)})
+            # the compute axis: plot acc_* against train_tflops in the MLflow UI (same steps)
+            if c.train_flops is not None:
+                values["train_tflops"] = float(c.train_flops[i]) / 1e12
+            metrics += point_metrics(offset + u, c.session, u, n == 0, values, session_key=with_curves)
+        metrics += [Metric("loss", float(v), 0, offset + k + 1) for k, v in enumerate(c.loss)]
+        offset += c.total_updates
     return metrics
 
 
