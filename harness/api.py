@@ -410,7 +410,7 @@ def run_checked(protocol: Any, method: str, seed: int, options: Any, tracking: T
 def run(protocol: str = "tiny_cil", method: str = "vanilla", seed: int = 0, *,
         results_dir: str | Path | None = None, device: str = "auto", precision: str | None = None,
         tuned: bool = False, rerun: bool = False, mlflow: bool = True, tracking_uri: str | None = None,
-        save_predictions: bool = False, progress: bool = False, trunk_cache: bool = True,
+        save_predictions: bool = False, progress: bool = True, trunk_cache: bool = True,
         allow_download: bool = False, cpu_kernels: str = "fast", **settings: Any) -> RunResult:
     """Run ``method`` on ``protocol`` (a built-in name or a YAML path) with ``seed``, as ``bench run`` does,
     and return the validated, stored result. ``settings`` are the method's ``--set`` overrides
@@ -418,7 +418,8 @@ def run(protocol: str = "tiny_cil", method: str = "vanilla", seed: int = 0, *,
     runs the settings ``tune`` stored instead. An identical run already stored is returned, not trained
     again (``rerun=True`` trains it). The same checks as the CLI run before anything trains; bad input
     raises ``BenchError``. The run computes with the harness's CPU settings (one thread, ``cpu_kernels``);
-    the process gets its own back afterwards."""
+    the process gets its own back afterwards. Its progress shows as it goes (a bar in a notebook or on a
+    terminal, a line every half minute elsewhere), as ``bench run``'s does; ``progress=False`` silences it."""
     from ..methods.registry import parse_overrides
     from .model.cpu import cpu_settings_restored
 

@@ -1,4 +1,5 @@
-"""Progress display that suits where it goes: a tqdm bar on a terminal, plain periodic lines elsewhere.
+"""Progress display that suits where it goes: a tqdm bar on a terminal or in a notebook, plain periodic lines
+elsewhere.
 
 A bar redraws itself with carriage returns; written to a file (a sweep's log, a batch job's stderr) that
 is megabytes of one line. Off a terminal the main bars print one plain line every $BENCH_PROGRESS_EVERY_S
@@ -74,11 +75,21 @@ class PlainBar:
         print(", ".join(parts), file=self.file if self.file is not None else sys.stderr, flush=True)
 
 
+def in_notebook() -> bool:
+    """Whether this process is a Jupyter kernel (IPython under ``IPKernelApp``), whose output cell draws
+    tqdm.auto's widget bar in place: its stderr is no terminal, yet plain lines there would be a step back.
+    IPython is only looked up where it is already imported (a kernel always has it): never imported here."""
+    ipython = sys.modules.get("IPython")
+    shell = getattr(ipython, "get_ipython", lambda: None)() if ipython is not None else None
+    return shell is not None and "IPKernelApp" in getattr(shell, "config", {})
+
+
 def progress_bar(enabled: bool, *, lines: bool = True, **kwargs: Any) -> Any:
-    """A tqdm bar on a terminal; off one, a ``PlainBar`` (``lines``) or nothing (a disabled tqdm)."""
+    """A tqdm bar on a terminal or in a notebook (tqdm.auto: the notebook's widget bar where it can draw one);
+    elsewhere a ``PlainBar`` (``lines``) or nothing (a disabled tqdm)."""
     if not enabled:
         return tqdm(disable=True, **kwargs)
-    if on_terminal(kwargs.get("file")):
+    if on_terminal(kwargs.get("file")) or in_notebook():
         return tqdm(**kwargs)
     if lines:
         return PlainBar(**kwargs)
