@@ -40,11 +40,13 @@ from ..harness.results.catalog import (
     format_std,
     format_value,
 )
+from ..harness.results.cl_metrics import forward_transfer_possible
 from ..harness.results.comparability import select_runs
 from ..harness.results.metrics import Metrics, best_new_accuracy, compute_metrics, plasticity_gap
 from ..harness.results.schema import RunResult, format_setting, result_numerics, result_precision, run_identity
 from ..harness.results.tidy import runs_frame, seed_stats
-from ..harness.results.uncertainty import MAX_SEEDS, Interval, Paired, against_baseline, t_interval
+from ..harness.results.uncertainty import POWER, Interval, Paired, against_baseline, t_interval
+from ..harness.spec.paper import paper_protocol
 
 if TYPE_CHECKING:
     from ..harness.spec.protocol import Protocol
@@ -224,6 +226,9 @@ class MethodRow:
     partial: bool = False  # fewer seeds than the best-covered row of the protocol
     paired: dict[str, Paired | None] = field(default_factory=dict)  # key -> this row − BASELINE, shared seeds
     reached: dict[str, Reached] = field(default_factory=dict)  # time-to-result key -> sessions reached
+    # the board's protocol stands for the paper's own setup (``harness.spec.paper.paper_protocol``): only there
+    # do vanilla's two readings of the paper (its text's full fine-tuning, its code's LoRA blocks) exist to name
+    paper_readings: bool = False
 
     @property
     def seeds(self) -> list[int]:
@@ -246,7 +251,10 @@ class MethodRow:
 
     @property
     def params_reading(self) -> str | None:
-        """Which of vanilla's two readings the row's #P counts (``vanilla_reading``), when it has one."""
+        """Which of vanilla's two readings the row's #P counts (``vanilla_reading``), when it has one: on a
+        protocol that stands for the paper only; an embedded protocol's vanilla is simply its own."""
+        if not self.paper_readings:
+            return None
         readings = {vanilla_reading(e.result) for e in self.runs}
         return readings.pop() if len(readings) == 1 else None
 
@@ -308,6 +316,9 @@ class Board:
     # the machine arithmetic of every run on the board (``harness.numerics``): two machines whose code paths
     # differ give two boards, as two precisions do
     numerics: str = "unrecorded"
+    # FWT can differ from 0 here (``harness.results.cl_metrics.forward_transfer_possible``); True where the
+    # protocol's spec is unknown: nothing then says it cannot
+    forward_transfer: bool = True
 
     @property
     def ranked_runs(self) -> list[Entry]:
@@ -320,6 +331,11 @@ class Board:
     @property
     def most_seeds(self) -> int:
         return max((len(r.runs) for r in self.rows), default=0)
+
+    def columns(self, chosen: Sequence[MetricInfo]) -> list[MetricInfo]:
+        """The ``chosen`` columns this board shows: FWT only where it can differ from 0 (on a class-incremental
+        protocol whose head grows, every method's FWT and the reference's are 0 by construction)."""
+        return [c for c in chosen if c.key != "fwt" or self.forward_transfer]
 
 
 # Okabe & Ito's colour-blind-safe palette (yellow left out: unreadable on white; black is the joint
@@ -399,6 +415,8 @@ def summarize_protocol(name: str, entries: list[Entry], precision: str = "fp32",
 
     valid, best_new, best_from = _score_runs(name, entries, sel, joints)
     rows = _ranked_rows(valid)
+    for row in rows:
+        row.paper_readings = spec is not None and paper_protocol(spec)
     used = [joints[s] for s in sorted(joints)]
     reference_row = MethodRow.of(used) if used else None
     if reference_row:
@@ -414,6 +432,7 @@ def summarize_protocol(name: str, entries: list[Entry], precision: str = "fp32",
         best_new_methods=sel.best_new_methods,
         unranked=unranked, entries=entries, precision=precision,
         numerics=numerics or _board_numerics(entries),
+        forward_transfer=spec is None or forward_transfer_possible(spec),
     )
 
 
@@ -594,9 +613,9 @@ TableFormat = Literal["brief", "markdown", "text", "latex", "json"]
 REACHED_NOTE = ("T_old, T_new: time to result (99 % of A_joint old; 99 % of A_best new), mean over the sessions "
                 "that reached it (r/t: sessions reached of all the row's sessions); never ranked")
 PAIRED_NOTE = ("Δ vs vanilla: mean paired difference on shared seeds [95 % paired-t CI], p of the paired t test "
-               "Holm-adjusted over the board's rows; n.s.: adjusted p ≥ 0.05 (or one seed: no test); needs k seeds: "
-               "the count at which the test has 80 % power at the difference and spread seen (level 0.05/m, m the "
-               "rows compared).")
+               "Holm-adjusted over the board's rows; n.s.: adjusted p ≥ 0.05 (or one seed: no test); power P at n "
+               "seeds (where below 0.80): the chance the test at level 0.05/m (m the rows compared) finds a true "
+               "difference of the size seen, at the spread seen, with the n seeds compared.")
 PARTIAL_NOTE = ("* fewer seeds than the best-covered row: shown with its n, never marked best, compared with "
                 "vanilla on the seeds both have")
 
@@ -637,17 +656,21 @@ def seeds_text(row: MethodRow, most: int) -> str:
     return f"{len(row.runs)} of {most}*" if row.partial else str(len(row.runs))
 
 
-def needed_text(paired: Paired) -> str:
-    """How many seeds the comparison would need for 80 % power at the spread seen ("" when it has them)."""
-    if paired.needed is None:
+def power_text(paired: Paired) -> str:
+    """``power 0.62 at 3 seeds`` where the test has less than 80 % power at the seeds it has ("" otherwise):
+    the chance it would find a true difference of the size seen, at the spread seen, significant. Said as the
+    power at hand, not as a seed count the test "needs", which read as a contradiction beside a significant p.
+    Cut, never rounded, to two digits: 0.799 reads 0.79, never 0.80."""
+    if paired.power is None or paired.power >= POWER:
         return ""
-    return f"needs > {MAX_SEEDS} seeds" if paired.needed > MAX_SEEDS else f"needs {paired.needed} seeds"
+    return f"power {math.floor(paired.power * 100) / 100:.2f} at {len(paired.seeds)} seeds"
 
 
 def paired_text(paired: Paired | None, column: MetricInfo, row_seeds: int) -> str:
-    """``+0.012 [-0.003, +0.027] p=0.21 n.s., needs 7 seeds``: the mean difference with the baseline on the
-    shared seeds, its paired-t interval, the Holm-adjusted p, ``n.s.`` when that is 0.05 or more (or there
-    is no test), the seeds for 80 % power where the row lacks them, ``on k seeds`` when fewer than the row's."""
+    """``+0.012 [-0.003, +0.027] p=0.21 n.s., power 0.31 at 3 seeds``: the mean difference with the baseline on
+    the shared seeds, its paired-t interval, the Holm-adjusted p, ``n.s.`` when that is 0.05 or more (or there
+    is no test), the test's power where it is below 80 % (``power_text``), ``on k seeds`` when fewer than the
+    row's."""
     if paired is None:
         return "–"
     text = f"{paired.mean:+.{column.digits}f}"
@@ -658,8 +681,8 @@ def paired_text(paired: Paired | None, column: MetricInfo, row_seeds: int) -> st
         text += f" p={p:.2g}" if p >= 0.001 else " p<0.001"
     if paired.inconclusive:
         text += " n.s."
-    if needed := needed_text(paired):
-        text += f", {needed}"
+    if power := power_text(paired):
+        text += f", {power}"
     if len(paired.seeds) < row_seeds:
         text += f" (on {len(paired.seeds)} seeds)"
     return text
@@ -669,11 +692,55 @@ def header_text(c: MetricInfo) -> str:
     return f"{c.symbol}{' (' + c.unit + ')' if c.unit else ''}{' ' + c.arrow if c.ranked else ''}"
 
 
+def identity_line(board: Board) -> str:
+    """What every run of the board shares beyond protocol and method, as the CSV's identity columns give it per
+    run (``run_identity``): ``precision fp32, 1 thread, kernels gemm1x1+..., arithmetic <label>``. Threads and
+    kernels are those of the board's CPU runs (a CPU run stored before bench recorded them: unrecorded); a
+    board of GPU runs has neither. Settings can differ between rows, so each row names its own."""
+    ids = [run_identity(e.result) for e in board.ranked_runs + [board.joints[s] for s in sorted(board.joints)]]
+    cpu = [i for i in ids if i["cpu_kernels"]]  # a CUDA run's kernels are "" (not applicable)
+    parts = [f"precision {board.precision}"]
+    if cpu:
+        threads = sorted({int(i["threads"]) for i in cpu})
+        counts = "/".join(str(t) if t else "unrecorded" for t in threads)
+        parts.append(f"{counts} thread{'' if threads == [1] else 's'}")
+        parts.append("kernels " + "/".join(sorted({str(i["cpu_kernels"]) for i in cpu})))
+    elif ids:
+        parts.append("on a GPU (no CPU threads or kernels)")
+    parts.append(f"arithmetic {board.numerics}")
+    return ", ".join(parts)
+
+
+def _board_body(board: Board, columns: Sequence[MetricInfo], fmt: TableFormat) -> list[list[str]]:
+    """The rows of one board's markdown or text table, the joint reference last (its settings as the CSV and
+    ``load_results`` give them)."""
+    order = COLUMN_BY_KEY[DEFAULT_ORDER]
+    body: list[list[str]] = []
+    for row in board.rows:
+        cells = [row.method, seeds_text(row, board.most_seeds), row.effort]
+        for c in columns:
+            text = cell_text(row.stats[c.key], c, len(row.runs), reached=row.reached.get(c.key))
+            mark = row.marks.get(c.key)
+            if fmt == "markdown" and text != "–":
+                text = f"**{text}**" if mark == "best" else f"_{text}_" if mark == "second" else text
+            if c.key == "params" and row.params_reading:
+                text += f" ({row.params_reading})"
+            cells.append(text)
+        cells.append(paired_text(row.paired.get(order.key), order, len(row.runs)) if row.method != BASELINE
+                     else "(baseline)")
+        body.append(cells)
+    if board.reference_row:
+        ref = board.reference_row
+        body.append([JOINT_ROW, str(len(ref.runs)), ref.effort]
+                    + [cell_text(ref.stats[c.key], c, len(ref.runs)) for c in columns] + [""])
+    return body
+
+
 def format_table(boards: Sequence[Board], fmt: TableFormat = "markdown",
                  columns: Sequence[MetricInfo] = COLUMNS) -> str:
     """The aggregated numbers as Markdown (best **bold**, 2nd _italic_), plain text, LaTeX (booktabs, best
     bold, 2nd underlined) or JSON; mean ± std [95 % CI] over seeds and the paired difference with vanilla
-    on the ranking column."""
+    on the ranking column; under each board's title, what its runs share (``identity_line``)."""
     if fmt == "brief":
         return format_brief(boards)
     if fmt == "json":
@@ -682,45 +749,18 @@ def format_table(boards: Sequence[Board], fmt: TableFormat = "markdown",
         return format_latex(boards, columns)
     order = COLUMN_BY_KEY[DEFAULT_ORDER]
     out: list[str] = []
-    headers = (["method", "seeds", "settings"] + [header_text(c) for c in columns] +
-               [f"Δ{order.symbol} vs {BASELINE} [95% CI]"])
     for board in boards:
+        shown = board.columns(columns)
+        headers = (["method", "seeds", "settings"] + [header_text(c) for c in shown] +
+                   [f"Δ{order.symbol} vs {BASELINE} [95% CI]"])
         title = f"{board.name} (protocol hash {board.current_hash}, {board.precision}, {board.numerics})"
-        out.append(f"## {title}" if fmt == "markdown" else title)
-        out.append("")
-        body: list[list[str]] = []
-        for row in board.rows:
-            cells = [row.method, seeds_text(row, board.most_seeds), row.effort]
-            for c in columns:
-                text = cell_text(row.stats[c.key], c, len(row.runs), reached=row.reached.get(c.key))
-                mark = row.marks.get(c.key)
-                if fmt == "markdown" and text != "–":
-                    text = f"**{text}**" if mark == "best" else f"_{text}_" if mark == "second" else text
-                if c.key == "params" and row.params_reading:
-                    text += f" ({row.params_reading})"
-                cells.append(text)
-            cells.append(paired_text(row.paired.get(order.key), order, len(row.runs)) if row.method != BASELINE
-                         else "(baseline)")
-            body.append(cells)
-        if board.reference_row:
-            ref = board.reference_row
-            body.append([JOINT_ROW, str(len(ref.runs)), "protocol's joint"]
-                        + [cell_text(ref.stats[c.key], c, len(ref.runs)) for c in columns] + [""])
+        out += [f"## {title}" if fmt == "markdown" else title, "", f"Runs: {identity_line(board)}.", ""]
+        body = _board_body(board, shown, fmt)
         if not board.rows:
             out.append("(no ranked runs)")
         if body:
             out.extend(render_rows(headers, body, fmt))
-        if any(r.partial for r in board.rows):
-            out.append("")
-            out.append(PARTIAL_NOTE)
-        if any(r.notes for r in board.rows):
-            out.append("")
-            out.append("Notes:")
-            out.extend(f"- {r.method}: {n}" for r in board.rows for n in r.notes)
-        if board.unranked:
-            out.append("")
-            out.append("Not ranked:")
-            out.extend(f"- {e.method} seed {e.result.seed} ({e.run_id}): {e.reason}" for e in board.unranked)
+        out += _board_notes(board)
         out.append("")
     if fmt == "markdown" and any(b.rows for b in boards):
         out.append("mean ± std [95 % Student-t CI] over seeds, rows in order of CK_Δ, tuned rows grouped by their "
@@ -730,9 +770,27 @@ def format_table(boards: Sequence[Board], fmt: TableFormat = "markdown",
         if any(c.key in TIME_TO_RESULT_KEYS for c in columns):
             out.append("")
             out.append(REACHED_NOTE + ".")
+        if any(c.key == "fwt" for c in columns) and not all(b.forward_transfer for b in boards):
+            out += ["", FWT_NOTE]
     return "\n".join(out).rstrip() + "\n"
 
 
+def _board_notes(board: Board) -> list[str]:
+    """What follows a board's table: the partial rows' mark, the runs' own notes and the runs not ranked."""
+    out: list[str] = []
+    if any(r.partial for r in board.rows):
+        out += ["", PARTIAL_NOTE]
+    if any(r.notes for r in board.rows):
+        out += ["", "Notes:"]
+        out.extend(f"- {r.method}: {n}" for r in board.rows for n in r.notes)
+    if board.unranked:
+        out += ["", "Not ranked:"]
+        out.extend(f"- {e.method} seed {e.result.seed} ({e.run_id}): {e.reason}" for e in board.unranked)
+    return out
+
+
+FWT_NOTE = ("FWT is left out where it is 0 by construction: on a class-incremental protocol whose head grows, the "
+            "model has no unit for a class before its session, so every method and the reference score 0 there.")
 JOINT_ROW = "joint (upper bound)"
 BRIEF_KEYS = ("S_delta", "P_delta", "CK_delta")  # the gaps: what a sweep is run to see
 BRIEF_WIDTH = 120  # a terminal's width the brief table keeps to
@@ -776,7 +834,7 @@ def _brief_paired(paired: Paired | None, column: MetricInfo) -> str:
     """The paired difference, its interval and p, without the power note (the other formats give it)."""
     if paired is None:
         return "–"
-    return paired_text(replace(paired, needed=None), column, len(paired.seeds))
+    return paired_text(replace(paired, needed=None, power=None), column, len(paired.seeds))
 
 
 _LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
@@ -821,38 +879,44 @@ def _latex_cell(stat: Stat, c: MetricInfo, mark: str | None, reached: Reached | 
 
 def format_latex(boards: Sequence[Board], columns: Sequence[MetricInfo] = COLUMNS) -> str:
     """One booktabs ``tabular`` per protocol: mean ± std [95 % t interval] over seeds, best \\textbf, second
-    \\underline, and the paired difference with the baseline on the ranking column."""
+    \\underline, and the paired difference with the baseline on the ranking column; a row under the header
+    names what the board's runs share (``identity_line``), a column each row's settings, so the table that goes
+    into a paper says what it measured, not only a comment beside it."""
     order = COLUMN_BY_KEY[DEFAULT_ORDER]
     out: list[str] = []
     for board in boards:
-        spec = "l r " + " ".join("r" for _ in columns) + " r"
+        shown = board.columns(columns)
+        spec = "l r l " + " ".join("r" for _ in shown) + " r"
         paired_head = f"$\\Delta${latex_symbol(order).split(' ')[0]} vs {latex_escape(BASELINE)}"
         out += [f"% {board.name} (protocol hash {board.current_hash}, {board.precision}, {board.numerics}); "
-                f"mean $\\pm$ std "
-                f"[95 \\% Student-t CI] over seeds",
+                f"mean $\\pm$ std [95 \\% Student-t CI] over seeds",
                 r"\begin{tabular}{" + spec + "}", r"\toprule",
-                " & ".join(["Method", "$n$"] + [latex_symbol(c) for c in columns] + [paired_head]) + r" \\",
-                r"\midrule"]
+                " & ".join(["Method", "$n$", "Settings"] + [latex_symbol(c) for c in shown] + [paired_head]) + r" \\",
+                f"\\multicolumn{{{len(shown) + 4}}}{{l}}{{\\footnotesize Runs: {latex_escape(identity_line(board))}}} "
+                r"\\", r"\midrule"]
         for row in board.rows:
-            cells = [latex_escape(row.method), f"{len(row.runs)}" + ("$^*$" if row.partial else "")]
-            cells += [_latex_cell(row.stats[c.key], c, row.marks.get(c.key), row.reached.get(c.key)) for c in columns]
+            cells = [latex_escape(row.method), f"{len(row.runs)}" + ("$^*$" if row.partial else ""),
+                     latex_escape(row.effort)]
+            cells += [_latex_cell(row.stats[c.key], c, row.marks.get(c.key), row.reached.get(c.key)) for c in shown]
             cells.append("(baseline)" if row.method == BASELINE
                          else latex_escape(paired_text(row.paired.get(order.key), order, len(row.runs))))
             out.append(" & ".join(cells) + r" \\")
         if board.reference_row:
             ref = board.reference_row
             out.append(r"\midrule")
-            out.append(" & ".join(["Joint (upper bound)", str(len(ref.runs))]
+            out.append(" & ".join([latex_escape(JOINT_ROW), str(len(ref.runs)), latex_escape(ref.effort)]
                                   + [cell_text(ref.stats[c.key], c, ci=False).replace("±", "$\\pm$")
-                                     .replace("–", "--") for c in columns] + [""]) + r" \\")
+                                     .replace("–", "--") for c in shown] + [""]) + r" \\")
         out += [r"\bottomrule", r"\end{tabular}"]
         if board.rows:
             out.append("% " + PAIRED_NOTE)
         if any(r.partial for r in board.rows):
             out.append("% $^*$ " + PARTIAL_NOTE.lstrip("* "))
         out.extend(f"% {latex_escape(r.method)}: {latex_escape(n)}" for r in board.rows for n in r.notes)
-        if any(c.key in TIME_TO_RESULT_KEYS for c in columns):
+        if any(c.key in TIME_TO_RESULT_KEYS for c in shown):
             out.append("% " + REACHED_NOTE)
+        if len(shown) < len(columns):
+            out.append("% " + FWT_NOTE)
         out.append("")
     return "\n".join(out)
 
@@ -867,7 +931,7 @@ def _paired_json(p: Paired | None) -> dict[str, object] | None:
         return None
     return {"mean": p.mean, "ci95": None if p.interval is None else [p.interval.low, p.interval.high],
             "seeds": list(p.seeds), "p": p.p, "p_holm": p.p_holm, "holm_family": p.family,
-            "seeds_for_80pct_power": p.needed, "inconclusive": p.inconclusive}
+            "power": p.power, "seeds_for_80pct_power": p.needed, "inconclusive": p.inconclusive}
 
 
 def board_json(boards: Sequence[Board], columns: Sequence[MetricInfo] = COLUMNS) -> str:

@@ -49,10 +49,14 @@ INTERVAL_NOTE = _m(
     "A row's difference with the baseline is taken seed by seed on the seeds both have (same seed: same class "
     "order and data), with a paired-t interval and the two-sided p of the paired t test; the p-values of one "
     "column's comparisons on a board (every row against the baseline) are Holm-adjusted, and <em>n.s.</em> means "
-    "the adjusted p is 0.05 or more (or one shared seed: no test). “needs k seeds”: the seed count at which "
-    "that test would have 80 % power for a true difference of the size seen at the spread seen (level 0.05/m, "
-    "m the rows compared); with 3 seeds a rough planning figure. Assumptions: per-seed values independent and "
-    "roughly normal. A percentile bootstrap is never used below 10 seeds: on 3 it covers about 76 %, not 95 %."
+    "the adjusted p is 0.05 or more (or one shared seed: no test). “power 0.47 at 3 seeds”, where below 0.80: "
+    "the chance that test, at level 0.05/m (m the rows compared), finds a true difference of the size seen at "
+    "the spread seen significant with the seeds compared; with 3 seeds a rough figure. A significant p beside a "
+    "low power is no contradiction: the difference was found, and another set of seeds might miss it. "
+    "FWT is left out on class-incremental protocols whose head grows: the model has no unit for a class before "
+    "its session, so every method and the reference score 0 there by construction. Assumptions: per-seed "
+    "values independent and roughly normal. A percentile bootstrap is never used below 10 seeds: on 3 it covers "
+    "about 76 %, not 95 %."
 )
 
 TERMS: tuple[Term, ...] = tuple(term(m) for m in CATALOG)

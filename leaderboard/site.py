@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib import metadata, resources
@@ -128,7 +129,8 @@ def _cell(stat: Stat, key: str, mark: str = "", runs: int = 0, note: str | None 
 SVG_DASHES = {"dashed": "6 3", "dotted": "1.5 2.5", "dashdot": "6 2 1.5 2"}  # the plots' line styles, for the swatch
 
 
-def _row_view(row: MethodRow, run_href: dict[int, str], reference: bool = False, most: int = 0) -> dict:
+def _row_view(row: MethodRow, run_href: dict[int, str], reference: bool = False, most: int = 0,
+              columns: Sequence[MetricInfo] = ALL_COLUMNS) -> dict:
     order = COLUMN_BY_KEY[DEFAULT_ORDER]
     paired = row.paired.get(order.key)
     return {
@@ -140,7 +142,7 @@ def _row_view(row: MethodRow, run_href: dict[int, str], reference: bool = False,
         "runs": [{"seed": e.result.seed, "href": run_href[id(e)]} for e in row.runs],
         "cells": [_cell(row.stats[c.key], c.key, "" if reference else row.marks.get(c.key, ""), len(row.runs),
                         row.params_reading if c.key == "params" else None, row.reached.get(c.key))
-                  for c in ALL_COLUMNS],
+                  for c in columns],
         "paired": None if reference or row.method == BASELINE else _paired_view(paired, order, len(row.runs)),
         "details": _row_details(row),
     }
@@ -506,10 +508,12 @@ def _board_view(board: Board, slug: str, out: Path, run_href: dict[int, str], re
             path = f"plots/{slug}-{stem}.svg"
             (out / path).write_text(svg)
             group.append({"src": path, "title": plot_title, "stem": stem})
+    columns = board.columns(ALL_COLUMNS)  # FWT only where it can differ from 0
     return {
-        "board": board, "slug": slug, "plots": plots, "compute_plots": compute,
-        "rows": [_row_view(r, run_href, most=board.most_seeds) for r in board.rows],
-        "reference": _row_view(board.reference_row, run_href, reference=True) if board.reference_row else None,
+        "board": board, "slug": slug, "plots": plots, "compute_plots": compute, "columns": columns,
+        "rows": [_row_view(r, run_href, most=board.most_seeds, columns=columns) for r in board.rows],
+        "reference": _row_view(board.reference_row, run_href, reference=True, columns=columns)
+        if board.reference_row else None,
         "reported": [_reported_view(t) for t in reported.get(board.name, [])],
         "joints": [{"seed": s, "entry": e, "href": run_href[id(e)]} for s, e in sorted(board.joints.items())],
         "best_new_methods": board.best_new_methods,

@@ -72,11 +72,11 @@ def test_every_section_named_is_a_heading_of_the_file_it_points_to(source: Path)
 
 
 def test_the_readme_explains_the_leaderboard_and_keeps_ci_commands():
-    """The front page says how to read a row (interval, n.s., needs k seeds) and keeps the two commands the
+    """The front page says how to read a row (interval, n.s., the test's power) and keeps the two commands the
     quick start promises (CI runs the second)."""
     text = README.read_text()
     assert "bash ci/install.sh && .venv/bin/bench run -p tiny_cil_quick" in text
     assert "\nbash ci/test.sh\n" in text
     reading = text.split("## Reading the leaderboard", 1)[1].split("\n## ", 1)[0]
-    for term in ("**A row**", "Student-t interval", "**n.s.**", "**needs k seeds**", "Holm-adjusted", "2 of 3*"):
+    for term in ("**A row**", "Student-t interval", "**n.s.**", "**power 0.47 at 3 seeds**", "Holm-adjusted", "2 of 3*"):
         assert term in reading, term

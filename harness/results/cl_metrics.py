@@ -21,8 +21,12 @@ accuracy and forgetting, eq. 4-6). Every value is in the curves' unit (fractions
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from .curves import SessionCurve
+
+if TYPE_CHECKING:
+    from ..spec.protocol import Protocol
 
 
 def _sessions(curves: Sequence[SessionCurve]) -> list[SessionCurve]:
@@ -109,3 +113,13 @@ def forward_transfer(curves: Sequence[SessionCurve], baseline: Mapping[int, floa
         return None
     base = baseline or {}
     return sum(r[(k - 1, k)] - base.get(k, 0.0) for k in range(2, n + 1)) / (n - 1)
+
+
+def forward_transfer_possible(protocol: Protocol) -> bool:
+    """Whether FWT can differ from 0 on ``protocol``, by its structure alone. R[k−1][k] is read before session
+    k's classes get their head units; on a class-incremental stream (``ordering: cil``) whose head grows
+    (``backbone.head_units`` grown or unset) the model has no unit for any of them then, so it predicts none:
+    R[k−1][k] = 0 for every method, and b_k = 0 too, so FWT is 0 on every row whatever was trained. The
+    published models' full head (``head_units: full``) scores every class from the first session, and an
+    i.i.d. stream does not hold classes back, so there FWT measures something."""
+    return protocol.ordering != "cil" or protocol.backbone.head_units == "full"

@@ -107,6 +107,16 @@ def paired_power(effect: float, n: int, alpha: float = ALPHA) -> float:
     return min(1.0, upper + lower)
 
 
+def observed_power(diffs: Sequence[float], alpha: float = ALPHA) -> float | None:
+    """The paired t test's power with the seeds at hand, for a true difference of the size seen at the spread
+    seen (both taken as if known: with few seeds, a rough figure). None where nothing can be said: one seed,
+    no difference seen, or no spread (the test then decides outright)."""
+    xs = np.asarray(diffs, dtype=float)
+    if len(xs) < 2 or float(xs.mean()) == 0 or float(xs.std(ddof=1)) == 0:
+        return None
+    return paired_power(float(xs.mean()) / float(xs.std(ddof=1)), len(xs), alpha)
+
+
 def seeds_needed(diffs: Sequence[float], alpha: float = ALPHA, power: float = POWER) -> int | None:
     """The smallest seed count at which the paired t test reaches ``power`` for a true difference of the
     size seen, at the spread seen (both taken as if known: with few seeds, a rough planning figure).
@@ -146,8 +156,8 @@ def holm(pvalues: Sequence[float | None]) -> list[float | None]:
 class Paired:
     """``method − baseline`` on the seeds both have: the mean difference, its paired-t interval, the seeds
     used, the test's p-value, its Holm-adjusted value over the board's comparisons of the same column
-    (``p`` alone until ``against_baseline`` adjusts it) and, where the test lacks power at the spread seen,
-    the seeds it would need."""
+    (``p`` alone until ``against_baseline`` adjusts it), the test's power at the seeds used (``observed_power``,
+    at Holm's strictest level once adjusted) and, where that is below ``POWER``, the seeds it would need."""
 
     mean: float
     interval: Interval | None
@@ -156,6 +166,7 @@ class Paired:
     p_holm: float | None = None
     needed: int | None = None
     family: int = 1  # comparisons in the Holm family
+    power: float | None = None
 
     @property
     def inconclusive(self) -> bool:
@@ -180,18 +191,21 @@ def paired_difference(method: Mapping[int, float | None], baseline: Mapping[int,
     if not diffs:
         return None
     xs = list(diffs.values())
-    return Paired(sum(xs) / len(xs), t_interval(xs), tuple(diffs), paired_t_p(xs), needed=seeds_needed(xs))
+    return Paired(sum(xs) / len(xs), t_interval(xs), tuple(diffs), paired_t_p(xs), needed=seeds_needed(xs),
+                  power=observed_power(xs))
 
 
 def against_baseline(rows: Mapping[str, Mapping[int, float | None]],
                      baseline: Mapping[int, float | None]) -> dict[str, Paired | None]:
     """Every row's paired difference with the baseline on one column, Holm-adjusted over the rows that
-    have a test; the seeds needed are planned at Holm's strictest level, 0.05 / m."""
+    have a test; the power and the seeds needed are taken at Holm's strictest level, 0.05 / m."""
     paired = {name: paired_difference(values, baseline) for name, values in rows.items()}
     tested = {n: p for n, p in paired.items() if p is not None}
     adjusted = holm([p.p for p in tested.values()])
     m = sum(p is not None for p in adjusted)
     for (name, p), p_holm in zip(tested.items(), adjusted):
         diffs = list(_diffs(rows[name], baseline).values())
-        paired[name] = replace(p, p_holm=p_holm, family=max(m, 1), needed=seeds_needed(diffs, ALPHA / max(m, 1)))
+        level = ALPHA / max(m, 1)
+        paired[name] = replace(p, p_holm=p_holm, family=max(m, 1), needed=seeds_needed(diffs, level),
+                               power=observed_power(diffs, level))
     return paired

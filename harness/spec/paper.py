@@ -92,6 +92,14 @@ class Axis:
     protocol: str
 
 
+def paper_protocol(p: Protocol) -> bool:
+    """Whether ``p`` stands for one of the paper's own setups (the one ``setup_for`` names), so that what holds
+    of the paper's runs (vanilla's two readings of its text and its code, say) holds of its runs: every
+    protocol that is not embedded. An embedded protocol is an analogue on other data and another network,
+    where the published code has nothing to read."""
+    return not p.embedded
+
+
 def setup_for(p: Protocol) -> Setup:
     """The paper setup a protocol stands for, read off its spec (see the module's docstring)."""
     if p.training.online:
