@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 
-import pandas as pd
-
 from .errors import BenchError, note_stop
 from .results.read_once import reading_once
 from .results.schema import RunResult
 
 if TYPE_CHECKING:
+    import pandas as pd  # loaded where a frame is made: a run's request answers before pandas would load
+
     from .results.tracking import NotMirrored
 
 Echo = Callable[[str], None]
@@ -135,7 +135,7 @@ def run_options(results_dir: str | Path | None = None, device: str = "auto", *, 
                                         not 0 < hook_time_limit <= MAX_HOOK_SECONDS):
         raise BenchError(f"hook_time_limit {hook_time_limit!r} must be a number of seconds > 0 (at most "
                          f"{MAX_HOOK_SECONDS:,}), or None for the limit derived from the run's updates.")
-    check_environment()
+    check_environment()  # a malformed BENCH_* setting is refused with the request, before anything is announced
     chosen = resolve_device(device)
     check_precision(precision, chosen)
     if cpu_kernels not in KERNEL_SETS:
@@ -325,18 +325,15 @@ def _closed_after_stop(stop: KeyboardInterrupt, live: Any, result: RunResult, pa
     note_stop(stop, after_stored(path, f"{_predictions_note(recorder, path)}{record}; nothing needs to train again."))
 
 
-def checked_run(protocol: str, method: str, seed: int, settings: dict[str, Any], results_dir: str | Path | None,
-                tracking: Tracking = Tracking(), tuned: bool = False,
-                announce: Callable[[Any], None] | None = None) -> tuple[Any, dict[str, Any], Any]:
-    """Everything a run's request can get wrong, checked before torch is imported: the protocol, the tuned
-    entry (``tuned``: its settings replace ``settings``, which must then be empty), the method and its
-    settings, the seed, the outputs and the backbone. Returns (protocol, settings, tuned stamp or None).
-    ``announce``: called with the protocol once the torch-free checks pass, before the backbone's (timm and
-    torch load there, seconds on a loaded machine), so what the run will do is said at once."""
+def checked_request(protocol: str, method: str, seed: int, settings: dict[str, Any], results_dir: str | Path | None,
+                    tracking: Tracking = Tracking(), tuned: bool = False) -> tuple[Any, dict[str, Any], Any]:
+    """What a run's request can get wrong that is checked without importing torch: the BENCH_* settings, the
+    protocol, the tuned entry (``tuned``: its settings replace ``settings``, which must then be empty), the
+    method and its settings, the seed and the outputs. Returns (protocol, settings, tuned stamp or None)."""
     from .environment import check_environment
     from .paths import results_dir as resolve_results
     from .spec.protocol import load_protocol
-    from .tools.preflight import check_backbone, check_run
+    from .tools.preflight import check_run
 
     check_environment()  # a malformed BENCH_* setting is refused with the request, before anything is announced
     spec = load_protocol(str(protocol))
@@ -350,9 +347,18 @@ def checked_run(protocol: str, method: str, seed: int, settings: dict[str, Any],
             raise BenchError("--tuned runs the tuned entry's settings as they are; drop --set (or tune again).")
         entry = load_entry(root, spec, method, str(protocol))
         settings, stamp = dict(entry.settings), tuned_stamp(entry)
-    check_run(spec, method, seed, settings, root, tracking.uri, tracking.mlflow)  # no torch yet
-    if announce is not None:
-        announce(spec)
+    check_run(spec, method, seed, settings, root, tracking.uri, tracking.mlflow)
+    return spec, settings, stamp
+
+
+def checked_run(protocol: str, method: str, seed: int, settings: dict[str, Any], results_dir: str | Path | None,
+                tracking: Tracking = Tracking(), tuned: bool = False) -> tuple[Any, dict[str, Any], Any]:
+    """Everything a run's request can get wrong, checked before any compute: ``checked_request``, then the
+    backbone (timm and torch load there, seconds on a loaded machine, so a caller that can answer or announce
+    first calls the two itself). Returns (protocol, settings, tuned stamp or None)."""
+    from .tools.preflight import check_backbone
+
+    spec, settings, stamp = checked_request(protocol, method, seed, settings, results_dir, tracking, tuned)
     check_backbone(spec)
     return spec, settings, stamp
 
@@ -388,23 +394,44 @@ def run_checked(protocol: Any, method: str, seed: int, options: Any, tracking: T
     """A checked run request (``checked_run``) on ``options``: the stored result of an identical run when
     there is one (training it again would only store a second JSON with the same numbers), unless
     ``rerun`` or ``save_predictions`` asks for the training; else ``execute``."""
-    from .results.schema import load_result
 
     with reading_once():
         found = None if rerun or save_predictions else stored_identical(protocol, method, seed, options, tuned)
         if found is not None:
-            result = load_result(found)
-            echo(f"Stored, nothing trained: an identical run (same protocol spec, method, settings, seed, "
-                 f"precision and method code) is stored in {found}; its numbers follow, with the wall time it took "
-                 f"when it was made ({result.wall_time_s:.1f} s). Add --rerun to train it again.")
-            if summary:
-                summary(result, found)
-            if tracking.mlflow:
-                _mirror_found(result, found, options.results_dir, tracking.uri, protocol, echo)
-            return RunOutcome(result, found, True)
+            return report_stored(found, protocol, options.results_dir, tracking, echo, summary)
         result, path = execute(protocol, method, seed, options, tracking, save_predictions=save_predictions,
                                tuned=tuned, echo=echo, summary=summary)
     return RunOutcome(result, path, False)
+
+
+def stored_before_set_up(protocol: Any, method: str, seed: int, settings: dict[str, Any], tuned: Any,
+                         results_dir: str | Path | None, device: str, precision: str | None,
+                         cpu_kernels: str) -> Path | None:
+    """The stored identical run of a checked request (``checked_request``), found before torch is imported where
+    that can be told (a CPU run of built-in methods: ``sweep.plan.stored_on_cpu``); None otherwise, and the
+    full check after set-up decides."""
+    from .paths import results_dir as resolve_results
+    from .sweep.plan import stored_on_cpu
+
+    root = resolve_results(Path(results_dir) if results_dir is not None else None)
+    return stored_on_cpu(protocol, method, dict(settings), seed, root, device, precision, cpu_kernels, tuned)
+
+
+def report_stored(found: Path, protocol: Any, results_dir: Path, tracking: Tracking = Tracking(),
+                  echo: Echo = _quiet, summary: Summary | None = None) -> RunOutcome:
+    """What a request whose identical run is stored gets: said first, then the stored run's numbers (its own
+    wall time labelled as such), and its MLflow record completed where the store lacks it."""
+    from .results.schema import load_result
+
+    result = load_result(found)
+    echo(f"Stored, nothing trained: an identical run (same protocol spec, method, settings, seed, "
+         f"precision, machine arithmetic and method code) is stored in {found}; its numbers follow, with the wall "
+         f"time it took when it was made ({result.wall_time_s:.1f} s). Add --rerun to train it again.")
+    if summary:
+        summary(result, found)
+    if tracking.mlflow:
+        _mirror_found(result, found, results_dir, tracking.uri, protocol, echo)
+    return RunOutcome(result, found, True)
 
 
 def run(protocol: str = "tiny_cil", method: str = "vanilla", seed: int = 0, *,
@@ -421,7 +448,9 @@ def run(protocol: str = "tiny_cil", method: str = "vanilla", seed: int = 0, *,
     the process gets its own back afterwards. Its progress shows as it goes (a bar in a notebook or on a
     terminal, a line every half minute elsewhere), as ``bench run``'s does; ``progress=False`` silences it."""
     from ..methods.registry import parse_overrides
-    from .model.cpu import cpu_settings_restored
+    from .paths import results_dir as resolve_results
+    from .results.comparability import KERNEL_SETS
+    from .tools.preflight import check_backbone
 
     _check(protocol=(protocol, PROTOCOL), method=(method, METHOD), results_dir=(results_dir, FOLDER_OR_NONE),
            tracking_uri=(tracking_uri, TEXT_OR_NONE))
@@ -429,12 +458,22 @@ def run(protocol: str = "tiny_cil", method: str = "vanilla", seed: int = 0, *,
     _offline(allow_download)
     overrides = parse_overrides([f"{k.replace('__', '.')}={v}" for k, v in settings.items()])
     tracking = Tracking(tracking_uri, mlflow)
-    spec, overrides, stamp = checked_run(protocol, method, seed, overrides, results_dir, tracking, tuned)
-    options = run_options(results_dir, device, precision=precision, cpu_kernels=cpu_kernels, overrides=overrides,
-                          trunk_cache=trunk_cache, progress=progress, allow_download=allow_download)
-    with cpu_settings_restored():
-        return run_checked(spec, method, seed, options, tracking, tuned=stamp, rerun=rerun,
-                           save_predictions=save_predictions).result
+    spec, overrides, stamp = checked_request(protocol, method, seed, overrides, results_dir, tracking, tuned)
+    with reading_once():  # the early answer and the run read each stored file once between them
+        if not (rerun or save_predictions) and cpu_kernels in KERNEL_SETS and isinstance(device, str):
+            found = stored_before_set_up(spec, method, seed, overrides, stamp, results_dir, device, precision,
+                                         cpu_kernels)
+            if found is not None:  # answered from the file, before torch is imported
+                return report_stored(found, spec, resolve_results(Path(results_dir) if results_dir else None),
+                                     tracking).result
+        check_backbone(spec)
+        from .model.cpu import cpu_settings_restored  # torch loads here: an identical stored run returned before
+
+        options = run_options(results_dir, device, precision=precision, cpu_kernels=cpu_kernels, overrides=overrides,
+                              trunk_cache=trunk_cache, progress=progress, allow_download=allow_download)
+        with cpu_settings_restored():
+            return run_checked(spec, method, seed, options, tracking, tuned=stamp, rerun=rerun,
+                               save_predictions=save_predictions).result
 
 
 # ------------------------------------------------------------------------------------- tuning
@@ -754,6 +793,8 @@ def load_results(results_dir: str | Path) -> pd.DataFrame:
     set_trials_apart(loaded, Path(results_dir), warn)  # tuning trials are never scored as a board
     scored = scored_entries(summarize(loaded.entries))
     if not scored:
+        import pandas as pd
+
         return pd.DataFrame(columns=results_columns())
     frame = entry_frame(scored)
     frame["path"] = [e.source for e in scored]

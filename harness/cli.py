@@ -270,21 +270,32 @@ def run(protocol: str, method: str, seed: int, overrides: tuple[str, ...], tuned
     """Run METHOD on PROTOCOL (default: vanilla on the embedded tiny_cil) and print its gap metrics. With no
     --set, the method runs its published settings (methods/defaults.yaml); --tuned runs its tuned ones."""
     from ..methods.registry import parse_overrides
-    from .api import Tracking, checked_run, run_checked
+    from .api import Tracking, checked_request, report_stored, run_checked, stored_before_set_up
     from .paths import results_dir as resolve_results
+    from .results.read_once import reading_once
     from .run.announce import plan_line
+    from .tools.preflight import check_backbone
 
     tracking = Tracking(tracking_uri, not no_mlflow)
-    # what the run is about to do, said once the torch-free checks pass (a refusal stays one paragraph) and
-    # before anything imports torch (tens of seconds on a loaded machine)
-    spec, settings, stamp = checked_run(
-        protocol, method, seed, parse_overrides(list(overrides)), results_dir, tracking, tuned,
-        announce=lambda p: click.echo(plan_line(p, method, seed, resolve_results(results_dir)), err=True))
-    options = _options(settings, results_dir, device, trunk_cache, progress, allow_download)
-    outcome = run_checked(spec, method, seed, options, tracking, tuned=stamp, rerun=rerun,
-                          save_predictions=save_predictions, echo=click.echo, summary=print_summary)
-    if outcome.reused:  # said first (run_checked), before the stored run's summary
-        return
+    # the torch-free checks first (a refusal stays one paragraph), then what the run is about to do, then an
+    # identical stored run answered from its file: all before anything imports torch (seconds when loaded)
+    spec, settings, stamp = checked_request(protocol, method, seed, parse_overrides(list(overrides)), results_dir,
+                                            tracking, tuned)
+    click.echo(plan_line(spec, method, seed, resolve_results(results_dir)), err=True)
+    with reading_once():  # the early answer and the run read each stored file once between them
+        meta = click.get_current_context().meta
+        if not (rerun or save_predictions):
+            found = stored_before_set_up(spec, method, seed, settings, stamp, results_dir, device,
+                                         meta.get("bench.precision"), meta.get("bench.cpu_kernels") or "fast")
+            if found is not None:
+                report_stored(found, spec, resolve_results(results_dir), tracking, click.echo, print_summary)
+                return
+        check_backbone(spec)
+        options = _options(settings, results_dir, device, trunk_cache, progress, allow_download)
+        outcome = run_checked(spec, method, seed, options, tracking, tuned=stamp, rerun=rerun,
+                              save_predictions=save_predictions, echo=click.echo, summary=print_summary)
+        if outcome.reused:  # said first (run_checked), before the stored run's summary
+            return
     click.echo(resource_note())
 
 

@@ -148,6 +148,16 @@ def pin_set(pins: dict[str, str]) -> str | None:
     return None
 
 
+def torch_free_device(name: str) -> str | None:
+    """The device ``--device name`` resolves to, where that is known without torch: ``cpu`` when asked for,
+    or for ``auto`` on a machine with no NVIDIA (or ROCm) device node; None when only torch can tell."""
+    if name == "cpu":
+        return "cpu"
+    if name == "auto" and not any(Path("/dev").glob("nvidia[0-9]*")) and not Path("/dev/kfd").exists():
+        return "cpu"
+    return None
+
+
 @dataclass(frozen=True)
 class GpuInfo:
     name: str

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from .catalog import ACCURACY_KEYS, TABLE_KEYS, TIME_TO_RESULT_KEYS
 from .metrics import Metrics
 from .schema import RunResult, run_identity
+
+if TYPE_CHECKING:  # the frames load pandas where they are made: a run's summary line needs none of it
+    import pandas as pd
 
 # what, beside protocol and method, keeps runs apart (``schema.run_identity``): group by these too
 IDENTITY_KEYS: tuple[str, ...] = ("precision", "settings", "threads", "cpu_kernels")
@@ -57,6 +58,8 @@ def curves_frame(results: Iterable[RunResult], labels: Mapping[str, str] | None 
     spent since the session's update-0 point: the compute axis of the curves). Runs without curves (joint
     references) add no rows.
     """
+    import pandas as pd
+
     rows: list[dict[str, object]] = []
     n_tasks = 0
     for r in results:
@@ -80,6 +83,8 @@ def curves_frame(results: Iterable[RunResult], labels: Mapping[str, str] | None 
 
 def references_frame(results: Iterable[RunResult], labels: Mapping[str, str] | None = None) -> pd.DataFrame:
     """One row per joint run × session: A_joint on the old, new and all classes (and per task)."""
+    import pandas as pd
+
     rows: list[dict[str, object]] = []
     n_tasks = 0
     for r in results:
@@ -132,6 +137,8 @@ def runs_frame(results: Iterable[RunResult], metrics: Mapping[str, Metrics | Non
                extra: Mapping[str, Mapping[str, float | None]] | None = None) -> pd.DataFrame:
     """One row per run: the run constants, status, start time, its ``run_values`` and ``reached_counts`` (NaN: missing);
     ``extra`` adds values that depend on other runs (P_Δ against the paper's A_best), by run id."""
+    import pandas as pd
+
     rows = [{**_constants(r, labels), "status": r.status, "is_reference": r.is_reference,
              "started_at": r.started_at, **run_values(r, (metrics or {}).get(r.run_id)),
              **reached_counts((metrics or {}).get(r.run_id)), **(extra or {}).get(r.run_id, {})} for r in results]
@@ -147,6 +154,8 @@ def seed_stats(frame: pd.DataFrame, keys: Sequence[str], by: str | Sequence[str]
     Non-finite values count as missing. The std is NaN for a single value, and exactly 0 when the
     values differ only by rounding error (so "± 0.000" never shows noise).
     """
+    import numpy as np
+
     values = frame[list(keys)].astype(float).replace([np.inf, -np.inf], np.nan)
     by = [by] if isinstance(by, str) else list(by)
     stats = values.groupby([frame[b] for b in by], sort=False).agg(["mean", "std", "count"])

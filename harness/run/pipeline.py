@@ -28,7 +28,7 @@ from ..errors import BenchError
 from ..model.cpu import cpu_kernels
 from ..model.machine import machine_record, numerics_label
 from ..results import metrics as M
-from ..results.comparability import Selection, stored_selection
+from ..results.comparability import Selection
 from ..results.efficiency import efficiency_vs_joint
 from ..results.read_once import reads_once
 from ..results.schema import (
@@ -53,6 +53,7 @@ from .joint_request import check_joint_request
 from .options import RunOptions, run_precision
 from .report import say
 from .stopped import record_stored, stage, stored_result
+from .stored import protocol_selection
 from .workbench import Workbench, prepare
 
 Stored = tuple[Path, Any]
@@ -106,9 +107,8 @@ def selection(protocol: Protocol, options: RunOptions, weights: str | None = Non
     """Which stored runs of this protocol spec count (the one rule: ``comparability.select_runs``); with the
     backbone weights' digest, runs made with other weights content do not; runs made in another
     precision than ``options``' (``run_precision``) never do."""
-    return stored_selection(options.results_dir, protocol.name, protocol.spec_hash, protocol.best_new_reference,
-                            joint_settings(protocol), weights, run_precision(protocol, options),
-                            kernels=options.cpu_kernels, numerics=options.numerics)
+    return protocol_selection(protocol, options.results_dir, run_precision(protocol, options), options.cpu_kernels,
+                              options.numerics, weights)
 
 
 def _claim(options: RunOptions, name: str, what: str, **identity: Any):

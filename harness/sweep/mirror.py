@@ -12,7 +12,15 @@ from pathlib import Path
 from typing import Any
 
 from ..results.schema import RunResult
-from ..results.tracking import Artifacts, LiveRun, SyncReport, log_run_or_explain, mirror_missing
+from ..results.store_read import has_whole_record
+from ..results.tracking import (
+    Artifacts,
+    LiveRun,
+    SyncReport,
+    default_tracking_uri,
+    log_run_or_explain,
+    mirror_missing,
+)
 from ..results.tracking import sync as sync_store
 
 
@@ -39,6 +47,9 @@ def mirror_stored(result: RunResult, path: Path, results_dir: Path, tracking_uri
                   protocol: Any = None) -> str | None:
     """The record of a stored result a rerun found, made when the store lacks a complete one (the first run
     had no MLflow, or was stopped while it logged); returns the new MLflow run id, None when it was there."""
+    uri = tracking_uri or default_tracking_uri(results_dir)
+    if has_whole_record(uri, result.protocol.name, result.run_id):  # read with sqlite3: no MLflow to load
+        return None
     return mirror_missing(result, path, results_dir, tracking_uri, artifacts=RUN_ARTIFACTS, protocol=protocol)
 
 

@@ -16,8 +16,10 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, m
 
 from ...methods.registry import build_method, code_hash, method_settings, parse_method
 from ..errors import BenchError, not_a_file
+from ..numerics import cpu_label, torch_free_device
 from ..results.comparability import Selection
 from ..results.schema import JOINT, TunedStamp, format_setting, row_label
+from ..run.stored import protocol_selection, resolved_settings
 from ..spec.protocol import Protocol, load_protocol
 from ..spec.specfile import is_path, load_spec
 
@@ -208,6 +210,20 @@ def stored_run(protocol: Protocol, method: str, overrides: dict[str, Any], seed:
         return None
     _, built = build_method(method, protocol, overrides)
     return finished(protocol, method, overrides, seed, method_settings(built), selection(protocol, options), tuned)
+
+
+def stored_on_cpu(protocol: Protocol, method: str, overrides: dict[str, Any], seed: int, results_dir: Path,
+                  device: str, precision: str | None, kernels: str, tuned: Any = None) -> Path | None:
+    """The stored result an identical run on the CPU would repeat, found before torch is imported; None when
+    there is none, or when this cannot be told without torch (a GPU may be in use, another precision, a
+    plugin's settings): the full check (``sweep.plan.stored_run``) then decides."""
+    if method.strip() == JOINT or torch_free_device(device) != "cpu" or precision not in (None, "fp32"):
+        return None
+    settings = resolved_settings(method, protocol, overrides)
+    if settings is None:
+        return None
+    counted = protocol_selection(protocol, results_dir, "fp32", kernels, cpu_label())
+    return finished(protocol, method, overrides, seed, settings, counted, tuned)
 
 
 def plan(sweep: Sweep, results_dir: Path, seeds: list[int] | None = None,
