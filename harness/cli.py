@@ -281,6 +281,10 @@ def run(protocol: str, method: str, seed: int, overrides: tuple[str, ...], tuned
     # identical stored run answered from its file: all before anything imports torch (seconds when loaded)
     spec, settings, stamp = checked_request(protocol, method, seed, parse_overrides(list(overrides)), results_dir,
                                             tracking, tuned)
+    if device not in ("auto", "cpu"):  # only torch can tell whether this device is here: ask it before announcing
+        from .model.device import resolve_device
+
+        resolve_device(device)
     click.echo(plan_line(spec, method, seed, resolve_results(results_dir)), err=True)
     with reading_once():  # the early answer and the run read each stored file once between them
         meta = click.get_current_context().meta

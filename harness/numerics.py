@@ -124,18 +124,17 @@ def apply_pins() -> None:
     if not torch_loaded:
         for name, value in wanted.items():
             os.environ.setdefault(name, value)
-    _STATE.update(torch_loaded_first=torch_loaded,
-                  at_load={name: os.environ.get(name) for name in PIN_NAMES} if not torch_loaded else None)
+    # what the libraries loaded with: the environment now, when bench set it before torch; when torch came
+    # first, the same settings were in the environment when it loaded (bench sets none after it)
+    _STATE.update(torch_loaded_first=torch_loaded, at_load={name: os.environ.get(name) for name in PIN_NAMES})
 
 
 def pins_in_force() -> dict[str, str]:
-    """The pin settings the libraries loaded with, as far as this process can know: those in the
-    environment when bench was imported before torch; none it can vouch for otherwise."""
+    """The pin settings the libraries loaded with: those in the environment when bench was imported (set by
+    bench before torch loaded, or by the user before a process that imported torch first). ATen's reports
+    itself (``cpu_label``'s ``capability``); the others are taken as the environment held them."""
     apply_pins()
-    at_load = _STATE.get("at_load")
-    if at_load is None:  # torch came first: its settings are whatever the environment held then
-        return {}
-    return {k: v for k, v in at_load.items() if v is not None}
+    return {k: v for k, v in (_STATE.get("at_load") or {}).items() if v is not None}
 
 
 def pin_set(pins: dict[str, str]) -> str | None:

@@ -656,21 +656,22 @@ def seeds_text(row: MethodRow, most: int) -> str:
     return f"{len(row.runs)} of {most}*" if row.partial else str(len(row.runs))
 
 
-def power_text(paired: Paired) -> str:
+def power_text(paired: Paired, with_seeds: bool = True) -> str:
     """``power 0.62 at 3 seeds`` where the test has less than 80 % power at the seeds it has ("" otherwise):
     the chance it would find a true difference of the size seen, at the spread seen, significant. Said as the
     power at hand, not as a seed count the test "needs", which read as a contradiction beside a significant p.
     Cut, never rounded, to two digits: 0.799 reads 0.79, never 0.80."""
     if paired.power is None or paired.power >= POWER:
         return ""
-    return f"power {math.floor(paired.power * 100) / 100:.2f} at {len(paired.seeds)} seeds"
+    power = f"power {math.floor(paired.power * 100) / 100:.2f}"
+    return f"{power} at {len(paired.seeds)} seeds" if with_seeds else power
 
 
-def paired_text(paired: Paired | None, column: MetricInfo, row_seeds: int) -> str:
+def paired_text(paired: Paired | None, column: MetricInfo, row_seeds: int, with_seeds: bool = True) -> str:
     """``+0.012 [-0.003, +0.027] p=0.21 n.s., power 0.31 at 3 seeds``: the mean difference with the baseline on
     the shared seeds, its paired-t interval, the Holm-adjusted p, ``n.s.`` when that is 0.05 or more (or there
     is no test), the test's power where it is below 80 % (``power_text``), ``on k seeds`` when fewer than the
-    row's."""
+    row's. ``with_seeds`` False: the power without its seed count, where the row shows that beside it."""
     if paired is None:
         return "–"
     text = f"{paired.mean:+.{column.digits}f}"
@@ -681,7 +682,7 @@ def paired_text(paired: Paired | None, column: MetricInfo, row_seeds: int) -> st
         text += f" p={p:.2g}" if p >= 0.001 else " p<0.001"
     if paired.inconclusive:
         text += " n.s."
-    if power := power_text(paired):
+    if power := power_text(paired, with_seeds):
         text += f", {power}"
     if len(paired.seeds) < row_seeds:
         text += f" (on {len(paired.seeds)} seeds)"

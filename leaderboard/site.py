@@ -150,9 +150,10 @@ def _row_view(row: MethodRow, run_href: dict[int, str], reference: bool = False,
 
 def _paired_view(paired: Paired | None, order: MetricInfo, row_seeds: int) -> dict:
     """The paired difference in two short lines, so its column stays narrow: the difference and its interval,
-    then the test (p, n.s., the seeds it would need); the whole text is the cell's title."""
+    then the test (p, n.s., its power, whose seed count the row's Seeds cell shows); the whole text is the
+    cell's title."""
     text = paired_text(paired, order, row_seeds)
-    parts = PAIRED_TEST_START.split(text, maxsplit=1)
+    parts = PAIRED_TEST_START.split(paired_text(paired, order, row_seeds, with_seeds=False), maxsplit=1)
     difference, test = parts[0], (parts[1] if len(parts) > 1 else "")
     return {"text": text, "difference": difference, "test": test.lstrip(", "),
             "inconclusive": paired is None or paired.inconclusive}

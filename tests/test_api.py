@@ -16,6 +16,7 @@ from results_factory import joint_run, two_session_run
 from bench_stability_gap.harness.errors import BenchError
 from bench_stability_gap.harness.results.schema import ProtocolStamp, RunResult, load_result, save_result
 from bench_stability_gap.harness.api import LOAD_COLUMNS, load_results, results_columns, run
+from bench_stability_gap.harness.run.options import RunOptions
 
 
 def test_load_results_of_an_empty_folder_is_an_empty_frame_with_the_columns(tmp_path: Path) -> None:
@@ -270,8 +271,9 @@ def test_sweep_of_a_bf16_protocol_plans_against_bf16_runs(tiny_protocol_file: Pa
         results = tmp_path / precision
         run = two_session_run(f"f{precision}", "finetune")
         made_by = run.method.model_copy(update={"code_hash": code_hash([parse_method("finetune").base])})
+        made_on = RunOptions(results_dir=tmp_path, device=device).numerics  # this (mocked CUDA) machine
         run = run.model_copy(update={"protocol": stamp, "config": config, "method": made_by,
-                                     "options": {"device": device, "precision": precision}})
+                                     "options": {"device": device, "precision": precision, "numerics": made_on}})
         save_result(results, run)
         return results, run
 

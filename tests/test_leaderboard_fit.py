@@ -39,7 +39,7 @@ TABLE_JS = """() => {
 def _site(tmp_path: Path) -> Path:
     root = tmp_path / "results"
     for seed in (0, 1, 2):
-        save_result(root, joint_run(f"j{seed}", seed))
+        save_result(root, joint_run(f"j{seed}", seed).model_copy(update={"options": REAL_OPTIONS}))
         for i, method in enumerate(METHODS):
             run = spread_run(f"{method.replace('+', '_')}-{seed}", method, seed, skill=0.02 * i)
             save_result(root, run.model_copy(update={"options": REAL_OPTIONS}))
@@ -58,7 +58,7 @@ def _desktop(page, site: Path, shots: Path) -> None:
     page.set_viewport_size({"width": 1280, "height": 800})
     page.goto((site / "index.html").as_uri())
     # the cells are as wide as real ones: an interval under each mean, a p and a seed count in the paired column
-    assert "needs" in page.locator('tr[data-method="derpp"] td[data-col="paired"]').inner_text()
+    assert "power" in page.locator('tr[data-method="derpp"] td[data-col="paired"]').inner_text()
     assert page.locator('tr[data-method="derpp"] td[data-col="CK_delta"] .ci').inner_text().startswith("[")
     fit = page.evaluate(TABLE_JS)
     assert fit["scroll"] <= fit["box"], fit  # the table needs no sideways scroll
@@ -112,8 +112,11 @@ def _run_page(page, site: Path, shots: Path) -> None:
         page.goto(run.as_uri())
         assert page.evaluate("document.documentElement.scrollWidth") <= width
         options = page.locator("section.run-options").inner_text()
-        assert "{'" not in options and "13.714285714285714" not in options and "11403436032" not in options
-        assert "11.40 GB" in options and "65.89 GB" in options and "13.71" in options and "80 × 2 × 2" in options
+        path = REAL_OPTIONS["data_path"]  # the stored sample's own sizes, as raw bytes and as the page shows them
+        ram, disk = path["ram_budget"], path["disk_budget"]
+        assert "{'" not in options and "13.714285714285714" not in options and str(ram) not in options
+        assert f"{ram / 1e9:.2f} GB" in options and f"{disk / 1e9:.2f} GB" in options
+        assert "13.71" in options and "80 × 2 × 2" in options
         assert "trunk-ram" in options
         page.locator("section.run-options").screenshot(path=str(shots / f"fit-run-options-{width}.png"))
 

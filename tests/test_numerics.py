@@ -54,6 +54,18 @@ def test_torch_loaded_first_is_not_vouched_for():
     assert out.split() == ["True", "True"]
 
 
+def test_torch_loaded_first_under_the_pins_is_pinned():
+    """A process that imports torch before bench, with the pins already in its environment (a subprocess of a
+    bench process, a worker), computes pinned: ATen reports AVX2 and the label says so."""
+    if numerics.native_isa() not in ("avx2", "avx512"):
+        pytest.skip("the pins apply to x86-64 machines with AVX2")
+    code = ("import torch, bench_stability_gap.harness; from bench_stability_gap.harness.model.machine import "
+            "numerics_label; print(numerics_label(torch.device('cpu')))")
+    env = {**os.environ, **numerics.AVX2_PINS}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+    assert out.strip() == f"cpu-x86-avx2-{numerics.cpu_vendor()}"
+
+
 def _run(label: str, seed: int = 0, joint: bool = False):
     r = joint_run(f"j{label}{seed}", seed) if joint else two_session_run(f"r{label}{seed}", seed=seed)
     r.options["numerics"] = label

@@ -16,6 +16,7 @@ from bench_stability_gap.harness.sweep.shared_storage import (probe_problems, re
 from bench_stability_gap.harness.sweep.plan import Sweep, SweepGroup, plan
 from bench_stability_gap.harness.sweep.progress import ProgressBoard, eta_seconds, overall_line, running_lines
 from bench_stability_gap.harness.sweep.stages import split_joint, stage_graph
+from bench_stability_gap.harness.run.options import RunOptions
 from results_factory import joint_run, two_session_run
 
 
@@ -61,7 +62,8 @@ def test_a_cluster_trains_each_joint_model_as_a_stage_and_the_joint_stage_combin
 def test_stored_prerequisites_are_left_out_and_the_next_stage_waits_for_the_one_before(tiny_protocol, tiny_protocol_file,
                                                                                     tmp_path):
     stamp = ProtocolStamp(name=tiny_protocol.name, version=tiny_protocol.version, hash=tiny_protocol.spec_hash)
-    save_result(tmp_path, joint_run("j0", seed=0).model_copy(update={"protocol": stamp,
+    here = {"numerics": RunOptions(results_dir=tmp_path, device="cpu").numerics}  # made on this machine
+    save_result(tmp_path, joint_run("j0", seed=0).model_copy(update={"protocol": stamp, "options": here,
                                                                      "config": joint_settings(tiny_protocol)}))
     graph = _graph(tiny_protocol_file, tmp_path, ["finetune"], [0])
     spec = f"tiny_cil_reduced@{tiny_protocol.spec_hash}"
@@ -71,7 +73,8 @@ def test_stored_prerequisites_are_left_out_and_the_next_stage_waits_for_the_one_
         (f"run:{spec}:0:finetune", (f"references:{spec}:0",)),
     ]
     # a stored A_best run made with other settings serves as the reference, but its own row is run again
-    save_result(tmp_path, two_session_run("v0", "vanilla").model_copy(update={"protocol": stamp, "config": {"lr": 1}}))
+    save_result(tmp_path, two_session_run("v0", "vanilla").model_copy(update={"protocol": stamp, "config": {"lr": 1},
+                                                                             "options": here}))
     graph = _graph(tiny_protocol_file, tmp_path, ["finetune", "vanilla"], [0])
     assert [(s.key, s.needs) for s in graph] == [
         (f"deployed:{spec}", ()),

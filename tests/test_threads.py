@@ -14,6 +14,7 @@ import torch
 import yaml
 
 from bench_stability_gap.harness.results.comparability import CPU_KERNELS, CPU_THREADS, cpu_problem, select_runs
+from bench_stability_gap.harness.model.machine import numerics_label
 
 from support import reduced_tiny
 from results_factory import joint_run, two_session_run
@@ -60,7 +61,8 @@ def test_the_deployed_model_and_trunk_features_are_the_same_under_1_and_2_defaul
     assert one["deployed"] == two["deployed"]  # trained apart, bit-identical
     assert one["features"] == two["features"]
     deployed = sorted(p.name for p in (tmp_path / "cache-1" / "deployed").glob("*.pt"))
-    assert len(deployed) == 1 and deployed[0].endswith(f"-cpu-threads{CPU_THREADS}-{CPU_KERNELS}.pt"), deployed
+    assert len(deployed) == 1 and deployed[0].endswith(
+        f"-cpu-threads{CPU_THREADS}-{CPU_KERNELS}-{numerics_label(torch.device('cpu'))}.pt"), deployed
 
     # a 2-thread machine that finds the 1-thread machine's cache loads it, and computes as that one did
     cached, log = _probe(protocol, tmp_path / "cache-1", tmp_path / "r", 2)

@@ -266,7 +266,8 @@ def select_runs(items: Iterable[T], protocol_hash: str, best_new_methods: Iterab
     ``reference_hash``: the hash joint references carry, when the protocol shares another's (NAME@Kx);
     ``kernels``: the CPU kernel set (``fast`` or ``stock``) whose runs count; ``numerics``: the label of the
     machine arithmetic whose runs count (``harness.numerics``), when known (a run stored before bench recorded
-    it is not known to differ, and is kept, as a kernel label unknown on a torch-free host is)."""
+    it was made on an unknown CPU without the pins: it counts only beside runs equally unrecorded, as it
+    shares a board only with them)."""
     sel: Selection[T] = Selection(protocol_hash, tuple(best_new_methods), result_of=result_of)  # type: ignore[arg-type]
     live: list[tuple[T, RunResult]] = []
     for item in items:
@@ -279,7 +280,7 @@ def select_runs(items: Iterable[T], protocol_hash: str, best_new_methods: Iterab
             sel.apart.append((item, problem))
         elif (problem := cpu_problem(r.options, r.versions, kernels)) is not None:
             sel.apart.append((item, problem))
-        elif numerics is not None and (made := result_numerics(r)) not in (numerics, "unrecorded"):
+        elif numerics is not None and (made := result_numerics(r)) != numerics:
             sel.apart.append((item, f"made with other machine arithmetic ({made}; this selection: {numerics}): "
                                     "other CPU or GPU code paths differ in the last bits, and training amplifies them"))
         elif weights is not None and r.options.get("weights") not in (None, "", weights):
