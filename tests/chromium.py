@@ -3,7 +3,9 @@ no first-run chores), the skip when Playwright or Chromium is missing, and the w
 
 from __future__ import annotations
 
+import os
 import shutil
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -27,3 +29,11 @@ def wait_until_loaded(page, image) -> None:
     only when near the viewport, and a screenshot taken before shows a blank box."""
     image.scroll_into_view_if_needed()
     page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=image.element_handle())
+
+
+def shots_dir() -> Path:
+    """Where the browser tests leave their screenshots for a person to look at: $BENCH_SHOTS, else
+    test-artifacts/ in the repository (ignored by git)."""
+    shots = Path(os.environ.get("BENCH_SHOTS", Path(__file__).resolve().parents[1] / "test-artifacts"))
+    shots.mkdir(parents=True, exist_ok=True)
+    return shots

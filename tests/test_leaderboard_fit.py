@@ -12,11 +12,10 @@ Screenshots go to test-artifacts/ (or $BENCH_SHOTS) for a human to look at."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
-from chromium import CHROMIUM_FLAGS, playwright_and_chromium, wait_until_loaded
+from chromium import CHROMIUM_FLAGS, playwright_and_chromium, wait_until_loaded, shots_dir
 from results_factory import joint_run, spread_run
 
 from bench_stability_gap.harness.results.schema import save_result
@@ -46,12 +45,6 @@ def _site(tmp_path: Path) -> Path:
     site = tmp_path / "site"
     build_site(load_folder(root), site)
     return site
-
-
-def _shots() -> Path:
-    shots = Path(os.environ.get("BENCH_SHOTS", REPO / "test-artifacts"))
-    shots.mkdir(parents=True, exist_ok=True)
-    return shots
 
 
 def _desktop(page, site: Path, shots: Path) -> None:
@@ -124,7 +117,7 @@ def _run_page(page, site: Path, shots: Path) -> None:
 @pytest.mark.browser
 def test_site_fits_desktop_and_phone(tmp_path: Path) -> None:
     sync_api, chromium = playwright_and_chromium()
-    site, shots = _site(tmp_path), _shots()
+    site, shots = _site(tmp_path), shots_dir()
     with sync_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_FLAGS)
         try:

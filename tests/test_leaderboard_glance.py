@@ -5,18 +5,16 @@ glossary renders its HTML. Screenshots go to test-artifacts/ (or $BENCH_SHOTS) f
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
-from chromium import CHROMIUM_FLAGS, playwright_and_chromium, wait_until_loaded
+from chromium import CHROMIUM_FLAGS, playwright_and_chromium, wait_until_loaded, shots_dir
 from results_factory import joint_run, two_session_run
 
 from bench_stability_gap.harness.results.schema import save_result
 from bench_stability_gap.leaderboard.site import build_site
 from bench_stability_gap.leaderboard.sources import load_folder
 
-REPO = Path(__file__).resolve().parents[1]
 METHODS = ("vanilla", "vanilla+sgm", "finetune", "output_only", "gdumb", "lwf", "derpp", "remind+sgm")
 GAP_COLUMNS = ("seeds", "S_delta", "P_delta", "P_delta_paper", "CK_delta", "paired")
 
@@ -42,16 +40,10 @@ def _site(tmp_path: Path) -> Path:
     return site
 
 
-def _shots() -> Path:
-    shots = Path(os.environ.get("BENCH_SHOTS", REPO / "test-artifacts"))
-    shots.mkdir(parents=True, exist_ok=True)
-    return shots
-
-
 @pytest.mark.browser
 def test_index_at_a_glance_desktop_and_phone(tmp_path: Path) -> None:
     sync_api, chromium = playwright_and_chromium()
-    site, shots = _site(tmp_path), _shots()
+    site, shots = _site(tmp_path), shots_dir()
     with sync_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_FLAGS)
         try:
