@@ -126,7 +126,7 @@ def apply_pins() -> None:
             os.environ.setdefault(name, value)
     # what the libraries loaded with: the environment now, when bench set it before torch; when torch came
     # first, the same settings were in the environment when it loaded (bench sets none after it)
-    _STATE.update(torch_loaded_first=torch_loaded, at_load={name: os.environ.get(name) for name in PIN_NAMES})
+    _STATE.update(at_load={name: os.environ.get(name) for name in PIN_NAMES})
 
 
 def pins_in_force() -> dict[str, str]:

@@ -25,12 +25,12 @@ from ..errors import BenchError, without_foreign_page
 from .comparability import value_problem
 from .schema import RunResult, TunedStamp, iter_results, result_precision, row_label, run_identity
 from .steps import STEP_AXIS_TAG, point_metrics, reference_steps
+from .store_read import SYNCED_TAG  # set last, once params, metrics and the JSON artifact are all logged
 
 HTTP_TIMEOUT_S = "5"   # per request; MLflow's default is 120 s
 HTTP_RETRIES = "1"     # MLflow's default (7 retries with backoff) hangs a finished run for minutes
 LOCK_TIMEOUT_S = 300
 TERMINAL = {"complete": "FINISHED", "killed": "KILLED", "interrupted": "KILLED"}  # anything else: FAILED
-SYNCED_TAG = "bench.synced"  # set last, once params, metrics and the JSON artifact are all logged
 REFERENCE_TAG = "bench.reference"  # "joint" (A_joint) or "best_new" (a run of the protocol's A_best set)
 # extra artifact files of a run: file name -> how to render its text from the result (None: no such file for
 # this run); the names are known without rendering, so ``sync`` can see which a record lacks

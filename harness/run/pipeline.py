@@ -53,10 +53,8 @@ from .joint_request import check_joint_request
 from .options import RunOptions, run_precision
 from .report import say
 from .stopped import record_stored, stage, stored_result
-from .stored import protocol_selection
+from .stored import Stored, protocol_selection
 from .workbench import Workbench, prepare
-
-Stored = tuple[Path, Any]
 
 
 def _stamp(spec: MethodSpec) -> MethodStamp:

@@ -113,18 +113,18 @@ def check_method_code(result: RunResult, path: Path) -> None:
                          f"install the method's code the run was made with, then reproduce it.")
 
 
-def identity_differences(result: RunResult, options: Any) -> list[Difference]:
-    """The fields of the stored run's identity that this process would compute otherwise."""
+def identity_differences(result: RunResult, spec: Any, options: Any) -> list[Difference]:
+    """The fields of the stored run's identity that this process would compute otherwise (``spec``: its
+    protocol, as ``stored_protocol`` found it)."""
     from ..model.device import resolve_device
     from ..results.comparability import CPU_THREADS, kernel_label
     from ..run.options import run_precision
-    from ..spec.protocol import load_protocol
 
     stored = result.options
     out = []
     if str(resolve_device(options.device)).split(":")[0] != str(stored.get("device", "cpu")).split(":")[0]:
         out.append(Difference("device", stored.get("device"), options.device))
-    here_precision = run_precision(load_protocol(str(stored.get("protocol_file") or result.protocol.name)), options)
+    here_precision = run_precision(spec, options)
     if result_precision(result) != here_precision:
         out.append(Difference("precision", result_precision(result), here_precision))
     if (numerics := result_numerics(result)) != options.numerics:
@@ -171,9 +171,10 @@ def compare_curves(stored: list[SessionCurve], made: list[SessionCurve]) -> tupl
                 compared += 1
                 if a is not None and b is not None and not _same(a, b):
                     return Difference(f"session {s.session}, before the session, {name}", a, b), compared
+        theirs = dict(_curve_values(m))
         for p, update in enumerate(s.updates):
             for name, values in _curve_values(s):
-                other = dict(_curve_values(m)).get(name)
+                other = theirs.get(name)
                 compared += 1
                 if other is None or p >= len(other) or not _same(values[p], other[p]):
                     here = None if other is None or p >= len(other) else other[p]
@@ -250,7 +251,7 @@ def reproduce(path: Path, scratch: Path | None = None, *, reuse_caches: bool = F
     options = RunOptions(results_dir=folder / "results", device=device, overrides=dict(result.overrides),
                          precision=result.options.get("precision"), cpu_kernels=kernels, progress=progress,
                          trunk_cache=bool(result.options.get("trunk_cache", True)))
-    report = Report(stored=path, reproduced=None, identity=identity_differences(result, options))
+    report = Report(stored=path, reproduced=None, identity=identity_differences(result, spec, options))
     machine = result.options.get("machine") or {}
     if machine.get("cpu_model") not in (None, cpu_model()):
         report.notes.append(f"made on a {machine['cpu_model']} CPU; this one is a {cpu_model()}")
