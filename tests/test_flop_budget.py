@@ -238,7 +238,7 @@ def test_a_resumed_flop_budgeted_session_keeps_the_last_price_and_the_numbers(wo
     saver = Checkpointer(tmp_path / "killed.pt", every=2)
     with pytest.raises(_Killed):
         run_cl(flop_bench, _new_only(), 0, options, saver)
-    assert saver.load(mid=True)["update"] == 4
+    assert saver.load(mid=True)["loop"]["update"] == 4
     resumed = run_cl(flop_bench, _new_only(), 0, options, Checkpointer(tmp_path / "killed.pt", every=2))
     assert resumed[1].updates_per_session == expected
     assert resumed[1].train_flops_per_session == plain[1].train_flops_per_session

@@ -229,7 +229,7 @@ def test_a_tiled_session_sees_each_stored_id_floor_or_ceil_times_and_resumes_to_
     saver = Checkpointer(tmp_path / "killed.pt", every=2)
     with pytest.raises(_Killed):
         run_cl(bench, build_method("vanilla", bench.protocol)[1], 0, options, saver)
-    assert saver.load(mid=True)["update"] == 4 and saver.load(mid=True)["tiles"] is not None
+    assert saver.load(mid=True)["loop"]["update"] == 4 and saver.load(mid=True)["own"]["session"]["tiles"] is not None
     monkeypatch.setattr(loop, "maybe_die", lambda phase: None)
     trained.clear()
     resumed = run_cl(bench, build_method("vanilla", bench.protocol)[1], 0, options,

@@ -31,7 +31,8 @@ from ..atomic import atomic_write, move_aside
 from ..environment import kill_at
 from ..errors import BenchError
 
-FORMAT = 3  # 2: DER++'s stored logits as blocks; 3: one progress record and FLOP tally for every stage
+FORMAT = 4  # 2: DER++'s stored logits as blocks; 3: one progress record and FLOP tally for every stage;
+# 4: one shape for every stage (stage.Stage: stage, kind, loop, rng, model, own)
 # (a checkpoint of another format is set aside and its phase starts over)
 
 

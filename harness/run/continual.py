@@ -42,15 +42,16 @@ from .budget_guards import (
     memory_spec,
     observe_within_budget,
 )
-from .checkpoint import Checkpointer, rng_state, set_rng_state
+from .checkpoint import Checkpointer
 from .evaluation import EvalPlan, eval_plan, eval_point
 from .isolation import random_streams
-from .loop import Progress, Stretch, closing_budget, seen_state, setseen_state, train_stretch
+from .loop import Stretch, closing_budget, train_stretch
 from .memory import Memory
 from .method_calls import MethodCalls
 from .options import RunOptions
 from .report import say, settle_spans, timed
 from .schedule import EvalSchedule, FlopStop
+from .stage import Stage
 from .update_reads import UpdateReads
 from .workbench import Workbench
 
@@ -124,32 +125,38 @@ class OpenSession:
     before: BeforePoint | None = None  # accuracies of the model the session starts from
 
 
-class ContinualRun:
+class ContinualRun(Stage):
     """Sessions 2..N of ``method`` on ``bench`` with ``seed``: exactly U observe calls each, evaluated at
     update 0 and on the schedule.
 
     With a ``checkpoint``, the run saves itself every K updates and at each session end, and starts from
     the stored checkpoint when there is one: a boundary checkpoint (after a session) is the state the next
     session starts from; a mid-session one also holds its session's boundary, so the session's start
-    (head growth, ``begin_session``) is replayed exactly before the mid-session state is put back."""
+    (head growth, ``begin_session``) is replayed exactly before the mid-session state is put back. The
+    loop state's stretch is the position of the session to run (or running)."""
+
+    name = "continual"
 
     def __init__(self, bench: Workbench, method: Method, seed: int, options: RunOptions,
                  checkpoint: Checkpointer | None = None) -> None:
+        super().__init__(checkpoint)
         p, stream = bench.protocol, bench.stream
-        self.bench, self.method, self.seed, self.options, self.checkpoint = bench, method, seed, options, checkpoint
+        self.bench, self.method, self.seed, self.options = bench, method, seed, options
         given = options.hook_time_limit is not None
         self.calls = MethodCalls(method, checkpoint, options.hook_time_limit if given else p.hook_time_limit,
                                  "--hook-time-limit" if given else "the protocol's hook_time_limit")
         seed_everything(seed)
         streams = random_streams(seed)  # the harness's batches and head growth; the method gets its own
         self.rng, self.generator = streams.harness, streams.harness_torch
-        self.rngs = (self.rng, self.generator, streams.method, streams.method_torch)
+        self.streams = (self.rng, self.generator, streams.method, streams.method_torch)
         self.model = copy.deepcopy(bench.deployed)
         self.memory = Memory(memory_spec(p, method), stream.train.labels,
                              lambda gid: method.sample_bytes(gid) or stream.train.sample_bytes(gid), self.rng)
         if p.memory.include_pretrain:
             self.memory.add(stream.pretrain_ids, pretrain=True)
         self.meter = FL.FlopMeter(self.model, bench.input_shape, bool(self.model.trunk_cached))
+        self.meter.tally = self.loop.tally
+        self.stores = (bench.train_inputs, bench.test_inputs)
         bench.train_inputs.reset_seen()
         bench.test_inputs.reset_seen()
         # views without test data, the method's own streams
@@ -159,7 +166,6 @@ class ContinualRun:
         if not method.rehearsal:
             self.b_new, self.b_old = self.b_new + self.b_old, 0
         self.accel = autocast(bench.device, bench.precision)  # reusable: entered at every update and eval point
-        self.progress = Progress()
         self.reads = UpdateReads()  # the losses of the updates since the last read (``settle``)
         self.steps = [0]  # optimizer steps counted by the budget guard (``count_optimizer_steps``)
         self.charged = FL.ChargedCounters()  # what the method charged as last read: it only grows
@@ -168,44 +174,44 @@ class ContinualRun:
 
     # ------------------------------------------------------------------ the state a checkpoint holds
 
-    def state_dict(self, **extra: Any) -> dict[str, Any]:
+    def state_dict(self, kind: str) -> dict[str, Any]:
         """Everything the rest of the run depends on (tensors are copied when serialised)."""
         self.progress.steps = self.steps[0]
-        bench = self.bench
-        with self.calls("state_dict", "while a checkpoint was saved"):
-            method = self.method.state_dict()
-        return {
-            "model": self.model.state_dict(), "method": method, "memory": self.memory.state_dict(),
-            "rng": rng_state(*self.rngs), "counters": dict(self.ctx.counters), "tally": copy.deepcopy(self.meter.tally),
-            "seen": [seen_state(s) for s in (bench.train_inputs, bench.test_inputs)],
-            "progress": self.progress.state(),
-            **extra,
-        }
+        return super().state_dict(kind)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Put a ``state_dict`` back into this run's objects (built alike, the head grown to match)."""
-        self.model.load_state_dict(state["model"])
-        with self.calls("load_state_dict", "while the run resumed from its checkpoint"):
-            self.method.load_state_dict(state["method"])
-        self.memory.load_state_dict(state["memory"])
-        set_rng_state(state["rng"], *self.rngs)
-        self.ctx.counters.clear()
-        self.ctx.counters.update(state["counters"])
-        self.charged = FL.ChargedCounters({name: float(self.ctx.counters.get(name, 0.0)) for name in FL.CHARGED})
-        self.meter.tally = copy.deepcopy(state["tally"])
-        for store, seen in zip((self.bench.train_inputs, self.bench.test_inputs), state["seen"], strict=True):
-            setseen_state(store, seen)
-        self.progress = Progress.from_state(state["progress"])
+        super().load_state_dict(state)
+        self.meter.tally = self.loop.tally
         self.steps[0] = self.progress.steps
 
-    def _mid_state(self, u: int, planned: list | None) -> dict[str, Any]:
-        self.settle()  # the curve it holds has every loss so far
+    def own_state(self) -> dict[str, Any]:
+        """The method, the memory, the method's declared counters and the open session (None between
+        sessions: a boundary checkpoint)."""
+        with self.calls("state_dict", "while a checkpoint was saved"):
+            method = self.method.state_dict()
         s = self.open
-        assert s is not None and s.arrivals is not None
-        return self.state_dict(kind="mid", next_session=s.pos, update=u, curve=s.curve, flops0=(s.train0, s.eval0),
-                               arrivals=(s.arrivals.order, s.arrivals.pos), pending=planned,
-                               tiles=s.tiles.state() if s.tiles is not None else None,
-                               last_update_macs=s.stop.last if s.stop else None)
+        session = None
+        if s is not None:
+            assert s.arrivals is not None
+            session = {"curve": s.curve, "flops0": (s.train0, s.eval0), "arrivals": (s.arrivals.order, s.arrivals.pos),
+                       "tiles": s.tiles.state() if s.tiles is not None else None,
+                       "last_update_macs": s.stop.last if s.stop else None}
+        return {"method": method, "memory": self.memory.state_dict(), "counters": dict(self.ctx.counters),
+                "session": session}
+
+    def load_own(self, own: dict[str, Any]) -> None:
+        """The method, the memory and the counters; the open session is ``begin_session``'s to put back."""
+        with self.calls("load_state_dict", "while the run resumed from its checkpoint"):
+            self.method.load_state_dict(own["method"])
+        self.memory.load_state_dict(own["memory"])
+        self.ctx.counters.clear()
+        self.ctx.counters.update(own["counters"])
+        self.charged = FL.ChargedCounters({name: float(self.ctx.counters.get(name, 0.0)) for name in FL.CHARGED})
+
+    def save_at(self, update: int, pending: list | None) -> None:
+        self.settle()  # the curve it holds has every loss so far
+        super().save_at(update, pending)
 
     # ------------------------------------------------------------------ spending so far
 
@@ -242,18 +248,18 @@ class ContinualRun:
         if self.checkpoint is None:
             return 0, None
         stream = self.bench.stream
-        boundary, mid = self.checkpoint.load(), self.checkpoint.load(mid=True)
-        if mid is not None and mid["next_session"] != (boundary["next_session"] if boundary else 0):
+        boundary, mid = self.stored(), self.stored(mid=True)
+        if mid is not None and mid["loop"]["stretch"] != (boundary["loop"]["stretch"] if boundary else 0):
             mid = None  # left from a session whose end is stored already
         resumed = mid or boundary
         if resumed is not None:
-            where = f"update {mid['update']} of session {stream.sessions[mid['next_session']].index}" if mid else \
-                f"the end of session {resumed['next_session'] + 1}"
+            where = (f"update {mid['loop']['update']} of session {stream.sessions[mid['loop']['stretch']].index}"
+                     if mid else f"the end of session {resumed['loop']['stretch'] + 1}")
             say(self.options, f"Resuming {self.bench.protocol.name} {self.method.label} (seed {self.seed}) "
                               f"from its checkpoint at {where}.")
         if boundary is None:
             return 0, mid
-        first = boundary["next_session"]
+        first = boundary["loop"]["stretch"]
         grown = stream.sessions[first - 1].seen_classes if first else self.model.head.num_classes
         self._size_head(grown)
         self.load_state_dict(boundary)
@@ -290,13 +296,14 @@ class ContinualRun:
                                   s.updates, self.rng)
         if mid is not None:  # the session's start replayed: now its middle
             self.load_state_dict(mid)
-            s.start, s.curve, (s.train0, s.eval0) = mid["update"], mid["curve"], mid["flops0"]
-            s.arrivals.order, s.arrivals.pos = mid["arrivals"]
-            if s.tiles is not None and mid.get("tiles") is not None:
-                s.tiles.load(mid["tiles"])
-            s.pending = mid.get("pending")  # absent from checkpoints that drew batch by batch
+            own = mid["own"]["session"]
+            s.start, s.pending = self.loop.update, self.loop.pending  # no pending batches: drawn one by one
+            s.curve, (s.train0, s.eval0) = own["curve"], own["flops0"]
+            s.arrivals.order, s.arrivals.pos = own["arrivals"]
+            if s.tiles is not None and own["tiles"] is not None:
+                s.tiles.load(own["tiles"])
             if s.stop is not None:
-                s.stop.last = mid.get("last_update_macs")
+                s.stop.last = own["last_update_macs"]
         s.schedule = EvalSchedule(p.eval, self.session_tflops)  # the session's TFLOPs at the previous boundary
         return s
 
@@ -443,10 +450,9 @@ class ContinualRun:
         self.progress.eval_per_session.append(FL.flops(self.meter.eval_macs() - s.eval0))
         self.progress.curves.append(SessionCurve(session=s.session.index, total_updates=s.made, before=s.before,
                                                  **s.curve))
-        self.progress.steps = self.steps[0]
-        if self.checkpoint is not None:
-            self.checkpoint.save(self.state_dict(kind="boundary", next_session=s.pos + 1))
-        self.open = None
+        self.open = None  # the boundary checkpoint holds no open session
+        self.loop.stretch, self.loop.update, self.loop.pending = s.pos + 1, 0, None
+        self.save("boundary")
 
     def _stretch(self, s: OpenSession) -> Stretch:
         """The session's updates as the shared training loop runs them. Under a FLOP budget the count is
@@ -455,8 +461,7 @@ class ContinualRun:
         return Stretch(f"session {s.session.index}", "continual", s.updates or MAX_UPDATES, self.draw, self.update,
                        start=s.start, pending=s.pending, draw_ahead=not online and s.stop is None,
                        ids_of=np.concatenate, before=self.eval_point,
-                       save=None if checkpoint is None else
-                       lambda u, planned: checkpoint.save(self._mid_state(u, planned), mid=True),
+                       save=None if checkpoint is None else self.save_at,
                        bar=self.bar, stop=s.stop)
 
     def _run_bar(self, total: int | None) -> Any:
@@ -484,7 +489,7 @@ class ContinualRun:
             first, mid = self.resume()
             self.bar = self._run_bar(total)
             for pos in range(first, len(stream.sessions)):
-                s = self.begin_session(pos, mid if mid is not None and mid["next_session"] == pos else None)
+                s = self.begin_session(pos, mid if mid is not None and mid["loop"]["stretch"] == pos else None)
                 mid = None
                 train_stretch(self._stretch(s), self.checkpoint, self.bench.train_inputs, self.options)
                 self.end_session()

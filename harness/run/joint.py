@@ -35,25 +35,28 @@ from .evaluation import eval_plan, eval_point
 from .isolation import isolated_model_predict
 from .loop import Progress, closing_budget, seen_state, setseen_state
 from .options import RunOptions
-from .pretrain import OfflineCheckpoint, train_offline
+from .pretrain import OfflineTraining
 from .report import say, timed
+from .stage import LoopState
 from .workbench import Workbench
 
 
 @dataclass
 class JointPart:
-    """What one trained joint model adds to the reference: its accuracies at the sessions it is the
-    reference of, its FLOP tally and per-session FLOPs, the ids its input stores fetched, its samples,
-    parameters and stage times. Stored (in its checkpoint) once the part is done."""
+    """What one trained joint model adds to the reference: its stage's loop state once trained and
+    evaluated (``progress``: its accuracies at the sessions it is the reference of, per-session FLOPs,
+    samples, parameters and stage times; its FLOP ``tally``) and the ids its input stores fetched. Stored
+    (in its checkpoint) once the part is done."""
 
-    refs: list[dict] = field(default_factory=list)
+    progress: Progress = field(default_factory=Progress)
     tally: FL.Tally = field(default_factory=FL.Tally.zero)
-    train_per_session: list[float] = field(default_factory=list)
-    eval_per_session: list[float] = field(default_factory=list)
     seen: list[tuple[np.ndarray, int]] = field(default_factory=list)  # train store, test store
-    samples: int = 0
-    params: int = 0
-    seconds: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def from_loop(cls, loop: dict[str, Any]) -> JointPart:
+        """The part a finished joint model's checkpoint holds (its loop state)."""
+        state = LoopState.from_state(loop)
+        return cls(state.progress, state.tally, loop["seen"])
 
 
 def joint_parts(protocol: Protocol) -> int:
@@ -74,52 +77,48 @@ def _meter_for(bench: Workbench, model: SplitModel, tally: FL.Tally) -> FL.FlopM
     return meter
 
 
-def train_joint_part(bench: Workbench, seed: int, options: RunOptions, part: int,
-                     checkpoint: Checkpointer | None = None) -> JointPart:
-    """Train joint model ``part`` (0-based: the model of session ``part + 1``; in ``final`` mode the one
-    model) and evaluate it where it is the reference. With a ``checkpoint``, it saves itself during its
-    training and resumes from there; the caller stores the finished part."""
-    p, stream = bench.protocol, bench.stream
-    sessions = [stream.sessions[part]] if p.joint.mode == "per_session" else list(stream.sessions)
-    for store in (bench.train_inputs, bench.test_inputs):
-        store.reset_seen()
-    progress, tally = Progress(), FL.Tally.zero()
-    state = checkpoint.load() if checkpoint is not None else None
-    if state is not None and state.get("kind") != "mid":
-        state = None
-    if state is not None:
-        say(options, f"Resuming the joint reference (seed {seed}) from its checkpoint: model {part + 1}, "
-                     f"update {state['update']}")
-        progress = Progress.from_state(copy.deepcopy(state["progress"]))
-        tally = copy.deepcopy(state["tally"])
-        for store, seen in zip((bench.train_inputs, bench.test_inputs), state["seen"], strict=True):
-            setseen_state(store, seen)
+class JointModel(OfflineTraining):
+    """Joint model ``part`` (0-based: the model of session ``part + 1``; in ``final`` mode the one model) as
+    a stage: trained offline on S1..S_upto from its own seeds, then evaluated where it is the reference.
+    Its FLOP tally and the ids its input stores fetch are its loop state's, so a part starts from zeroed
+    counters wherever it is trained."""
 
-    def outer() -> dict[str, Any]:
-        return {"progress": copy.deepcopy(progress.state()), "tally": copy.deepcopy(tally),
-                "seen": [seen_state(s) for s in (bench.train_inputs, bench.test_inputs)]}
+    name = "joint"
 
-    first = sessions[0]
-    generator = seed_everything(seed + first.index)
-    rng = np.random.default_rng(seed + first.index)
-    upto = first.index if p.joint.mode == "per_session" else stream.sessions[-1].index
-    model = _joint_model(bench, upto, generator)
-    meter = _meter_for(bench, model, tally)
-    saving = None if checkpoint is None else OfflineCheckpoint(checkpoint, "joint", outer, state)
-    with meter.attached(), timed(progress.seconds, "train", bench.device):
-        train_offline(bench, model, joint_config(p), stream.session_ids(upto), p.joint.updates,
-                      p.joint.batch_size, rng, generator, f"joint S1..S{upto}", options, saving)
-    progress.samples += p.joint.updates * p.joint.batch_size
-    progress.params = max(progress.params, model.trainable_parameters())
-    progress.train_per_session.append(FL.flops(meter.train_macs()))
-    for session in sessions:
-        if session is not first:  # final mode: each later session's evaluation starts from its own seed
-            seed_everything(seed + session.index)
-        _evaluate_joint(bench, model, session, tally, progress, options)
-    return JointPart(refs=progress.refs, tally=tally, train_per_session=progress.train_per_session,
-                     eval_per_session=progress.eval_per_session,
-                     seen=[seen_state(s) for s in (bench.train_inputs, bench.test_inputs)],
-                     samples=progress.samples, params=progress.params, seconds=progress.seconds)
+    def __init__(self, bench: Workbench, seed: int, options: RunOptions, part: int,
+                 checkpoint: Checkpointer | None = None) -> None:
+        p, stream = bench.protocol, bench.stream
+        self.sessions = [stream.sessions[part]] if p.joint.mode == "per_session" else list(stream.sessions)
+        self.seed, self.part = seed, part
+        for store in (bench.train_inputs, bench.test_inputs):
+            store.reset_seen()
+        first = self.sessions[0]
+        generator = seed_everything(seed + first.index)
+        rng = np.random.default_rng(seed + first.index)
+        upto = first.index if p.joint.mode == "per_session" else stream.sessions[-1].index
+        model = _joint_model(bench, upto, generator)
+        self.meter = _meter_for(bench, model, FL.Tally.zero())  # counting into the loop's tally once resumed
+        super().__init__(bench, model, joint_config(p), stream.session_ids(upto), p.joint.updates,
+                         p.joint.batch_size, rng, generator, f"joint S1..S{upto}", options, checkpoint)
+        self.stores = (bench.train_inputs, bench.test_inputs)
+
+    def run(self) -> JointPart:
+        """Train (from its checkpoint, when one is stored) and evaluate the model: the part it adds."""
+        if self.resume():
+            say(self.options, f"Resuming the joint reference (seed {self.seed}) from its checkpoint: model "
+                              f"{self.part + 1}, update {self.loop.update}")
+        bench, progress, meter = self.bench, self.progress, self.meter
+        meter.tally = self.loop.tally
+        with meter.attached(), timed(progress.seconds, "train", bench.device):
+            self.train()
+        progress.samples += self.updates * self.batch_size
+        progress.params = max(progress.params, self.model.trainable_parameters())
+        progress.train_per_session.append(FL.flops(meter.train_macs()))
+        for session in self.sessions:
+            if session is not self.sessions[0]:  # final mode: each later session's evaluation starts from its own seed
+                seed_everything(self.seed + session.index)
+            _evaluate_joint(bench, self.model, session, self.loop.tally, progress, self.options)
+        return JointPart(progress, self.loop.tally, [seen_state(s) for s in self.stores])
 
 
 def _evaluate_joint(bench: Workbench, model: SplitModel, session: Any, tally: FL.Tally, progress: Progress,
@@ -144,7 +143,9 @@ def _evaluate_joint(bench: Workbench, model: SplitModel, session: Any, tally: FL
 def stored_part(checkpoint: Checkpointer | None) -> JointPart | None:
     """The finished part a checkpoint holds (None: not trained yet, or only partly)."""
     state = checkpoint.load() if checkpoint is not None else None
-    return state["part"] if state is not None and state.get("kind") == "part" else None
+    if state is None or state.get("stage") != JointModel.name or state.get("kind") != "finished":
+        return None
+    return JointPart.from_loop(state["loop"])
 
 
 def ensure_joint_part(bench: Workbench, seed: int, options: RunOptions, part: int,
@@ -156,9 +157,9 @@ def ensure_joint_part(bench: Workbench, seed: int, options: RunOptions, part: in
         say(options, f"Joint reference (seed {seed}): model {part + 1} was finished by an earlier, stopped run; "
                      f"reused from its checkpoint")
     if done is None:
-        done = train_joint_part(bench, seed, options, part, checkpoint)
-        if checkpoint is not None:
-            checkpoint.save({"kind": "part", "part": done})
+        training = JointModel(bench, seed, options, part, checkpoint)
+        done = training.run()
+        training.save_finished()
     return done
 
 
@@ -188,13 +189,7 @@ def train_joint(bench: Workbench, seed: int, options: RunOptions,
     fetched = [0, 0]
     for part in parts:
         _add_tally(tally, part.tally)
-        progress.refs += part.refs
-        progress.train_per_session += part.train_per_session
-        progress.eval_per_session += part.eval_per_session
-        progress.samples += part.samples
-        progress.params = max(progress.params, part.params)
-        for stage, s in part.seconds.items():
-            progress.seconds[stage] = progress.seconds.get(stage, 0.0) + s
+        progress.add(part.progress)
         for k, (ids, n) in enumerate(part.seen):
             seen[k] |= ids
             fetched[k] += n

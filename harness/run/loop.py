@@ -100,6 +100,21 @@ class Progress:
     def state(self) -> dict[str, Any]:
         return {**self.__dict__, "curves": [c.model_dump() for c in self.curves]}
 
+    def add(self, other: Progress) -> None:
+        """Add what another stage accumulated (the joint reference's parts, in part order): lists joined,
+        counts summed, the most parameters and most trained per update kept, stage times summed."""
+        self.curves += other.curves
+        self.refs += other.refs
+        self.train_per_session += other.train_per_session
+        self.eval_per_session += other.eval_per_session
+        self.samples += other.samples
+        self.observed += other.observed
+        self.steps += other.steps
+        self.params = max(self.params, other.params)
+        self.most_trained = max(self.most_trained, other.most_trained)
+        for stage, seconds in other.seconds.items():
+            self.seconds[stage] = self.seconds.get(stage, 0.0) + seconds
+
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> Progress:
         fields = dict(state)

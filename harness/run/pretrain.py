@@ -1,12 +1,10 @@
 """The models a run trains offline: the deployed model, fitted on S1 once per protocol spec and kept in
-a verified cache that later runs load, and plain offline training with uniform batches (the deployed
-model's and each joint reference model's)."""
+a verified cache that later runs load, and plain offline training with uniform batches (``OfflineTraining``,
+a stage: the deployed model's and, as ``joint.JointModel``, each joint reference model's)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -19,11 +17,12 @@ from ..model.backbone import SplitModel
 from ..model.cpu import cache_tag
 from ..model.device import autocast, seed_everything
 from ..paths import cache_dir
-from .checkpoint import Checkpointer, rng_state, set_rng_state
+from .checkpoint import Checkpointer
 from .loop import Stretch, train_stretch
 from .memory import Memory
 from .options import RunOptions
 from .report import say
+from .stage import Stage
 from .stopped import stage
 
 if TYPE_CHECKING:
@@ -74,16 +73,17 @@ def deploy(bench: Workbench, options: RunOptions) -> None:
                              options.checkpoint_seconds)
         if options.restart:
             saver.discard()
-        resume = saver.load()
-        say(options, f"Training the deployed model on S1 ({p.pretrain.updates} updates, cached for later runs)"
-                     + (f": resuming at update {resume['update']}" if resume else ""))
         config = MethodConfig(lr=p.pretrain.lr, weight_decay=p.pretrain.weight_decay, layer_decay=1.0,
                               trainable=p.pretrain.trainable)
         generator = seed_everything(p.pretrain.seed)
         with stage(f"training the deployed model of {p.name} on S1", [saver]):
-            train_offline(bench, bench.deployed, config, bench.stream.pretrain_ids, p.pretrain.updates,
-                          p.pretrain.batch_size, np.random.default_rng(p.pretrain.seed), generator, "pretrain S1",
-                          options, OfflineCheckpoint(saver, "pretrain", resume=resume))
+            training = OfflineTraining(bench, bench.deployed, config, bench.stream.pretrain_ids, p.pretrain.updates,
+                                       p.pretrain.batch_size, np.random.default_rng(p.pretrain.seed), generator,
+                                       "pretrain S1", options, saver)
+            resumed = training.resume()
+            say(options, f"Training the deployed model on S1 ({p.pretrain.updates} updates, cached for later runs)"
+                         + (f": resuming at update {training.loop.update}" if resumed else ""))
+            training.train()
         atomic_write(path, lambda fh: torch.save(bench.deployed.state_dict(), fh))
         atomic_write_text(sidecar, json.dumps({"sha256": file_sha256(path), "spec_hash": p.spec_hash,
                                                "weights": bench.weights, "precision": bench.precision,
@@ -91,54 +91,54 @@ def deploy(bench: Workbench, options: RunOptions) -> None:
         saver.discard()
 
 
-@dataclass
-class OfflineCheckpoint:
-    """Checkpointing of one offline training (pre-training, one joint model): where to save, what of the
-    caller's progress to save beside the model, and the checkpoint of this very training to resume from."""
+class OfflineTraining(Stage):
+    """Plain offline training of ``model`` on ``ids`` with uniform batches: the deployed model's pre-training,
+    and (as ``joint.JointModel``) each joint model's. One stretch, checkpointed in one file that each
+    periodic checkpoint replaces; its own part is the learner (optimizer and schedule) and its batch order."""
 
-    checkpointer: Checkpointer
-    phase: str  # "pretrain" | "joint" (for BENCH_KILL_AT)
-    outer: Callable[[], dict[str, Any]] = dict
-    resume: dict[str, Any] | None = None
+    name = "pretrain"
+    mid_apart = False
 
+    def __init__(self, bench: Workbench, model: SplitModel, config: MethodConfig, ids: np.ndarray, updates: int,
+                 batch_size: int, rng: np.random.Generator, generator: torch.Generator, desc: str,
+                 options: RunOptions, checkpoint: Checkpointer | None = None) -> None:
+        super().__init__(checkpoint)
+        self.bench, self.model, self.options, self.desc = bench, model, options, desc
+        self.updates, self.batch_size = updates, batch_size
+        self.streams = (rng, generator)
+        self.learner = StandardMethod(config)
+        memory = Memory(bench.protocol.memory.model_copy(update={"policy": "none", "capacity": None}),
+                        bench.stream.train.labels, bench.stream.train.sample_bytes, rng)
+        self.learner.setup(model, bench.context(memory, rng, generator))
+        self.learner.optimizer, self.learner.scheduler = self.learner.build_optimizer(updates)
+        self.cycler = Cycler(ids, rng)
+        # One autocast region per update, never one around the stretch: autocast caches its bf16 copies of
+        # the weights until its region ends, so a region spanning many updates trains every forward on the
+        # weights of its first one (the joint model and the deployed model came out at chance under bf16).
+        self.accel = autocast(bench.device, bench.precision)
 
-def train_offline(bench: Workbench, model: SplitModel, config: MethodConfig, ids: np.ndarray, updates: int,
-                  batch_size: int, rng: np.random.Generator, generator: torch.Generator, desc: str,
-                  options: RunOptions, checkpoint: OfflineCheckpoint | None = None) -> None:
-    """Plain offline training on ``ids`` with uniform batches (pre-training and the joint model)."""
-    learner = StandardMethod(config)
-    memory = Memory(bench.protocol.memory.model_copy(update={"policy": "none", "capacity": None}),
-                    bench.stream.train.labels, bench.stream.train.sample_bytes, rng)
-    learner.setup(model, bench.context(memory, rng, generator))
-    learner.optimizer, learner.scheduler = learner.build_optimizer(updates)
-    cycler = Cycler(ids, rng)
-    start, pending = 0, None
-    if checkpoint is not None and checkpoint.resume is not None:
-        state = checkpoint.resume
-        model.load_state_dict(state["model"])
-        learner.load_state_dict(state["learner"])
-        cycler.order, cycler.pos = state["cycler"]
-        set_rng_state(state["rng"], rng, generator)
-        start, pending = state["update"], state.get("pending")
+    def own_state(self) -> dict[str, Any]:
+        return {"learner": self.learner.state_dict(), "cycler": (self.cycler.order, self.cycler.pos)}
 
-    def save(u: int, planned: list | None) -> None:
-        if checkpoint is None:  # the stretch gets ``save`` only with a checkpoint
-            raise RuntimeError("a mid-stretch save without a checkpoint")
-        checkpoint.checkpointer.save({
-            **checkpoint.outer(), "kind": "mid", "update": u, "model": model.state_dict(),
-            "learner": learner.state_dict(), "cycler": (cycler.order, cycler.pos), "pending": planned,
-            "rng": rng_state(rng, generator)})
+    def load_own(self, own: dict[str, Any]) -> None:
+        self.learner.load_state_dict(own["learner"])
+        self.cycler.order, self.cycler.pos = own["cycler"]
 
-    # One autocast region per update, never one around the stretch: autocast caches its bf16 copies of
-    # the weights until its region ends, so a region spanning many updates trains every forward on the
-    # weights of its first one (the joint model and the deployed model came out at chance under bf16).
-    accel = autocast(bench.device, bench.precision)
+    def resume(self) -> bool:
+        """Put back this training's stored mid-training checkpoint, if there is one (True: resumed)."""
+        state = self.stored()
+        if state is None or state["kind"] != "mid":
+            return False
+        self.load_state_dict(state)
+        return True
 
-    def step(u: int, ids_: np.ndarray) -> None:
-        with accel:
-            learner.observe(bench.batch(ids_, batch_size))
+    def _step(self, u: int, ids: np.ndarray) -> None:
+        with self.accel:
+            self.learner.observe(self.bench.batch(ids, self.batch_size))
 
-    stretch = Stretch(desc, checkpoint.phase if checkpoint is not None else "offline", updates,
-                      draw=lambda: cycler.take(batch_size), step=step,
-                      start=start, pending=pending, save=save if checkpoint is not None else None)
-    train_stretch(stretch, None if checkpoint is None else checkpoint.checkpointer, bench.train_inputs, options)
+    def train(self) -> None:
+        """The updates left, from where the loop state stands."""
+        stretch = Stretch(self.desc, self.name, self.updates, draw=lambda: self.cycler.take(self.batch_size),
+                          step=self._step, start=self.loop.update, pending=self.loop.pending,
+                          save=None if self.checkpoint is None else self.save_at)
+        train_stretch(stretch, self.checkpoint, self.bench.train_inputs, self.options)

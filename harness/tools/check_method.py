@@ -207,7 +207,7 @@ class _Stopped(Exception):
 class _StopAfterMidSave(Checkpointer):
     def save(self, state: dict[str, Any], mid: bool = False) -> None:
         super().save(state, mid=mid)
-        if mid and state.get("next_session") == 1:  # in the last session's middle
+        if mid and state["loop"]["stretch"] == 1:  # in the last session's middle
             raise _Stopped
 
 
