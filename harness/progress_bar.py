@@ -11,14 +11,47 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
-from typing import Any, TextIO
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TextIO, TypedDict, TypeVar, overload
 
 from tqdm.auto import tqdm
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 from .environment import PROGRESS_EVERY_S
 
 PLAIN_EVERY_S = 30.0  # seconds between plain lines unless $BENCH_PROGRESS_EVERY_S sets it
+
+_T = TypeVar("_T")
+
+
+class Bar(Protocol):
+    """The part of a progress bar's interface the harness uses: tqdm's, ``PlainBar``'s and ``MeasuredBar``'s."""
+
+    def update(self, n: float = 1) -> object: ...
+
+    # dynamic: tqdm's set_postfix also takes ordered_dict and refresh by name, so a keyword's type depends on its
+    # name (the harness passes text and numbers, each shown as its str)
+    def set_postfix(self, **values: Any) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class BarOptions(TypedDict, total=False):
+    """The tqdm keywords the harness gives a bar (``PlainBar`` reads the ones it draws and ignores the rest)."""
+
+    desc: str | None
+    total: float | None
+    initial: float
+    unit: str
+    leave: bool
+    delay: float
+    file: TextIO | None
+
+
+class _IteratedBarOptions(BarOptions, total=False):
+    iterable: Iterable[object]
 
 
 def on_terminal(stream: TextIO | None = None) -> bool:
@@ -36,9 +69,9 @@ class PlainBar:
     ETA and the postfix, every ``every`` seconds (None: the environment's interval, read when the bar starts
     so that a malformed one is refused as a setting, not at import) and once at ``close``."""
 
-    def __init__(self, desc: str = "", total: float | None = None, initial: float = 0, unit: str = "it",
+    def __init__(self, desc: str | None = "", total: float | None = None, initial: float = 0, unit: str = "it",
                  every: float | None = None, file: TextIO | None = None, clock: Callable[[], float] = time.monotonic,
-                 **_: Any) -> None:
+                 **_: object) -> None:  # tqdm's other keywords (leave, delay): nothing a line shows
         given = PROGRESS_EVERY_S.read() if every is None else every
         self.desc, self.total, self.n, self.unit = desc, total, initial, unit
         self.every = PLAIN_EVERY_S if given is None else given
@@ -52,7 +85,7 @@ class PlainBar:
         if self.clock() - self.last >= self.every:
             self._line()
 
-    def set_postfix(self, **values: Any) -> None:
+    def set_postfix(self, **values: object) -> None:
         self.postfix = ", ".join(f"{k}={v}" for k, v in values.items())
 
     def close(self) -> None:
@@ -84,7 +117,16 @@ def in_notebook() -> bool:
     return shell is not None and "IPKernelApp" in getattr(shell, "config", {})
 
 
-def progress_bar(enabled: bool, *, lines: bool = True, **kwargs: Any) -> Any:
+@overload
+def progress_bar(enabled: bool, *, lines: Literal[False], iterable: Iterable[_T],
+                 **kwargs: Unpack[BarOptions]) -> tqdm[_T]: ...
+
+
+@overload
+def progress_bar(enabled: bool, *, lines: bool = True, **kwargs: Unpack[BarOptions]) -> Bar: ...
+
+
+def progress_bar(enabled: bool, *, lines: bool = True, **kwargs: Unpack[_IteratedBarOptions]) -> Bar:
     """A tqdm bar on a terminal or in a notebook (tqdm.auto: the notebook's widget bar where it can draw one);
     elsewhere a ``PlainBar`` (``lines``) or nothing (a disabled tqdm)."""
     if not enabled:
@@ -100,7 +142,7 @@ class MeasuredBar:
     """A bar whose position is read from ``measure`` at each ``update`` instead of counted: a run under a
     FLOP budget moves its bar in training TFLOPs, the unit its budget (and so its total) is given in."""
 
-    def __init__(self, bar: Any, measure: Callable[[], float]) -> None:
+    def __init__(self, bar: Bar, measure: Callable[[], float]) -> None:
         self.bar, self.measure = bar, measure
         self.at = measure()
 
@@ -109,7 +151,7 @@ class MeasuredBar:
         self.bar.update(now - self.at)
         self.at = now
 
-    def set_postfix(self, **values: Any) -> None:
+    def set_postfix(self, **values: object) -> None:
         self.bar.set_postfix(**values)
 
     def close(self) -> None:

@@ -29,7 +29,7 @@ class Dim:
     low: float | None = None
     high: float | None = None
     log: bool = False
-    choices: tuple[Any, ...] | None = None
+    choices: tuple[str | int | float | bool | None, ...] | None = None  # what Optuna's categorical stores
 
 
 SearchSpace = dict[str, Dim]  # setting (as --set names it) -> its range

@@ -10,10 +10,13 @@ each key then has one value per step. The ``session`` key says which session a s
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..errors import BenchError
 from .schema import RunResult
+
+if TYPE_CHECKING:
+    from ..spec.protocol import Protocol
 
 STEP_AXIS_TAG = "bench.step_axis"  # "updates", or "session" for a joint run without a fixed update count
 SESSION_START = "session_start_"  # key prefix of a later session's update-0 point
@@ -34,7 +37,7 @@ def point_metrics(step: int, session: int, update: int, first: bool, values: Map
     return metrics
 
 
-def reference_steps(result: RunResult, protocol: Any = None) -> dict[int, int] | None:
+def reference_steps(result: RunResult, protocol: Protocol | None = None) -> dict[int, int] | None:
     """A joint run's steps on the method runs' axis: the accuracy of the model trained on S1..Sj at the
     end of learning session j, (j − 1) · U updates in (session 1 is the deployed model's, at 0). Needs the
     run's spec (``protocol``, else the built-in one of its name when the hashes agree) and a fixed update

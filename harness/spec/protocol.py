@@ -12,7 +12,7 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
+from typing import TYPE_CHECKING, Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
@@ -51,13 +51,13 @@ class Spec(BaseModel):
 
     @field_validator("*", mode="before")
     @classmethod
-    def _no_bool_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
+    def _no_bool_for_a_number(cls, value: object, info: ValidationInfo) -> object:
         if info.field_name is not None and _holds_bool(value) and _takes_number_not_bool(cls, info.field_name):
             raise ValueError("a number, not true/false")
         return value
 
 
-def _holds_bool(value: Any) -> bool:
+def _holds_bool(value: object) -> bool:
     """A boolean, or a list or tuple holding one (``mean: [true, 0.5, 0.5]``)."""
     return isinstance(value, bool) or (isinstance(value, (list, tuple)) and any(isinstance(v, bool) for v in value))
 

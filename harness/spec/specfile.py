@@ -9,7 +9,7 @@ import reprlib
 import sys
 from importlib import resources
 from pathlib import Path
-from typing import TypeVar
+from typing import TypeVar, Union
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -33,6 +33,9 @@ def builtin_names(folder: str = "") -> list[str]:
     """Names of the YAML files shipped in ``protocols/<folder>``."""
     return sorted(p.name[:-5] for p in _folder(folder).iterdir() if p.name.endswith(".yaml"))
 
+
+# a value as JSON holds it: a settings model's model_dump(mode="json"), a parsed JSON document
+JSONValue = Union[str, int, float, bool, None, list["JSONValue"], dict[str, "JSONValue"]]  # noqa: UP007 - evaluated at import
 
 MAX_SPEC_BYTES = 1 << 20      # a spec is a page of YAML; anything bigger is the wrong file
 MAX_NODES = 10_000            # YAML nodes after expanding aliases: an alias bomb stops here

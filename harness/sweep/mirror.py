@@ -9,7 +9,7 @@ record lacks.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..results.schema import RunResult
 from ..results.store_read import has_whole_record
@@ -22,6 +22,9 @@ from ..results.tracking import (
     mirror_missing,
 )
 from ..results.tracking import sync as sync_store
+
+if TYPE_CHECKING:
+    from ..spec.protocol import Protocol
 
 
 def run_plot_svg(result: RunResult) -> str | None:
@@ -37,14 +40,14 @@ RUN_ARTIFACTS: Artifacts = {"curves.svg": run_plot_svg}
 
 
 def mirror(result: RunResult, path: Path, results_dir: Path, tracking_uri: str | None = None,
-           protocol: Any = None) -> tuple[str, str]:
+           protocol: Protocol | None = None) -> tuple[str, str]:
     """Log a stored result as one whole MLflow record; returns (MLflow run id, store URI). A failure says
     what is kept and how to mirror it later (``bench sync``). ``protocol``: the run's spec, when known."""
     return log_run_or_explain(result, path, results_dir, tracking_uri, artifacts=RUN_ARTIFACTS, protocol=protocol)
 
 
 def mirror_stored(result: RunResult, path: Path, results_dir: Path, tracking_uri: str | None = None,
-                  protocol: Any = None) -> str | None:
+                  protocol: Protocol | None = None) -> str | None:
     """The record of a stored result a rerun found, made when the store lacks a complete one (the first run
     had no MLflow, or was stopped while it logged); returns the new MLflow run id, None when it was there."""
     uri = tracking_uri or default_tracking_uri(results_dir)

@@ -11,26 +11,33 @@ import hashlib
 import json
 import math
 import sqlite3
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeGuard, cast
 
 from ..errors import BenchError, shorten
+
+if TYPE_CHECKING:
+    import optuna
+    from optuna.distributions import BaseDistribution
+
+    from ...methods.configs import Dim, SearchSpace
 
 CHOICE_TYPES = (str, int, float, bool, type(None))  # what Optuna's CategoricalDistribution stores
 MLFLOW_TABLES = {"experiments", "runs", "metrics", "params"}
 
 
-def space_key(space: dict[str, Any]) -> str:
+def space_key(space: SearchSpace) -> str:
     """A short hash of the space: part of the study's name, so another space is another study."""
     canon = {k: {"low": d.low, "high": d.high, "log": d.log, "choices": d.choices} for k, d in sorted(space.items())}
     return hashlib.sha256(json.dumps(canon, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
 
-def _number(value: Any) -> bool:
+def _number(value: object) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def check_dim(key: str, dim: Any) -> None:
+def check_dim(key: str, dim: Dim) -> None:
     """One dimension by Optuna's rules: finite numbers with low < high (low > 0 on a log scale), or a
     non-empty list of plain values, never both (one of them would be silently ignored)."""
     if dim.choices is not None:
@@ -52,7 +59,7 @@ def check_dim(key: str, dim: Any) -> None:
         raise BenchError(f"The search space's {key!r} needs low < high (and low > 0 on a log scale), got {dim}.")
 
 
-def typed_range(key: str, dim: Any, sample: Any) -> Any:
+def typed_range(key: str, dim: Dim, sample: object) -> Dim:
     """The range ``dim`` as the setting's type needs it (``sample``: the setting's value at ``dim.low``, as
     its settings model stores it): integer bounds, sampled as integers, for an integer setting (a float
     bound would let Optuna propose 3.7 and fail the trial after its compute), float bounds for any other;
@@ -65,10 +72,11 @@ def typed_range(key: str, dim: Any, sample: Any) -> Any:
             raise BenchError(f"The search space's {key!r} is an integer setting: its range needs integer bounds, "
                              f"got low={dim.low!r}, high={dim.high!r}.")
         return dim
-    return dataclasses.replace(dim, low=float(dim.low), high=float(dim.high))
+    # check_dim passed: a range has both bounds
+    return dataclasses.replace(dim, low=float(cast(float, dim.low)), high=float(cast(float, dim.high)))
 
 
-def check_values(key: str, dim: Any, valid: Any) -> None:
+def check_values(key: str, dim: Dim, valid: Callable[[str, object], object]) -> None:
     """Every value the dimension can give is one the method's settings accept: ``valid(key, value)``
     raises the settings' BenchError; it is re-raised naming the space entry."""
     values = list(dim.choices) if dim.choices is not None else [dim.low, dim.high]
@@ -80,7 +88,7 @@ def check_values(key: str, dim: Any, valid: Any) -> None:
                                      f"refuse: {err}")) from None
 
 
-def same_space(study: Any, name: str, distributions: dict[str, Any], storage: str) -> None:
+def same_space(study: optuna.Study, name: str, distributions: Mapping[str, BaseDistribution], storage: str) -> None:
     """A stored study's trials sampled the distributions asked for now; else refuse, naming both."""
     for trial in study.get_trials(deepcopy=False):
         stored = dict(trial.distributions)
@@ -93,7 +101,7 @@ def same_space(study: Any, name: str, distributions: dict[str, Any], storage: st
             return
 
 
-def _describe(distributions: dict[str, Any]) -> str:
+def _describe(distributions: Mapping[str, BaseDistribution]) -> str:
     return "; ".join(f"{k}: {d!r}" for k, d in sorted(distributions.items()))
 
 
@@ -110,6 +118,7 @@ def check_storage(url: str, results_dir: Path, given: bool = True) -> None:
         parsed = make_url(url)
         dialect = parsed.get_dialect()
         # the driver itself is imported only when a study connects: import it now (SQLAlchemy 1.4: dbapi)
+        # dynamic: SQLAlchemy 2 types dbapi as a module attribute, where 1.4 has the classmethod called here
         load_driver: Any = dialect.import_dbapi if hasattr(dialect, "import_dbapi") else dialect.dbapi
         load_driver()
     except NoSuchModuleError:  # before ArgumentError, its base class

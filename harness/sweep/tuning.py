@@ -17,7 +17,7 @@ import dataclasses
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ...methods.registry import method_settings, parse_method, resolve_settings
 from ..errors import BenchError
@@ -25,6 +25,23 @@ from ..results.schema import TRIALS_FOLDER, load_result
 from ..results.tuned import TunedEntry, has_entry, save_entry
 from ..spec.protocol import MAX_TRIALS, OBJECTIVES, Protocol, TuningRules
 from .study_checks import check_dim, check_storage, check_values, same_space, space_key, typed_range
+
+if TYPE_CHECKING:
+    import optuna
+    from optuna.distributions import BaseDistribution
+
+    from ...methods.configs import SearchSpace
+    from ...methods.registry import MethodSpec
+    from ..results.schema import RunResult
+    from ..run.evaluation import Accuracies
+    from ..run.options import RunOptions
+    from ..run.workbench import Workbench
+    from ..spec.specfile import JSONValue
+    from .ray_executor import RayPlan
+    from .stages import Stage
+
+    # one trial's run: (tuning view, its overrides, live pruning or None) -> its stored result
+    TrialRunner = Callable[[Protocol, dict[str, object], "Reporter | None"], RunResult]
 
 # the curve a trial reports at each eval point for pruning, by objective: the accuracy its metric averages
 PRUNING_CURVE = {"S_delta": "old", "P_delta": "new"}  # every other objective: accuracy on all seen classes
@@ -67,7 +84,8 @@ def ruleset(protocol: Protocol, trials: int | None, objective: str | None) -> Tu
                        objective=objective or (base.objective if base is not None else "CK_delta"))
 
 
-def search_space(method: str, protocol: Protocol, given: dict[str, Any] | None = None) -> dict[str, Any]:
+# given: the --space file as YAML read it (its shape is checked here, entry by entry)
+def search_space(method: str, protocol: Protocol, given: dict[str, Any] | None = None) -> SearchSpace:
     """The space a study samples: what the method string's base and modifiers declare (modifiers' under
     their names), or ``given`` (``--space FILE``). Every name must be a setting the method has, and every
     range one its values fit (integers for an integer setting): a BenchError names the entry, before
@@ -108,16 +126,16 @@ def search_space(method: str, protocol: Protocol, given: dict[str, Any] | None =
     return space
 
 
-def _settings(spec: Any, protocol: Protocol, overrides: dict[str, Any]) -> dict[str, Any]:
+def _settings(spec: MethodSpec, protocol: Protocol, overrides: dict[str, object]) -> dict[str, JSONValue]:
     """The method's settings as ``--set`` names them (modifiers' under their names), with ``overrides``."""
     config, mod_configs = resolve_settings(spec, protocol, overrides)
     return {**config.model_dump(mode="json"), **{e.name: c.model_dump(mode="json")
                                                  for e, c in zip(spec.modifiers, mod_configs)}}
 
 
-def _setting(settings: dict[str, Any], key: str, method: str) -> Any:
+def _setting(settings: dict[str, JSONValue], key: str, method: str) -> JSONValue:
     """The value of the setting ``key`` (dotted for a nested one); a name the method lacks is a BenchError."""
-    node: Any = settings
+    node: JSONValue = settings
     for part in key.split("."):
         if not isinstance(node, dict) or part not in node:
             raise BenchError(f"The search space names {key!r}, which is not a setting of method {method!r} "
@@ -126,14 +144,15 @@ def _setting(settings: dict[str, Any], key: str, method: str) -> Any:
     return node
 
 
-def _distributions(space: dict[str, Any]) -> dict[str, Any]:
+def _distributions(space: SearchSpace) -> dict[str, BaseDistribution]:
     """Optuna's distribution of each dimension: integer bounds (an integer setting's, as ``search_space``
     leaves them) are sampled as integers."""
     import optuna.distributions as dist
 
+    # a dimension without choices is a range whose bounds search_space checked (check_dim)
     return {key: dist.CategoricalDistribution(list(d.choices)) if d.choices is not None
             else dist.IntDistribution(d.low, d.high, log=d.log) if isinstance(d.low, int)
-            else dist.FloatDistribution(d.low, d.high, log=d.log) for key, d in space.items()}
+            else dist.FloatDistribution(cast(float, d.low), cast(float, d.high), log=d.log) for key, d in space.items()}
 
 
 @dataclasses.dataclass
@@ -143,7 +162,7 @@ class TuneRequest:
     rules: TuningRules
     seed: int
     storage: str
-    space: dict[str, Any]
+    space: SearchSpace
 
     @property
     def view(self) -> Protocol:
@@ -156,14 +175,14 @@ class TuneRequest:
                           None if space_key(own) == space_key(self.space) else space_key(self.space))
 
 
-def counted(study: Any) -> int:
+def counted(study: optuna.Study) -> int:
     """Trials that spent the budget: finished or pruned (a failed one, e.g. interrupted, is run again)."""
     from optuna.trial import TrialState
 
     return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
 
 
-def _reopen_interrupted(study: Any) -> None:
+def _reopen_interrupted(study: optuna.Study) -> None:
     """A trial left running by a killed ``bench tune`` is marked failed and its settings asked again, so
     the re-run resumes that run from its checkpoint instead of spending a new trial."""
     from optuna.trial import TrialState
@@ -173,7 +192,7 @@ def _reopen_interrupted(study: Any) -> None:
         study.enqueue_trial(t.params, skip_if_exists=False)
 
 
-def _sampler(seed: int, stored: int) -> Any:
+def _sampler(seed: int, stored: int) -> optuna.samplers.TPESampler:
     """The study's sampler, seeded from ``seed`` and the number of trials already ``stored``: a resumed
     study continues with new settings instead of replaying the sequence its first process drew (a fresh
     study, ``stored`` = 0, is seeded exactly by ``seed``)."""
@@ -186,12 +205,12 @@ class Reporter:
     """Live pruning: at each eval point after update 0, the running mean of the objective's accuracy
     (1 - it for a gap), reported to the trial; a trial the pruner stops raises ``TrialPruned``."""
 
-    def __init__(self, trial: Any, objective: str) -> None:
+    def __init__(self, trial: optuna.Trial, objective: str) -> None:
         self.trial, self.curve, self.minimize = (trial, PRUNING_CURVE.get(objective, "all"),
                                                  OBJECTIVES[objective] == "minimize")
         self.seen: list[float] = []
 
-    def __call__(self, session: int, update: int, acc: Any) -> None:
+    def __call__(self, session: int, update: int, acc: Accuracies) -> None:
         import optuna
 
         value = getattr(acc, self.curve)
@@ -204,7 +223,7 @@ class Reporter:
             raise optuna.TrialPruned(f"pruned at session {session}, update {update}")
 
 
-def tune(request: TuneRequest, options: Any, run_trial: Callable[[Any, dict[str, Any], Reporter | None], Any],
+def tune(request: TuneRequest, options: RunOptions, run_trial: TrialRunner,
          echo: Callable[[str], None]) -> TunedEntry:
     """Run the study to ``rules.trials`` counted trials (resuming a stored one), then write the tuned entry.
     ``run_trial(view, overrides, reporter)`` makes one trial's run through an executor and returns its
@@ -248,7 +267,8 @@ def tune(request: TuneRequest, options: Any, run_trial: Callable[[Any, dict[str,
     return write_entry(request, study, options.results_dir, echo)
 
 
-def write_entry(request: TuneRequest, study: Any, results_dir: Path, echo: Callable[[str], None]) -> TunedEntry:
+def write_entry(request: TuneRequest, study: optuna.Study, results_dir: Path,
+                echo: Callable[[str], None]) -> TunedEntry:
     """The best trial as the method's tuned entry; an entry it replaces is kept beside it, and named."""
     try:
         best = study.best_trial
@@ -259,7 +279,8 @@ def write_entry(request: TuneRequest, study: Any, results_dir: Path, echo: Calla
     entry = TunedEntry(
         protocol=request.protocol.name, protocol_hash=request.protocol.spec_hash, tuning_hash=request.view.spec_hash,
         method=request.method, settings=dict(best.params), trials=counted(study), objective=request.rules.objective,
-        direction=OBJECTIVES[request.rules.objective], value=float(best.value), best_trial=best.number,
+        # the best trial is a complete one: it has a value
+        direction=OBJECTIVES[request.rules.objective], value=float(cast(float, best.value)), best_trial=best.number,
         best_run=str(best.user_attrs.get("run_id", "")), validation=request.protocol.validation, seed=request.seed,
         study=request.study, storage=request.storage)
     _, kept = save_entry(results_dir, entry)
@@ -268,7 +289,8 @@ def write_entry(request: TuneRequest, study: Any, results_dir: Path, echo: Calla
     return entry
 
 
-def ensure_tuned(protocol: Protocol, method: str, options: Any, ray_plan: Any, echo: Callable[[str], None]) -> None:
+def ensure_tuned(protocol: Protocol, method: str, options: RunOptions, ray_plan: RayPlan | None,
+                 echo: Callable[[str], None]) -> None:
     """Tune ``method`` under the protocol's own ruleset unless a tuned entry for this spec exists (what a
     sweep row with ``tuned: true`` needs); a protocol without a ruleset or validation split, an entry that
     cannot be used (never tuned over) and a default study storage that is not Optuna's are refused."""
@@ -281,7 +303,8 @@ def ensure_tuned(protocol: Protocol, method: str, options: Any, ray_plan: Any, e
     tune(request, options, trial_runner(method, 0, options, ray_plan, echo), echo)
 
 
-def trial_runner(method: str, seed: int, options: Any, ray_plan: Any, echo: Callable[[str], None]):
+def trial_runner(method: str, seed: int, options: RunOptions, ray_plan: RayPlan | None,
+                 echo: Callable[[str], None]) -> TrialRunner:
     """``run_trial`` for ``tune``: one trial as the sweep runs a row (its deployed model, joint and A_best
     references of the tuning view first, each made once), locally with live pruning or as Ray tasks. A
     trial whose settings already have a stored result (asked again) reuses it."""
@@ -292,11 +315,11 @@ def trial_runner(method: str, seed: int, options: Any, ray_plan: Any, echo: Call
 
     opts = dataclasses.replace(options, results_dir=tuning_root(options.results_dir), overrides={})
 
-    def stored(view: Protocol, overrides: dict[str, Any], config: dict[str, Any]) -> Any:
-        found = finished(view, method, overrides, seed, config, selection(view, opts))
+    def stored(view: Protocol, overrides: dict[str, object], config: dict[str, JSONValue]) -> RunResult | None:
+        found = finished(opts.identity(view, method, seed, config, overrides), selection(view, opts))
         return None if found is None else load_result(found)
 
-    def run_trial(view: Protocol, overrides: dict[str, Any], reporter: Reporter | None) -> Any:
+    def run_trial(view: Protocol, overrides: dict[str, object], reporter: Reporter | None) -> RunResult:
         config = method_settings(build_method(method, view, overrides)[1])
         done = stored(view, overrides, config)
         if done is not None:
@@ -304,9 +327,9 @@ def trial_runner(method: str, seed: int, options: Any, ray_plan: Any, echo: Call
             return done
         graph = stage_graph([PlannedRun(view, method, seed, overrides, config, None)], opts.results_dir)
         if ray_plan is None:
-            made: list[Any] = []
+            made: list[RunResult] = []
 
-            def method_run(stage: Any, bench: Any) -> None:
+            def method_run(stage: Stage, bench: Workbench) -> None:
                 run_opts = dataclasses.replace(opts, overrides=dict(overrides), on_eval=reporter)
                 made.append(execute(view, method, seed, run_opts, bench)[0])
 
