@@ -8,10 +8,10 @@ import torch
 from torch import nn
 
 from bench_stability_gap.harness.errors import BenchError
-from bench_stability_gap.harness.run.isolation import (LentInputs, MemoryView, ServedIds, check_retained_samples,
-                                                    isolated_predict, random_streams, retained_samples,
-                                                    train_view)
+from bench_stability_gap.harness.run.isolation import (LentInputs, MemoryView, ServedIds, random_streams,
+                                                    retained_samples, train_view)
 from bench_stability_gap.harness.run.memory import Memory
+from bench_stability_gap.harness.run.referee import check_retained_samples, isolated_predict
 from bench_stability_gap.harness.spec.protocol import Memory as MemorySpec
 
 SHAPE = (4, 2, 2)

@@ -2,24 +2,24 @@
 
 Exactly one optimizer step per ``observe`` and none outside it (session hooks, ``predict``), at most
 the protocol's batch trained on (backward through any part) per update, and the memory never above
-its cap. A breach fails the run with a BenchError naming the method and the rule.
+its cap. What is counted, and each breach in words; ``referee`` holds the rules and fails the run with a
+BenchError naming the method and the rule.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from ...methods.base import Method, StepStats, TrainBatch
-from ..errors import BenchError
 from ..model import flops as FL
 from ..spec.protocol import Memory as MemorySpec
 from ..spec.protocol import Protocol
-from .memory import Memory, Overfilled
+from .memory import Memory
 
 
 @contextmanager
@@ -33,10 +33,21 @@ def count_optimizer_steps() -> Iterator[list[int]]:
         handle.remove()
 
 
-def observe_within_budget(method: Method, batch: TrainBatch, steps: list[int], meter: FL.FlopMeter | None,
-                          limit: int, guard: AbstractContextManager[Any] | None = None) -> tuple[StepStats, int]:
-    """One ``observe`` under the budget: exactly one optimizer step and at most ``limit`` samples
-    trained on (backward through any part). Returns the method's stats and the samples trained.
+@dataclass(frozen=True, slots=True)
+class Observed:
+    """One ``observe`` call as the budget counts it: what the method returned, the optimizer steps it made,
+    the samples it trained on (backward through ``part``) and the protocol's batch (``limit``)."""
+
+    stats: StepStats
+    made: int
+    trained: int
+    part: str
+    limit: int
+
+
+def observe_counted(method: Method, batch: TrainBatch, steps: list[int], meter: FL.FlopMeter | None,
+                    limit: int, guard: AbstractContextManager[Any] | None = None) -> Observed:
+    """One ``observe``, its optimizer steps and trained samples counted (``referee`` judges them).
     ``guard``: entered around the ``observe`` call alone (the run's ``MethodCalls``), so what the method's
     code raises is told apart from what the harness's does."""
     before = steps[0]
@@ -45,50 +56,39 @@ def observe_within_budget(method: Method, batch: TrainBatch, steps: list[int], m
     with guard or nullcontext():
         stats = method.observe(batch)
     made = steps[0] - before
-    if made != 1:
-        raise BenchError(
-            f"Method {method.name!r} made {made} optimizer steps in one observe() call; "
-            f"the protocol's budget is exactly one update per call."
-        )
-    trained = 0
-    if meter is not None:
-        trained, part = meter.end_update()
-        if trained > limit:
-            raise BenchError(
-                f"Method {method.name!r} trained on {trained} samples in one update (backward through the "
-                f"{part}); the protocol's batch allows {limit} per update. Extra forward passes without "
-                f"gradient (teacher logits, init passes) are allowed and counted as FLOPs; training samples are not."
-            )
-    return stats, trained
+    trained, part = meter.end_update() if meter is not None else (0, "")
+    return Observed(stats, made, trained, part, limit)
 
 
-def check_no_stray_steps(method: Method, steps: int, expected: int, where: str) -> None:
+def steps_in_observe(method: Method, observed: Observed) -> str | None:
+    """More or fewer optimizer steps than one in an ``observe`` call, in words."""
+    if observed.made == 1:
+        return None
+    return f"Method {method.name!r} made {observed.made} optimizer steps in one observe() call."
+
+
+def trained_beyond_batch(method: Method, observed: Observed) -> str | None:
+    """Backward through more samples than the protocol's batch in one update, in words."""
+    if observed.trained <= observed.limit:
+        return None
+    return (f"Method {method.name!r} trained on {observed.trained} samples in one update (backward through the "
+            f"{observed.part}); the protocol's batch allows {observed.limit} per update.")
+
+
+def stray_steps(method: Method, steps: int, expected: int, where: str) -> str | None:
     """Optimizer steps outside ``observe`` (session hooks, predict) are updates the budget never granted."""
-    if steps != expected:
-        raise BenchError(
-            f"Method {method.name!r} made {steps - expected} optimizer step(s) outside observe() ({where}); "
-            f"the protocol's budget is exactly one update per observe() call and none elsewhere."
-        )
+    if steps == expected:
+        return None
+    return f"Method {method.name!r} made {steps - expected} optimizer step(s) outside observe() ({where})."
 
 
-def check_memory(method: Method, memory: Memory) -> None:
-    """The storage cap is the harness's: a method that overfills the memory fails the run."""
+def memory_overfilled(method: Method, memory: Memory) -> str | None:
+    """The storage cap is the harness's: a memory over it, in words."""
     cap = memory.capacity
-    if cap is not None and len(memory) > cap:
-        raise BenchError(
-            f"Method {method.name!r} overfilled the rehearsal memory: {len(memory)} samples stored, "
-            f"the protocol's cap is {cap} (memory.policy {memory.spec.policy!r})."
-        )
-
-
-def add_to_memory(method: Method, memory: Memory, ids: np.ndarray) -> None:
-    """Offer ``ids`` to the memory; an overfilled memory fails the run naming the method."""
-    try:
-        memory.add(ids)
-    except Overfilled:
-        check_memory(method, memory)  # the error that names the method and the cap
-        raise
-    check_memory(method, memory)
+    if cap is None or len(memory) <= cap:
+        return None
+    return (f"Method {method.name!r} overfilled the rehearsal memory: {len(memory)} samples stored, "
+            f"the protocol's cap is {cap} (memory.policy {memory.spec.policy!r}).")
 
 
 def eviction_note(protocol: Protocol, method: Method) -> str | None:

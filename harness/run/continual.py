@@ -34,21 +34,15 @@ from ..results.curves import BeforePoint, SessionCurve
 from ..results.schema import Budget
 from ..spec.protocol import MAX_UPDATES, Protocol
 from .before import measure_before
-from .budget_guards import (
-    add_to_memory,
-    check_memory,
-    check_no_stray_steps,
-    count_optimizer_steps,
-    memory_spec,
-    observe_within_budget,
-)
+from .budget_guards import count_optimizer_steps, memory_spec, observe_counted
 from .checkpoint import Checkpointer
 from .evaluation import EvalPlan, eval_plan, eval_point
 from .isolation import random_streams
 from .loop import Stretch, closing_budget, train_stretch
-from .memory import Memory
+from .memory import Memory, Overfilled
 from .method_calls import MethodCalls
 from .options import RunOptions
+from .referee import Facts, Referee, isolated_predict
 from .report import say, settle_spans, timed
 from .schedule import EvalSchedule, FlopStop
 from .stage import Stage
@@ -166,6 +160,7 @@ class ContinualRun(Stage):
         if not method.rehearsal:
             self.b_new, self.b_old = self.b_new + self.b_old, 0
         self.accel = autocast(bench.device, bench.precision)  # reusable: entered at every update and eval point
+        self.referee = Referee()  # the fair-play rules, judged at the loop's fixed points (``referee.RULES``)
         self.reads = UpdateReads()  # the losses of the updates since the last read (``settle``)
         self.steps = [0]  # optimizer steps counted by the budget guard (``count_optimizer_steps``)
         self.charged = FL.ChargedCounters()  # what the method charged as last read: it only grows
@@ -271,7 +266,7 @@ class ContinualRun(Stage):
         p, session = self.bench.protocol, self.bench.stream.sessions[pos]
         s = self.open = OpenSession(pos, session, session_updates(p, session), self.train_macs(),
                                     self.meter.eval_macs())
-        check_no_stray_steps(self.method, self.steps[0], self.progress.observed, "setup or end_session")
+        self.referee.at("session_start", self._facts(since="setup or end_session"))
         # the CL metrics' "before session j": the model as the previous session left it, before begin_session
         s.plan = eval_plan(self.bench.stream, session)  # the session's test classes: fixed for the session
         s.before = measure_before(self.model, lambda _: self._predicting(f"before session {session.index}"),
@@ -320,7 +315,8 @@ class ContinualRun(Stage):
         its output held to what the accuracy reads: logits, one row per input and one column per output
         unit of the head (every class the harness evaluates over)."""
         outputs = self.model.head.num_classes
-        scope: AbstractContextManager[Callable[[Tensor], Tensor]] = self.lent.predict(self.method)
+        scope: AbstractContextManager[Callable[[Tensor], Tensor]] = isolated_predict(
+            self.method, self.lent.shared, self.lent.unused, self.referee)
         with scope as predict:
             def checked(x: Tensor) -> Tensor:
                 with self.calls("predict", where):
@@ -356,12 +352,14 @@ class ContinualRun(Stage):
         assert s is not None
         new_ids, old_ids = batch
         ids = np.concatenate([new_ids, old_ids])
-        check_no_stray_steps(self.method, self.steps[0], self.progress.observed, "begin_session or predict")
+        self.referee.at("before_update", self._facts(since="begin_session or predict"))
         before = self.train_macs()
         where = f"in update {u + 1} of session {s.session.index}"
         with timed(self.progress.seconds, "train", bench.device, self.reads.spans), self.accel:
-            stats, trained = observe_within_budget(self.method, bench.batch(ids, len(new_ids)), self.steps,
-                                                   self.meter, self.b_new + self.b_old, self.calls("observe", where))
+            observed = observe_counted(self.method, bench.batch(ids, len(new_ids)), self.steps, self.meter,
+                                       self.b_new + self.b_old, self.calls("observe", where))
+        self.referee.at("after_update", self._facts(observed=observed))
+        stats, trained = observed.stats, observed.trained
         if (problem := _step_problem(stats)) is not None:  # its loss is read later, far from here: refused now
             raise self.calls.fault("observe", where, problem)
         if s.stop is not None:
@@ -369,10 +367,23 @@ class ContinualRun(Stage):
         self.reads.add(u, stats.loss)
         self.progress.most_trained = max(self.progress.most_trained, trained)
         self.progress.observed += 1
-        check_memory(self.method, self.memory)
         self.progress.samples += len(ids)
         if bench.protocol.training.online:
-            add_to_memory(self.method, self.memory, new_ids)
+            self._remember(new_ids)
+
+    def _facts(self, **point: Any) -> Facts:
+        """What the referee reads at a point of the run (``point``: that point's own facts)."""
+        return Facts(self.method, self.memory, self.steps[0], self.progress.observed, shape=self.lent.shape,
+                     lent=self.lent.shared, **point)
+
+    def _remember(self, ids: np.ndarray) -> None:
+        """Offer ``ids`` to the memory; a memory over its cap fails the run naming the method and the rule."""
+        try:
+            self.memory.add(ids)
+        except Overfilled:
+            self.referee.at("memory_added", self._facts())  # the error that names the method and the cap
+            raise
+        self.referee.at("memory_added", self._facts())
 
     def settle(self) -> None:
         """Read what the updates since the last read left on the device, with one host sync: their losses
@@ -441,11 +452,9 @@ class ContinualRun(Stage):
         self.settle()
         with self.calls("end_session", f"at the end of session {s.session.index}"):
             self.method.end_session(s.session)
-        check_memory(self.method, self.memory)
-        self.lent.check_storage(self.method)
-        check_no_stray_steps(self.method, self.steps[0], self.progress.observed, "predict or end_session")
+        self.referee.at("session_end", self._facts(since="predict or end_session"))
         if not bench.protocol.training.online:
-            add_to_memory(self.method, self.memory, s.session.train_ids)
+            self._remember(s.session.train_ids)
         self.progress.train_per_session.append(FL.flops(self.train_macs() - s.train0))
         self.progress.eval_per_session.append(FL.flops(self.meter.eval_macs() - s.eval0))
         self.progress.curves.append(SessionCurve(session=s.session.index, total_updates=s.made, before=s.before,

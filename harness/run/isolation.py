@@ -2,17 +2,19 @@
 
 A submitted method runs in the harness's process, so nothing here stops code that goes looking for
 the harness's objects through the garbage collector or the file system; what it does guarantee is that
-nothing a method is *lent* leads to data or randomness it may not use, and that the cheats that need
-no such digging are caught with a BenchError naming the method and the rule:
+nothing a method is *lent* leads to data or randomness it may not use. The rules themselves, when each
+is checked and its message, are ``referee.RULES``; this module holds the lending and the bodies of the
+checks on it:
 
 - **no test data**: a method sees the stream through ``TrainStream`` (no test split), and evaluation
-  runs on a throwaway copy of the method (``isolated_predict``), so nothing seen at an eval point
-  survives; a ``predict`` that changes the copy's state (closures included), the original method, the
-  method's class or its package's modules is reported; what is lent takes no attributes, and the
-  stream's arrays are sealed (``stream.sealed``), so it is no place to keep data or rewrite the protocol;
+  runs on a throwaway copy of the method (``eval_copy``), so nothing seen at an eval point survives;
+  ``copy_changes`` and ``owner_changes`` say what a ``predict`` changed in the copy (closures included,
+  in the audit), the original method, the method's class or its package's modules; what is lent takes no
+  attributes, and the stream's arrays are sealed (``stream.sealed``), so it is no place to keep data or
+  rewrite the protocol;
 - **storage accounted**: ``LentInputs`` serves inputs only for ids in the rehearsal memory or the
-  session in progress (a private list of ids replays nothing), and ``check_retained_samples`` counts
-  the sample-shaped data a method keeps outside the memory at each session end;
+  session in progress (a private list of ids replays nothing), and ``retained_finding`` counts the
+  sample-shaped data a method keeps outside the memory at each session end;
 - **separate random streams**: ``random_streams`` gives the harness (batches, memory eviction, head
   growth) and the method generators seeded apart; the method's are the only ones it is lent.
 """
@@ -41,6 +43,13 @@ from .module_copy import deepcopy_with_modules
 
 METHOD_STREAM = 1  # SeedSequence spawn key of the method's own generators (the harness's is the run seed)
 
+# what the lent views refuse, in the words of their rules (``referee.RULES`` lists them with the others)
+TEST_SPLIT_RULE = ("the test split is the harness's alone; a method sees the train stream (sessions, train labels), "
+                   "and is evaluated through predict().")
+INPUTS_RULE = ("storage is the harness's memory, capped by the protocol; ids a method keeps for itself do not give "
+               "access to the samples: ctx.inputs serves ids in the rehearsal memory or the session in progress "
+               "(S1 during setup) only.")
+
 
 # ------------------------------------------------------------------ what a method is lent
 
@@ -62,10 +71,7 @@ class TrainStream:
 
     def __getattr__(self, name: str) -> Any:  # only for names the dataclass lacks
         if name in ("test", "test_ids"):
-            raise BenchError(
-                f"Method {self.lent_to!r} asked ctx.stream for {name!r}. Rule: the test split is the harness's "
-                f"alone; a method sees the train stream (sessions, train labels), and is evaluated through predict()."
-            )
+            raise BenchError(f"Method {self.lent_to!r} asked ctx.stream for {name!r}. Rule: {TEST_SPLIT_RULE}")
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def classes_before(self, j: int) -> np.ndarray:
@@ -185,11 +191,8 @@ class LentInputs:
         allowed[allowed] = in_current[ids[allowed]] | self._memory.holds(ids[allowed])
         if not allowed.all():
             bad = ids[~allowed][:5].tolist()
-            raise BenchError(
-                f"Method {self._method!r} asked ctx.inputs for sample id(s) {bad}, which are neither in the "
-                f"rehearsal memory nor in the session in progress (rule: storage is the harness's memory, "
-                f"capped by the protocol; ids a method keeps for itself do not give access to the samples)."
-            )
+            raise BenchError(f"Method {self._method!r} asked ctx.inputs for sample id(s) {bad}, which are neither in "
+                             f"the rehearsal memory nor in the session in progress. Rule: {INPUTS_RULE}")
         return self._store.get(ids)
 
 
@@ -240,9 +243,11 @@ def _held_by_callable(obj: Any) -> list[tuple[str, Any]]:
     return held + [(f"<default {k}>", value) for k, value in (obj.__kwdefaults__ or {}).items()]
 
 
-def _walk(root: Any, skip: set[int], visit: Callable[[str, Any], bool], max_depth: int = 12) -> None:
+def _walk(root: Any, skip: set[int], visit: Callable[[str, Any], bool], max_depth: int = 12,
+          closures: bool = True) -> None:
     """Depth-first over containers and plain objects' attributes; ``visit`` returns False to stop
-    descending. Modules contribute buffers only (parameters are the model, not storage)."""
+    descending. Modules contribute buffers only (parameters are the model, not storage). ``closures``:
+    also into what functions, bound methods and partials hold (``_held_by_callable``), the reflective part."""
     seen: set[int] = set(skip)
 
     def go(path: str, obj: Any, depth: int) -> None:
@@ -268,7 +273,7 @@ def _walk(root: Any, skip: set[int], visit: Callable[[str, Any], bool], max_dept
             for i, v in enumerate(list(obj)):
                 go(f"{path}[{i}]", v, depth + 1)
         elif isinstance(obj, (types.FunctionType, types.MethodType, functools.partial)):
-            for name, value in _held_by_callable(obj):
+            for name, value in _held_by_callable(obj) if closures else ():
                 go(f"{path}.{name}", value, depth + 1)
         elif hasattr(obj, "__dict__") and not isinstance(obj, (type, types.ModuleType)):
             for name, value in list(vars(obj).items()):
@@ -315,21 +320,19 @@ def retained_samples(method: Any, shape: tuple[int, ...], skip: list[Any]) -> tu
     return sum(r for _, r in found), [f"{p} ({r})" for p, r in found]
 
 
-def check_retained_samples(method: Any, memory: Memory, shape: tuple[int, ...], skip: list[Any]) -> None:
+def retained_finding(method: Any, memory: Memory, shape: tuple[int, ...], skip: Sequence[Any]) -> str | None:
     """At a session end: memory + input-shaped data the method keeps <= the protocol's cap plus what
-    the method declares (``Method.retained_allowance``)."""
+    the method declares (``Method.retained_allowance``); what it keeps beyond, in words (None: within)."""
     cap = memory.capacity
     if cap is None:
-        return
-    rows, where = retained_samples(method, shape, skip)
+        return None
+    rows, where = retained_samples(method, shape, list(skip))
     allowance = int(getattr(method, "retained_allowance", 0) or 0)
-    if len(memory) + rows > cap + allowance:
-        raise BenchError(
-            f"Method {method.name!r} keeps {rows} samples' worth of input data outside the rehearsal memory "
+    if len(memory) + rows <= cap + allowance:
+        return None
+    return (f"Method {method.name!r} keeps {rows} samples' worth of input data outside the rehearsal memory "
             f"({', '.join(where[:4])}), beside {len(memory)} in the memory; the protocol's storage cap is "
-            f"{cap} (+{allowance} the method declares in retained_allowance). Rule: what a method retains "
-            f"between sessions counts against the cap; store samples through the harness's memory."
-        )
+            f"{cap} (+{allowance} the method declares in retained_allowance).")
 
 
 # ------------------------------------------------------------------ evaluation it cannot keep
@@ -350,7 +353,7 @@ def _digest(obj: Any) -> Any:
     return type(obj).__name__
 
 
-def fingerprint(root: Any, skip: Sequence[Any] = ()) -> dict[str, Any]:
+def fingerprint(root: Any, skip: Sequence[Any] = (), closures: bool = True) -> dict[str, Any]:
     """Path -> digest over everything reachable from ``root`` (see ``_walk``), parameters included."""
     out: dict[str, Any] = {}
 
@@ -361,7 +364,7 @@ def fingerprint(root: Any, skip: Sequence[Any] = ()) -> dict[str, Any]:
                 out[f"{path}.{name}"] = _digest(p)
         return True
 
-    _walk(root, {id(x) for x in skip}, visit)
+    _walk(root, {id(x) for x in skip}, visit, closures=closures)
     return out
 
 
@@ -412,7 +415,7 @@ def _may_hold_data(value: Any, modules: set[str]) -> bool:
     return own in modules
 
 
-def _values(root: Any, skip: Sequence[Any]) -> dict[str, Any]:
+def _values(root: Any, skip: Sequence[Any], closures: bool = True) -> dict[str, Any]:
     """Path -> tensor or array, over everything reachable from ``root`` (``_walk``), parameters included."""
     out: dict[str, Any] = {}
 
@@ -423,7 +426,7 @@ def _values(root: Any, skip: Sequence[Any]) -> dict[str, Any]:
             out.update({f"{path}.{name}": p for name, p in obj.named_parameters()})
         return True
 
-    _walk(root, {id(x) for x in skip}, visit)
+    _walk(root, {id(x) for x in skip}, visit, closures=closures)
     return out
 
 
@@ -467,34 +470,60 @@ def _changed(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     return sorted(k for k in before.keys() | after.keys() if before.get(k, "<absent>") != after.get(k, "<absent>"))
 
 
-@contextmanager
-def isolated_predict(method: Any, shared: list[Any],
-                     unused: Sequence[Any] = ()) -> Iterator[Callable[[Tensor], Tensor]]:
-    """``predict`` of a throwaway copy of ``method`` (``shared``: the harness's read-only objects, lent
-    rather than copied, plus what ``method.shared_in_eval_copy()`` names; ``unused``: parts of the method
-    nothing reads for the rest of the run, such as a trunk whose features are cached, shared with the copy
-    but still checked). After the eval point, a copy whose state changed, or a change to the method's
-    class or module state, is a BenchError."""
+@dataclass
+class EvalCopy:
+    """A throwaway copy of a method for one eval point, and what it and the method's code held when it was
+    made: the copy's fingerprint without what callables hold (``plain``) and, for the reflective audits, with
+    it (``held``) and the mutable state of the method's classes and modules (``owners``)."""
+
+    method: Any
+    clone: Any
+    keep: list[Any]
+    plain: dict[str, Any]
+    held: dict[str, Any] | None = None
+    owners: dict[str, Any] | None = None
+
+
+def eval_copy(method: Any, shared: Sequence[Any], unused: Sequence[Any] = (), audit: bool = True) -> EvalCopy:
+    """A copy of ``method`` to evaluate (``shared``: the harness's read-only objects, lent rather than copied,
+    plus what ``method.shared_in_eval_copy()`` names; ``unused``: parts of the method nothing reads for the
+    rest of the run, such as a trunk whose features are cached, shared with the copy but still checked);
+    ``audit``: also the snapshots the reflective audits compare (closures, class and module state)."""
     keep = [*shared, *getattr(method, "shared_in_eval_copy", lambda: [])()]
     memo: dict[int, Any] = {id(x): x for x in [*keep, *unused]}
     for value in vars(method).values():  # optimizer state is not needed to predict: not copied
         if isinstance(value, torch.optim.Optimizer) or hasattr(value, "optimizer") and hasattr(value, "step"):
             memo[id(value)] = None
     clone = deepcopy_with_modules(method, memo)
-    owners = _owner_state(method)
-    before = fingerprint(clone, keep)
-    yield clone.predict
-    changed = [f"its {p[7:] or 'state'}" for p in _changed(before, fingerprint(clone, keep))]
+    owners = _owner_state(method) if audit else None
+    return EvalCopy(method, clone, keep, fingerprint(clone, keep, closures=False),
+                    fingerprint(clone, keep) if audit else None, owners)
+
+
+def copy_changes(c: EvalCopy, closures: bool) -> str | None:
+    """What predict changed in the copy (or, through it, in the original), in words; ``closures``: what
+    callables hold included. A change the version counters miss (a write through ``.data``) shows as the
+    copy's values differing from the original's."""
+    before = c.held if closures else c.plain
+    if before is None:
+        return None
+    changed = [f"its {p[7:] or 'state'}" for p in _changed(before, fingerprint(c.clone, c.keep, closures=closures))]
     if not changed:
-        changed = [f"its {p[7:]}" for p in _differing(_values(clone, keep), _values(method, keep))]
-    changed += [f"{p}" for p in _changed(owners, _owner_state(method))]
-    if changed:
-        raise BenchError(
-            f"Method {method.name!r}: predict() changed {', '.join(changed[:3])}"
-            f"{f' (and {len(changed) - 3} more)' if len(changed) > 3 else ''} while being evaluated. "
-            f"Rule: evaluation teaches a method nothing (the harness evaluates a throwaway copy and checks "
-            f"it is unchanged); keep test inputs, labels or statistics of them out of the method's state."
-        )
+        changed = [f"its {p[7:]}" for p in _differing(_values(c.clone, c.keep, closures),
+                                                      _values(c.method, c.keep, closures))]
+    return _predict_changed(c.method, changed)
+
+
+def owner_changes(c: EvalCopy) -> str | None:
+    """What predict changed in the method's classes or its package's modules, in words."""
+    return None if c.owners is None else _predict_changed(c.method, _changed(c.owners, _owner_state(c.method)))
+
+
+def _predict_changed(method: Any, changed: list[str]) -> str | None:
+    if not changed:
+        return None
+    more = f" (and {len(changed) - 3} more)" if len(changed) > 3 else ""
+    return f"Method {method.name!r}: predict() changed {', '.join(changed[:3])}{more} while being evaluated."
 
 
 @contextmanager

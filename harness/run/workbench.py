@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
-from torch import Tensor
 
 from ...methods.base import Context, TrainBatch
 from ..data.datapath import DataPathPlan, plan_data_path
@@ -34,8 +31,6 @@ from .isolation import (
     MemoryView,
     RandomStreams,
     ServedIds,
-    check_retained_samples,
-    isolated_predict,
     sample_shape,
     train_view,
 )
@@ -47,7 +42,7 @@ from .report import say
 
 @dataclass
 class Lending:
-    """What one CL run lends its method, and the checks made on what it keeps."""
+    """What one CL run lends its method, and what the referee's checks on what it keeps read."""
 
     ctx: Context
     memory: Memory
@@ -67,11 +62,6 @@ class Lending:
     def begin_session(self, session: Session) -> None:
         self.served.ids = session.train_ids
 
-    def predict(self, method: Any) -> AbstractContextManager[Callable[[Tensor], Tensor]]:
-        return isolated_predict(method, self.shared, self.unused)
-
-    def check_storage(self, method: Any) -> None:
-        check_retained_samples(method, self.memory, self.shape, self.shared)
 
 
 @dataclass

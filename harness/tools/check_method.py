@@ -1,10 +1,11 @@
 """``bench check-method NAME``: the method contract, run on any installed method in about a minute.
 
-The same guards as a real run (harness/run/budget_guards.py, harness/run/isolation.py) on two tiny embedded
-protocols derived from tiny_cil (offline with a storage cap, and online sample by sample), plus what a
-single run cannot show: the same seed giving the same numbers, ``state_dict`` surviving a save and a
-load into a fresh instance, a run stopped mid-session resuming to the uninterrupted numbers, and each
-term of the loss reaching a trainable parameter once the modifiers are applied (``loss_terms``). The
+Every rule of the referee (harness/run/referee.py, ``RULES``), the check-method tier's reflective audits
+included (what closures hold, the state of the plugin's classes and modules), on two tiny embedded
+protocols derived from tiny_cil (offline with a storage cap, and online sample by sample), plus the audit
+rules, what a single run cannot show: the same seed giving the same numbers, ``state_dict`` surviving a
+save and a load into a fresh instance, a run stopped mid-session resuming to the uninterrupted numbers,
+and each term of the loss reaching a trainable parameter once the modifiers are applied (``loss_terms``). The
 project's own tests use the same specs (tests/test_contract.py), so a plugin author runs exactly what the
 built-ins pass.
 """
@@ -31,6 +32,7 @@ from ..run.continual import run_cl
 from ..run.isolation import ServedIds, random_streams
 from ..run.memory import Memory
 from ..run.options import RunOptions
+from ..run.referee import auditing, breach
 from ..run.workbench import Workbench, prepare
 from ..spec.protocol import Protocol, load_protocol
 from .eval_independence import check_eval_independence
@@ -39,6 +41,10 @@ from .preflight import check_seed
 from .state_compare import same_state
 
 CAP = 40  # samples: tight for the reduced streams (600 pre-training images, 10 classes to come)
+# the checks after the runs, by the referee's audit rule each one judges (``referee.RULES``, point ``audit``)
+AUDITS = {"determinism": "determinism", "evaluation teaches nothing": "eval_independence",
+          "state round-trip": "state_round_trip", "resume": "resume",
+          "loss terms reach trainable parameters": "loss_terms_train"}
 
 
 def reduced_spec(name: str = "tiny_cil", **training: Any) -> dict:
@@ -119,10 +125,8 @@ def state_round_trip(bench: Workbench, text: str, overrides: dict[str, Any], tra
     fresh.end_session(last)
     fresh.load_state_dict(loaded)
     if not same_state(fresh.state_dict(), state):
-        raise BenchError(f"Method {fresh.name!r}: state_dict() saved and loaded into a "
-                         f"fresh instance (load_state_dict) "
-                         f"does not give the same state back. Rule: a method's state_dict holds everything it "
-                         f"keeps besides the model and the memory, so a run can be checkpointed and resumed.")
+        raise breach("state_round_trip", f"Method {fresh.name!r}: state_dict() saved and loaded into a fresh "
+                                         f"instance (load_state_dict) does not give the same state back.")
 
 
 def check_method(text: str, overrides: dict[str, Any] | None = None, seed: int = 0,
@@ -142,7 +146,7 @@ def check_method(text: str, overrides: dict[str, Any] | None = None, seed: int =
         say(outcome)
         return outcome.passed
 
-    with tempfile.TemporaryDirectory(prefix="bench-check-") as tmp:
+    with auditing(), tempfile.TemporaryDirectory(prefix="bench-check-") as tmp:  # every tier of the referee's rules
         options = RunOptions(results_dir=Path(tmp), progress=False, log=False, precision=precision)
         capped = prepare(Protocol.model_validate(capped_spec()), seed, options)
         online = prepare(Protocol.model_validate(online_spec()), seed, options)
@@ -170,8 +174,8 @@ def check_method(text: str, overrides: dict[str, Any] | None = None, seed: int =
             _, method = build_method(text, capped.protocol, overrides)
             again, budget2, _ = run_cl(capped, method, seed, options)
             if again != first or budget2 != budget:
-                raise BenchError(f"Method {method.name!r}: two runs with seed {seed} gave different curves or budgets. "
-                                 f"Rule: same seed, same numbers (draw randomness from ctx.rng / ctx.generator).")
+                raise breach("determinism", f"Method {method.name!r}: two runs with seed {seed} gave different "
+                                            f"curves or budgets.")
             return "same seed, same curves and budget"
 
         def round_trip() -> str:
@@ -193,8 +197,7 @@ def check_method(text: str, overrides: dict[str, Any] | None = None, seed: int =
                                    "not applicable: the method has its own step (no modifier applies)"))
                 say(out[-1])
         else:
-            for check in ("determinism", "evaluation teaches nothing", "state round-trip", "resume",
-                          "loss terms reach trainable parameters"):
+            for check in AUDITS:
                 out.append(Outcome(check, None, "not checked: the offline run failed"))
                 say(out[-1])
     return out
@@ -228,7 +231,6 @@ def resume_check(bench: Workbench, text: str, overrides: dict[str, Any], done: t
         _, fresh = build_method(text, bench.protocol, overrides)
         again, budget2, _ = run_cl(bench, fresh, seed, options, Checkpointer(path, every=2))
     if again != first or budget2 != budget:
-        raise BenchError(f"Method {fresh.name!r}: a run stopped mid-session and resumed from its checkpoint gives "
-                         f"other curves or budget than the uninterrupted run. Rule: state_dict/load_state_dict "
-                         f"hold everything the method keeps, so a resumed run is bit-identical.")
+        raise breach("resume", f"Method {fresh.name!r}: a run stopped mid-session and resumed from its checkpoint "
+                               f"gives other curves or budget than the uninterrupted run.")
     return "stopped mid-session after a checkpoint, resumed by a fresh instance: same curves and budget"

@@ -17,10 +17,10 @@ import numpy as np
 
 from ...methods.registry import build_method
 from ..data.inputs import InputStore
-from ..errors import BenchError
 from ..results.curves import SessionCurve
 from ..run.continual import run_cl
 from ..run.options import RunOptions
+from ..run.referee import breach
 from ..run.workbench import Workbench
 from .state_compare import same_state
 
@@ -55,9 +55,7 @@ def check_eval_independence(bench: Workbench, text: str, overrides: dict[str, An
     other_curves, _, _ = run_cl(shown, other, seed, options)
     if [c.loss for c in other_curves] != [c.loss for c in curves] or \
             not same_state(other.state_dict(), trained.state_dict()):
-        raise BenchError(
-            f"Method {trained.name!r}: evaluated on other test images, it trained differently (its training losses "
-            f"or its final state differ from the run evaluated on the protocol's own). Rule: evaluation teaches a "
-            f"method nothing: what predict sees must not reach training, by any route (a global of another "
-            f"package's module, an object found through the garbage collector).")
+        raise breach("eval_independence", f"Method {trained.name!r}: evaluated on other test images, it trained "
+                                          f"differently (its training losses or its final state differ from the "
+                                          f"run evaluated on the protocol's own).")
     return "evaluated on other test images, it trained exactly the same"

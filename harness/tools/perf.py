@@ -221,7 +221,8 @@ def _time_training(rig: _Rig, updates: int, warmup: int, repeats: int,
     from ...methods.registry import build_method
     from ..model import flops as FL
     from ..model.fastoptim import adamw
-    from ..run.budget_guards import count_optimizer_steps, observe_within_budget
+    from ..run.budget_guards import count_optimizer_steps
+    from ..run.referee import observe_within_budget
     from ..run.workbench import Workbench
 
     spec, dev, b = rig.spec, rig.dev, rig.spec.training.batch
