@@ -105,3 +105,24 @@ def test_the_every_run_tier_still_catches_a_predict_that_keeps_inputs_in_an_attr
     with pytest.raises(BenchError, match=r"predict\(\) changed its kept while being evaluated\. Rule: evaluation"):
         with isolated_predict(Keeper(), shared=[], referee=Referee(audit=False)) as predict:
             predict(torch.ones(1, 4))
+
+
+def test_the_referee_changes_no_number_of_a_run(capped_workbench, tmp_path, monkeypatch):
+    """Judged with every tier, or not judged at all, a run gives bit-identical curves and budget: the checks
+    draw no random number and add no float op to the model's path."""
+    from bench_stability_gap.harness.run.continual import run_cl
+    from bench_stability_gap.harness.run.options import RunOptions
+    from bench_stability_gap.methods.registry import build_method
+
+    options = RunOptions(results_dir=tmp_path, progress=False, log=False)
+
+    def run() -> tuple:
+        _, method = build_method("vanilla", capped_workbench.protocol.name)
+        curves, budget, _ = run_cl(capped_workbench, method, 0, options)
+        return curves, budget
+
+    with auditing():
+        judged = run()
+    judgements: list[str] = []
+    monkeypatch.setattr(Referee, "at", lambda self, point, facts: judgements.append(point))
+    assert run() == judged and "evaluation" in judgements and "after_update" in judgements
