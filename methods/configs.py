@@ -10,11 +10,14 @@ test checks the two never drift. Every number has a sane bound, so an overflow (
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, get_args
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..harness.spec.protocol import MAX_BATCH, MAX_LR, Decay, LearningRate, Protocol, Seed
+
+if TYPE_CHECKING:
+    from ..harness.spec.specfile import JSONValue
 
 MAX_WEIGHT = 1_000.0       # loss weights, temperatures, scale factors
 MAX_SAMPLES = 10**9
@@ -245,10 +248,10 @@ class OneCycleConfig(Settings):
     search_space: ClassVar[SearchSpace] = {"pct_start": Dim(0.05, 0.5), "max_lr": Dim(choices=("scalar", "per_group"))}
 
 
-def _nest(values: dict[str, Any]) -> dict[str, Any]:
+def _nest(values: dict[str, object]) -> dict[str, object]:
     """``{"lora": {"rank": 48}, "lora.rank": 16}`` -> ``{"lora": {"rank": 16}}``: dotted keys nest, and
     later keys win (``--set sgm.lora.rank=16`` over a defaults.yaml entry ``lora: {rank: 48}``)."""
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     for key, value in values.items():
         head, dot, rest = key.partition(".")
         if dot:
@@ -264,7 +267,8 @@ def _nest(values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _deep_merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+# a: untyped values, as mypy cannot carry the per-key isinstance(out.get(k), dict) below over to out[k]
+def _deep_merge(a: dict[str, Any], b: dict[str, object]) -> dict[str, object]:
     out = dict(a)
     for k, v in b.items():
         out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
@@ -292,7 +296,7 @@ class SGMConfig(Settings):
 
     @model_validator(mode="before")
     @classmethod
-    def _dotted(cls, data: Any) -> Any:
+    def _dotted(cls, data: object) -> object:
         return _nest(data) if isinstance(data, dict) else data
 
 
@@ -326,6 +330,6 @@ def joint_config(protocol: Protocol) -> MethodConfig:
                         trainable="body+head")
 
 
-def joint_settings(protocol: Protocol) -> dict[str, Any]:
+def joint_settings(protocol: Protocol) -> dict[str, JSONValue]:
     """What a stored joint run's ``config`` must equal to serve as this protocol's A_joint."""
     return joint_config(protocol).model_dump(mode="json")

@@ -234,7 +234,7 @@ class DERpp(StandardMethod):
             mask = mask.any(1, keepdim=True).expand_as(mask).clone()
         return out.to(device), mask.to(device)
 
-    def shared_in_eval_copy(self) -> list[Any]:
+    def shared_in_eval_copy(self) -> list[object]:
         """predict reads neither the stored logits nor the deployed copy: the eval copy shares them
         instead of copying (and fingerprinting) 0.4 GB of logits at every eval point at paper scale."""
         own = [self.logits, self.deployed] if self.deployed is not None else [self.logits]

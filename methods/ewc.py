@@ -38,7 +38,7 @@ meter as training compute; ``ctx.counters["ewc_fisher_samples"]`` declares how m
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -48,6 +48,9 @@ from torch import Tensor, nn
 from ..harness.data.stream import Session
 from .base import Context, StandardMethod, TrainBatch
 from .configs import EWCConfig
+
+if TYPE_CHECKING:
+    from ..harness.model.backbone import SplitModel
 
 FISHER_COUNTER = "ewc_fisher_samples"
 
@@ -120,7 +123,7 @@ class EWC(StandardMethod):
     config: EWCConfig
     rehearsal = False
 
-    def setup(self, model: Any, ctx: Context) -> None:
+    def setup(self, model: SplitModel, ctx: Context) -> None:
         super().setup(model, ctx)
         self.fisher: dict[str, Tensor] = {}
         self.anchor: dict[str, Tensor] = {}

@@ -25,6 +25,8 @@ from ..harness.spec.specfile import format_validation_error, safe_yaml
 
 if TYPE_CHECKING:
     from ..harness.spec.protocol import Protocol
+    from ..harness.spec.specfile import JSONValue
+    from .base import Method
 
 METHOD_GROUP = "bench.methods"
 MODIFIER_GROUP = "bench.modifiers"
@@ -38,6 +40,7 @@ class Entry:
     distribution: str
     version: str
 
+    # dynamic: the entry point's object (a plugin's method or modifier class), whatever its code defines
     def load(self) -> Any:
         try:
             return metadata.EntryPoint(self.name, self.target, self.group).load()
@@ -212,9 +215,9 @@ def defaults_file(entry: Entry) -> tuple[dict, Path]:
     return _defaults_file(root), path
 
 
-def parse_overrides(pairs: list[str]) -> dict[str, Any]:
+def parse_overrides(pairs: list[str]) -> dict[str, object]:
     """``--set key=value`` pairs, values parsed as YAML scalars (1e-3, true, 48)."""
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     for pair in pairs:
         key, eq, value = pair.partition("=")
         if not eq or not key.strip():
@@ -226,8 +229,8 @@ def parse_overrides(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
-def _lookup(spec: dict, dotted: str) -> Any:
-    value: Any = spec
+def _lookup(spec: dict[str, JSONValue], dotted: str) -> JSONValue:
+    value: JSONValue = spec
     for part in dotted.split("."):
         if not isinstance(value, dict) or part not in value:
             raise KeyError(dotted)
@@ -235,7 +238,8 @@ def _lookup(spec: dict, dotted: str) -> Any:
     return value
 
 
-def protocol_defaults(table: dict[str, Any], protocol: Protocol | str, where: str = "defaults") -> dict[str, Any]:
+# table: the method's part of a defaults.yaml, as YAML read it (its rules' shape is checked here)
+def protocol_defaults(table: dict[str, Any], protocol: Protocol | str, where: str = "defaults") -> dict[str, object]:
     """One method's defaults for ``protocol``: ``default``, then name globs (``cil_places_std_*``, for a
     family of paper protocols), then every ``when`` rule whose ``match`` holds for the protocol's
     properties (dotted spec fields, e.g. ``backbone.model``; in file order), then the entry named after
@@ -262,7 +266,7 @@ def protocol_defaults(table: dict[str, Any], protocol: Protocol | str, where: st
     return values
 
 
-def resolve_config(config_cls: type[BaseModel], entry: Entry, protocol: Protocol | str, overrides: dict[str, Any],
+def resolve_config(config_cls: type[BaseModel], entry: Entry, protocol: Protocol | str, overrides: dict[str, object],
                    method_string: str | None = None) -> BaseModel:
     """Config defaults < the entry's defaults (see ``protocol_defaults``) < the same under the full method
     string (``derpp+sgm``: a setting the paper gives one combination applies to it alone) < --set."""
@@ -290,11 +294,11 @@ def config_class(entry: Entry) -> type[BaseModel]:
 
 
 def resolve_settings(spec: MethodSpec, protocol: Protocol | str,
-                     overrides: dict[str, Any]) -> tuple[BaseModel, list[BaseModel]]:
+                     overrides: dict[str, object]) -> tuple[BaseModel, list[BaseModel]]:
     """The base method's config and each modifier's, from ``--set`` keys (``key`` for the base,
     ``modifier.key`` for a modifier); every bad key or value is a BenchError naming it."""
     overrides = dict(overrides)
-    mod_overrides: dict[str, dict[str, Any]] = {}
+    mod_overrides: dict[str, dict[str, object]] = {}
     for key in [k for k in overrides if "." in k]:
         owner, _, field = key.partition(".")
         mod_overrides.setdefault(owner, {})[field] = overrides.pop(key)
@@ -311,7 +315,7 @@ def resolve_settings(spec: MethodSpec, protocol: Protocol | str,
     return config, mod_configs
 
 
-def check_method(text: str, protocol: Protocol | str, overrides: dict[str, Any] | None = None) -> MethodSpec:
+def check_method(text: str, protocol: Protocol | str, overrides: dict[str, object] | None = None) -> MethodSpec:
     """Everything about ``-m`` and ``--set`` that can be checked without importing torch: names
     against entry points, settings against the (torch-free) configs of built-ins."""
     spec = parse_method(text)
@@ -321,7 +325,7 @@ def check_method(text: str, protocol: Protocol | str, overrides: dict[str, Any] 
     return spec
 
 
-def build_method(text: str, protocol: Protocol | str, overrides: dict[str, Any] | None = None):
+def build_method(text: str, protocol: Protocol | str, overrides: dict[str, object] | None = None):
     """Instantiate ``base+mod+mod`` with its resolved config; an unsupported combination is an error.
     ``protocol``: the spec (its properties pick the defaults), or a name (a built-in's spec is loaded;
     another name gets ``default`` and its own named entry only)."""
@@ -354,7 +358,7 @@ def _builtin_or_name(name: str) -> Protocol | str:
     return load_protocol(name) if name in builtin_protocol_names() else name
 
 
-def method_settings(method: Any) -> dict[str, Any]:
+def method_settings(method: Method) -> dict[str, JSONValue]:
     """Everything a run was configured with: the base method's settings, and each modifier's under its
     name (``{"lr": ..., "sgm": {"lora": {"rank": 48}, ...}}``), as ``--set`` addresses them."""
     out = method.config.model_dump(mode="json")

@@ -234,12 +234,12 @@ class REMIND(StandardMethod):
         optimizer, scheduler = super().build_optimizer(total_steps)
         saved: list[float] = []
 
-        def scale(opt, *_: Any) -> None:
+        def scale(opt: torch.optim.Optimizer, *_: object) -> None:  # _: the step's args and kwargs, unread
             saved[:] = [g["lr"] for g in opt.param_groups]
             for g in opt.param_groups:
                 g["lr"] = g["lr"] * self._lr_factor
 
-        def restore(opt, *_: Any) -> None:
+        def restore(opt: torch.optim.Optimizer, *_: object) -> None:
             for g, lr in zip(opt.param_groups, saved):
                 g["lr"] = lr
 

@@ -42,6 +42,7 @@ from ..configs import LoRAConfig
 
 if TYPE_CHECKING:
     from peft.tuners.lora import LoraLayer
+    from torch.utils.hooks import RemovableHandle
 
 ADAPTER = "default"
 
@@ -105,7 +106,7 @@ class LoRA(Modifier):
     def __init__(self, config: BaseModel | None = None) -> None:
         super().__init__(config)
         self._requires_grad: dict[str, bool] = {}
-        self._handles: list[Any] = []
+        self._handles: list[RemovableHandle] = []
 
     def setup(self, method: StandardMethod) -> None:
         self._method = method
@@ -186,5 +187,5 @@ class LoRA(Modifier):
         body.load_state_dict(adapters, strict=False)
 
 
-def _stay_in_eval(module: nn.Module, _inputs: Any) -> None:
+def _stay_in_eval(module: nn.Module, _inputs: tuple[object, ...]) -> None:
     module.training = False

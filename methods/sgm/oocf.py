@@ -15,7 +15,7 @@ removed: they still produce logits, and rehearsal still trains the body on old s
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -23,6 +23,9 @@ from torch import Tensor
 from ...harness.data.stream import Session
 from ..base import Modifier, StandardMethod
 from ..configs import OOCFConfig
+
+if TYPE_CHECKING:
+    from torch.utils.hooks import RemovableHandle
 
 
 class OldClassFreezing(Modifier):
@@ -35,7 +38,7 @@ class OldClassFreezing(Modifier):
         super().__init__(config)
         self.n_old = 0
         self._frozen: tuple[Tensor, Tensor] | None = None
-        self._handles: list[Any] = []
+        self._handles: list[RemovableHandle] = []
 
     def begin_session(self, method: StandardMethod, session: Session) -> None:
         self._release()
@@ -57,7 +60,7 @@ class OldClassFreezing(Modifier):
             return None
         fc = method.model.head.fc
 
-        def restore(*_: Any) -> None:
+        def restore(*_: object) -> None:  # the optimizer, its step's args and kwargs: unread
             if self._frozen is not None and self.n_old:
                 with torch.no_grad():
                     fc.weight[: self.n_old] = self._frozen[0]
