@@ -5,11 +5,14 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import click
 
 from ..harness.errors import BenchError
+
+if TYPE_CHECKING:
+    from .aggregate import Board
 
 
 def _warn(message: str) -> None:
@@ -127,7 +130,7 @@ def table(results_dir: Path | None, tracking_uri: str | None, protocols: tuple[s
     click.echo(format_table(boards, fmt, columns), nl=False)
 
 
-def chosen_boards(boards: list[Any], protocols: tuple[str, ...], origin: str) -> list[Any]:
+def chosen_boards(boards: list[Board], protocols: tuple[str, ...], origin: str) -> list[Board]:
     """The boards of ``protocols`` (all when none is given); a protocol without results is a BenchError
     naming the ones with results."""
     if not protocols:

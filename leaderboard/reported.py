@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -31,7 +30,7 @@ class ReportedRow(BaseModel):
 
     @field_validator("S_delta", "P_delta", "CK_delta", "sigma", "mu", "alpha")
     @classmethod
-    def _mean_std(cls, v: Any) -> Any:
+    def _mean_std(cls, v: object) -> object:
         if isinstance(v, list) and len(v) != 2:
             raise ValueError("a value is a number or [mean, std]")
         return v

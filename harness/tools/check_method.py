@@ -99,7 +99,7 @@ class Outcome:
     detail: str
 
 
-def state_round_trip(bench: Workbench, text: str, overrides: dict[str, Any], trained: Any, seed: int) -> None:
+def state_round_trip(bench: Workbench, text: str, overrides: dict[str, object], trained: Any, seed: int) -> None:
     """``trained.state_dict()`` (taken after the run) saved, loaded and given to a fresh instance brought to
     the same phase (set up, head grown, through the last session's hooks) gives back the same state dict:
     what checkpoints and resume rely on."""
@@ -129,7 +129,7 @@ def state_round_trip(bench: Workbench, text: str, overrides: dict[str, Any], tra
                                          f"instance (load_state_dict) does not give the same state back.")
 
 
-def check_method(text: str, overrides: dict[str, Any] | None = None, seed: int = 0,
+def check_method(text: str, overrides: dict[str, object] | None = None, seed: int = 0,
                  say: Callable[[Outcome], None] = lambda o: None, precision: str = "fp32") -> list[Outcome]:
     """Every check on ``text``; each outcome is reported through ``say`` as it comes."""
     overrides = dict(overrides or {})
@@ -214,7 +214,7 @@ class _StopAfterMidSave(Checkpointer):
             raise _Stopped
 
 
-def resume_check(bench: Workbench, text: str, overrides: dict[str, Any], done: tuple, seed: int,
+def resume_check(bench: Workbench, text: str, overrides: dict[str, object], done: tuple, seed: int,
                  options: RunOptions) -> str:
     """Stopped in the middle of the last session right after a checkpoint, then resumed by a fresh
     instance, the run gives the uninterrupted run's curves and budget."""

@@ -46,7 +46,7 @@ class OtherTestImages:
         return getattr(self._store, name)
 
 
-def check_eval_independence(bench: Workbench, text: str, overrides: dict[str, Any], trained: Any,
+def check_eval_independence(bench: Workbench, text: str, overrides: dict[str, object], trained: Any,
                             curves: list[SessionCurve], seed: int, options: RunOptions) -> str:
     """``trained`` (the method after its run on ``bench``, which gave ``curves``) against the same run with its
     evaluations shown other test images: the same training losses and final state, or a BenchError."""

@@ -12,7 +12,6 @@ included, as in the real step) and looks for a non-zero gradient on a parameter 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 from torch import Tensor
 
@@ -50,7 +49,7 @@ def _reaches(method: StandardMethod, term: Tensor) -> bool:
     return reached
 
 
-def live_terms(bench: Workbench, text: str, overrides: dict[str, Any], seed: int,
+def live_terms(bench: Workbench, text: str, overrides: dict[str, object], seed: int,
                options: RunOptions) -> dict[str, bool] | None:
     """Per loss term of ``text``: whether it reached a trainable parameter at some update of the run on
     ``bench``. None: the method has its own step (no standard loss to split)."""
@@ -72,7 +71,7 @@ def live_terms(bench: Workbench, text: str, overrides: dict[str, Any], seed: int
     return seen
 
 
-def check_loss_terms(bench: Workbench, text: str, overrides: dict[str, Any], seed: int,
+def check_loss_terms(bench: Workbench, text: str, overrides: dict[str, object], seed: int,
                      options: RunOptions) -> str:
     """Raise BenchError naming each term that no trainable parameter feels, and the modifier that makes
     it so (found by running the base alone and with each of the string's modifiers in turn)."""

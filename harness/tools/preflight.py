@@ -17,13 +17,16 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..atomic import check_writable_folder  # noqa: F401 - the probe lives with the writes it protects
 from ..errors import BenchError, not_a_file
 from ..paths import announce_new_store, check_store_place
 from ..results.tracking import default_tracking_uri, import_mlflow, sqlite_path
 from ..spec.protocol import MAX_SEED, MAX_UPDATES, Protocol
+
+if TYPE_CHECKING:
+    from ..model.backbone import SplitModel
 
 # Space the outputs need at least: a result JSON is tens of KB and the MLflow store grows by about as
 # much per run, so the floor for results is generous; a cache holds a deployed model and trunk-feature
@@ -162,7 +165,7 @@ def check_tracking_uri(uri: str | None, timeout: float = REACH_TIMEOUT_S, given:
         _check_host(uri, parsed, timeout)
 
 
-def check_run(protocol: Protocol, method: str, seed: int, overrides: dict[str, Any], results_dir: Path,
+def check_run(protocol: Protocol, method: str, seed: int, overrides: dict[str, object], results_dir: Path,
               tracking_uri: str | None, mlflow: bool) -> None:
     """Everything about one run that can be checked without torch or MLflow, in the order a user
     would fix them: method and settings, seed, the protocol's reference methods, folders and free space,
@@ -173,7 +176,7 @@ def check_run(protocol: Protocol, method: str, seed: int, overrides: dict[str, A
     check_outputs(results_dir, tracking_uri, mlflow)
 
 
-def _check_method_request(method: str, protocol: Protocol, overrides: dict[str, Any]) -> None:
+def _check_method_request(method: str, protocol: Protocol, overrides: dict[str, object]) -> None:
     from ...methods.registry import METHOD_GROUP, check_method, entries
     from ..run.joint_request import check_joint_request
 
@@ -312,7 +315,7 @@ def check_flop_budget(protocol: Protocol) -> int | None:
 _CHEAPEST: dict[str, float] = {}  # by protocol spec hash: the network is built once per process
 
 
-def architecture(protocol: Protocol) -> Any:
+def architecture(protocol: Protocol) -> SplitModel:
     """The protocol's network in random init, split as a run splits it (a ``SplitModel``): the split's checks
     (the parts exist, connect into one network, the LoRA targets are modules of the body) and the FLOP price
     depend on the architecture only, so neither waits for the weights."""

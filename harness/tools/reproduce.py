@@ -16,16 +16,20 @@ from __future__ import annotations
 import math
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..errors import BenchError
 from ..numerics import cpu_model
 from ..results.curves import SessionCurve
 from ..results.schema import RunResult, load_result, result_numerics, result_precision
+
+if TYPE_CHECKING:
+    from ..run.options import RunOptions
+    from ..spec.protocol import Protocol
 
 GAP_KEYS = ("S_delta", "P_delta", "CK_delta", "sigma", "mu", "alpha", "min_acc", "wc_acc")
 VERSION_KEYS = ("python", "torch", "torchvision", "timm", "numpy")
@@ -36,8 +40,8 @@ class Difference:
     """One thing that is not the same: an identity field, a measure at an eval point, or a metric."""
 
     what: str
-    stored: Any
-    here: Any
+    stored: object
+    here: object
 
     def text(self) -> str:
         delta = ""
@@ -85,7 +89,7 @@ class Report:
 
 # ------------------------------------------------------------------ what the stored run needs
 
-def stored_protocol(result: RunResult, path: Path) -> Any:
+def stored_protocol(result: RunResult, path: Path) -> Protocol:
     """The protocol spec the run was made with: its own file when it recorded one, else the built-in of
     its name; refused when the spec here has another hash."""
     from ..spec.protocol import load_protocol
@@ -113,7 +117,7 @@ def check_method_code(result: RunResult, path: Path) -> None:
                          f"install the method's code the run was made with, then reproduce it.")
 
 
-def identity_differences(result: RunResult, spec: Any, options: Any) -> list[Difference]:
+def identity_differences(result: RunResult, spec: Protocol, options: RunOptions) -> list[Difference]:
     """The fields of the stored run's identity that this process would compute otherwise (``spec``: its
     protocol, as ``stored_protocol`` found it)."""
     from ..model.device import resolve_device
@@ -222,7 +226,7 @@ def _scratch_caches(folder: Path, reuse: bool) -> Iterator[None]:
             os.environ["BENCH_CACHE_DIR"] = before
 
 
-def check_request(path: Path) -> tuple[RunResult, Any]:
+def check_request(path: Path) -> tuple[RunResult, Protocol]:
     """The stored result and its protocol, refused (BenchError, exit 2) when it cannot be made here."""
     if not path.is_file():
         raise BenchError(f"{path} is not a file: give the JSON of a stored run (e.g. "
@@ -239,7 +243,7 @@ def check_request(path: Path) -> tuple[RunResult, Any]:
 
 
 def reproduce(path: Path, scratch: Path | None = None, *, reuse_caches: bool = False, progress: bool = True,
-              echo: Any = print) -> Report:
+              echo: Callable[[str], None] = print) -> Report:
     """Make the stored run at ``path`` again in ``scratch`` (a new temporary folder by default) and compare."""
     from ..run.options import RunOptions
     from ..run.pipeline import execute

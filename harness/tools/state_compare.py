@@ -3,13 +3,11 @@ for the contract checks that a state survives a round trip and that a run's trai
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import torch
 
 
-def same_state(a: Any, b: Any) -> bool:
+def same_state(a: object, b: object) -> bool:
     """Deep equality of two state dicts (tensors and arrays by value)."""
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
         return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape and
