@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import pandas as pd
 
 from ..harness.errors import BenchError
+from ..harness.identity import RunIdentity
 from ..harness.results.catalog import (
     METRICS,
     OPTIONAL_KEYS,
@@ -43,7 +44,7 @@ from ..harness.results.catalog import (
 from ..harness.results.cl_metrics import forward_transfer_possible
 from ..harness.results.comparability import select_runs
 from ..harness.results.metrics import Metrics, best_new_accuracy, compute_metrics, plasticity_gap
-from ..harness.results.schema import RunResult, format_setting, result_numerics, result_precision, run_identity
+from ..harness.results.schema import RunResult, format_setting, result_numerics, run_identity
 from ..harness.results.tidy import runs_frame, seed_stats
 from ..harness.results.uncertainty import POWER, Interval, Paired, against_baseline, t_interval
 from ..harness.spec.paper import paper_protocol
@@ -592,7 +593,7 @@ def summarize(entries: Iterable[Entry]) -> list[Board]:
     ``summarize_protocol``; each run as scored: ``scored_entries``)."""
     groups: dict[tuple[str, str, str], list[Entry]] = defaultdict(list)
     for e in entries:
-        groups[(e.result.protocol.name, result_precision(e.result), result_numerics(e.result))].append(e)
+        groups[RunIdentity.from_result(e.result).board_key].append(e)
     for name, precision, numerics in list(groups):  # NAME@Kx is scored against NAME's joint references
         base = name.partition("@")[0]
         if base != name:

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
-from ..results.comparability import CPU_THREADS, kernel_label
+from ..results.comparability import CPU_THREADS, execution, kernel_label
 from .kernels import current, use_kernels
 from .machine import numerics_label
 
@@ -97,9 +97,7 @@ def cache_tag(device: torch.device, kernels: str = "fast") -> str:
     """What a cache made on ``device`` adds to its key: the machine arithmetic and, on the CPU, the thread
     count and the kernel set it was computed with (trunk features and trained models alike differ in the
     last bits otherwise)."""
-    if device.type != "cpu":
-        return numerics_label(device)
-    return f"cpu-threads{CPU_THREADS}-{kernel_label(kernels)}-{numerics_label(device)}"
+    return execution(device.type, numerics_label(device), kernels).cache_tag
 
 
 def cpu_kernels(device: torch.device, kernels: str = "fast") -> str | None:

@@ -52,8 +52,9 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from ..errors import BenchError
+from ..identity import Execution, RunIdentity
 from .metrics import Metrics, best_new_accuracy
-from .schema import JOINT, RunResult, iter_results, result_numerics, result_precision, warn_skipped
+from .schema import JOINT, RunResult, iter_results, warn_skipped
 
 # ------------------------------------------------------------------ on the CPU: threads and kernels
 
@@ -127,6 +128,17 @@ def _label_now(kernels: str) -> str:
 
 
 CPU_KERNELS = kernel_label("fast")  # the default set's label in this installation
+
+
+def execution(device: str, numerics: str, kernels: str = "fast", *, asked_device: str = "",
+              asked_precision: str | None = None, trunk_cache: bool = True, gpu_decode: bool = True) -> Execution:
+    """How a run on ``device`` (its type: cpu, cuda, mps) with the machine arithmetic ``numerics`` computes: on
+    the CPU with ``CPU_THREADS`` intra-op threads and the ``kernels`` set's label; elsewhere with neither (the
+    GPU's numbers do not depend on them). The one place an ``Execution`` is made for a run about to compute."""
+    cpu = device == "cpu"
+    return Execution(device=device, threads=CPU_THREADS if cpu else 0, cpu_kernels=_label_now(kernels) if cpu else "",
+                     numerics=numerics, trunk_cache=trunk_cache, gpu_decode=gpu_decode, asked_device=asked_device,
+                     asked_precision=asked_precision, kernel_set=kernels)
 
 
 def _same(stored: str, now: str) -> bool:
@@ -269,31 +281,34 @@ def select_runs(items: Iterable[T], protocol_hash: str, best_new_methods: Iterab
     it was made on an unknown CPU without the pins: it counts only beside runs equally unrecorded, as it
     shares a board only with them)."""
     sel: Selection[T] = Selection(protocol_hash, tuple(best_new_methods), result_of=result_of)  # type: ignore[arg-type]
-    live: list[tuple[T, RunResult]] = []
+    live: list[tuple[T, RunResult, RunIdentity]] = []
     for item in items:
         r = result_of(item)
         if isinstance(r, BenchError):
             sel.apart.append((item, str(r)))
-        elif r.protocol.hash != (current := (reference_hash or protocol_hash) if r.is_reference else protocol_hash):
+            continue
+        made = RunIdentity.from_result(r)  # precision and arithmetic as recorded, or read for an older result
+        if r.protocol.hash != (current := (reference_hash or protocol_hash) if r.is_reference else protocol_hash):
             sel.apart.append((item, f"stale protocol hash {r.protocol.hash} (current: {current})"))
         elif (problem := result_problem(r)) is not None:
             sel.apart.append((item, problem))
         elif (problem := cpu_problem(r.options, r.versions, kernels)) is not None:
             sel.apart.append((item, problem))
-        elif numerics is not None and (made := result_numerics(r)) != numerics:
-            sel.apart.append((item, f"made with other machine arithmetic ({made}; this selection: {numerics}): "
-                                    "other CPU or GPU code paths differ in the last bits, and training amplifies them"))
+        elif numerics is not None and made.numerics != numerics:
+            sel.apart.append((item, f"made with other machine arithmetic ({made.numerics}; this selection: "
+                                    f"{numerics}): other CPU or GPU code paths differ in the last bits, and training "
+                                    "amplifies them"))
         elif weights is not None and r.options.get("weights") not in (None, "", weights):
             sel.apart.append((item, f"made with other backbone weights ({r.options['weights']}, now {weights})"))
-        elif precision is not None and result_precision(r) != precision:
-            sel.apart.append((item, f"made in precision {result_precision(r)} (this selection: {precision})"))
+        elif precision is not None and made.precision != precision:
+            sel.apart.append((item, f"made in precision {made.precision} (this selection: {precision})"))
         elif r.is_reference and (r.method.spec != JOINT or r.overrides
                                  or (joint_config is not None and not _same_settings(r.config, joint_config))):
             sel.apart.append((item, f"a joint run with other settings than the protocol's joint section "
                                     f"({r.label}, {r.config}); never used as A_joint"))
         else:
-            live.append((item, r))
-    for item, r in sorted(live, key=lambda ir: ir[1].started_at, reverse=True):
+            live.append((item, r, made))
+    for item, r, made in sorted(live, key=lambda irm: irm[1].started_at, reverse=True):
         if r.is_reference:
             if r.seed in sel.joints:
                 used = result_of(sel.joints[r.seed]).run_id  # type: ignore[union-attr]
@@ -301,7 +316,7 @@ def select_runs(items: Iterable[T], protocol_hash: str, best_new_methods: Iterab
             else:
                 sel.joints[r.seed] = item
             continue
-        key = (r.label, r.seed)
+        key = made.row_key
         if key in sel.runs:
             newer = result_of(sel.runs[key]).run_id  # type: ignore[union-attr]
             sel.apart.append((item, f"superseded: a newer run of {r.label} with seed {r.seed} ({newer}) is used"))

@@ -18,6 +18,12 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
 from ..atomic import write_or_rescue
 from ..errors import BenchError
+
+# the row label, the joint's method string and the settings' text are the run identity's; this module has
+# always offered them, so its importers keep finding them here
+from ..identity import JOINT as JOINT
+from ..identity import RunIdentity, effort, row_label
+from ..identity import format_setting as format_setting
 from ..spec.protocol import MAX_SEED
 from .curves import ReferenceSession, SessionCurve
 from .metrics import EvalWeighting, Metrics
@@ -121,11 +127,6 @@ class TunedStamp(Strict):
         return f"tuned ({self.trials} trials, {self.objective})"
 
 
-def format_setting(value: object) -> str:
-    """A setting as ``--set`` takes it back: ``[soft,init,oocf]``, ``0.0002``."""
-    return "[" + ",".join(map(str, value)) + "]" if isinstance(value, list) else str(value)
-
-
 GPU_STAGE = "gpu_"  # prefix of a stage_seconds key that holds GPU time by CUDA events, not wall time
 
 
@@ -178,20 +179,6 @@ class RunResult(Strict):
     def effort(self) -> str:
         """How its settings were chosen: ``defaults``, ``tuned (N trials, objective)``, or ``set by hand``."""
         return effort(self.overrides, self.tuned)
-
-
-def row_label(method: str, overrides: dict[str, Any], tuned: TunedStamp | None = None) -> str:
-    """The row a run belongs to: its method string plus the ``--set`` overrides it ran with
-    (``lwf+sgm [lr=0.0002]``), so a variant never averages with, or replaces, the default runs; a tuned
-    run's row is named by its ruleset (``derpp [tuned (8 trials, CK_delta)]``), its settings are in the run."""
-    if tuned is not None:
-        return f"{method} [{tuned.ruleset}]"
-    extra = ", ".join(f"{k}={format_setting(v)}" for k, v in sorted(overrides.items()))
-    return f"{method} [{extra}]" if extra else method
-
-
-def effort(overrides: dict[str, Any], tuned: TunedStamp | None) -> str:
-    return tuned.ruleset if tuned is not None else "set by hand" if overrides else "defaults"
 
 
 def now_iso() -> str:
@@ -350,45 +337,27 @@ def scored_on(r: RunResult, path: Path | None = None) -> str:
     return "validation" if any(p.name == "runs" and p.parent.name == TRIALS_FOLDER for p in path.parents) else "test"
 
 
-JOINT = "joint"  # the method string of the harness's own upper-bound reference
-
-
 def result_precision(r: RunResult) -> str:
-    """The precision a run computed in (``run.options.run_precision``). A result from before the setting
-    was recorded ran as bench's only mode then: bf16 autocast on CUDA, float32 elsewhere."""
-    recorded = r.options.get("precision")
-    if recorded:
-        return str(recorded)
-    return "bf16" if str(r.options.get("device", "cpu")).startswith("cuda") else "fp32"
+    """The precision a run computed in (``RunIdentity.from_result``: a result from before the setting was
+    recorded ran as bench's only mode then, bf16 autocast on CUDA, float32 elsewhere)."""
+    return RunIdentity.from_result(r).precision
 
 
 def result_numerics(r: RunResult) -> str:
     """The label of the machine arithmetic a run computed with (``harness.numerics``); ``unrecorded`` for a
-    run made before bench recorded it (its CPU and code paths are unknown, so it matches no run made now)."""
-    return str(r.options.get("numerics") or "unrecorded")
+    run made before bench recorded it (``RunIdentity.from_result``)."""
+    return RunIdentity.from_result(r).numerics
 
 
 def run_identity(r: RunResult) -> dict[str, str | int]:
-    """What, beyond protocol, method and seed, changes a run's numbers and so names its board and row: the
-    precision, how its settings were chosen (``effort``: defaults, a tuning ruleset, set by hand) and, on
-    the CPU, the intra-op thread count and kernel set (0 and "" where they do not apply: a CUDA run;
-    0 and "unrecorded" for a CPU run made before bench recorded them), and the machine arithmetic
-    (``result_numerics``). Every machine-readable output and the run's own summary carry these, so no
-    grouping of stored runs mixes what the leaderboard keeps apart."""
-    cpu = str(r.options.get("device", "cpu")).startswith("cpu")
-    return {"precision": result_precision(r), "settings": r.effort,
-            "threads": int(r.options.get("torch_threads") or 0) if cpu else 0,
-            "cpu_kernels": str(r.options.get("cpu_kernels") or "unrecorded") if cpu else "",
-            "numerics": result_numerics(r)}
+    """What, beyond protocol, method and seed, changes a run's numbers and so names its board and row
+    (``RunIdentity.columns``): precision, settings, CPU threads and kernels, machine arithmetic. Every
+    machine-readable output and the run's own summary carry these, so no grouping of stored runs mixes what
+    the leaderboard keeps apart."""
+    return RunIdentity.from_result(r).columns
 
 
 def identity_text(r: RunResult) -> str:
-    """``fp32, defaults, 1 thread, kernels gemm1x1+...``: ``run_identity`` as the run's summary line shows it."""
-    i = run_identity(r)
-    parts = [str(i["precision"]), str(i["settings"])]
-    if i["threads"]:
-        parts.append(f"{i['threads']} thread{'s' if i['threads'] != 1 else ''}")
-    if i["cpu_kernels"]:
-        parts.append(f"kernels {i['cpu_kernels']}")
-    parts.append(f"arithmetic {i['numerics']}")
-    return ", ".join(parts)
+    """``fp32, defaults, 1 thread, kernels fast-..., arithmetic <label>``: ``run_identity`` as the run's summary
+    line shows it."""
+    return RunIdentity.from_result(r).text

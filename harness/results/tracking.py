@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BenchError, without_foreign_page
+from ..identity import RunIdentity, mlflow_name
 from .comparability import value_problem
-from .schema import RunResult, TunedStamp, iter_results, result_precision, row_label, run_identity
+from .schema import RunResult, TunedStamp, iter_results, row_label
 from .steps import STEP_AXIS_TAG, point_metrics, reference_steps
 from .store_read import SYNCED_TAG  # set last, once params, metrics and the JSON artifact are all logged
 
@@ -117,10 +118,10 @@ MACHINE_STATE = ("ram_budget", "disk_budget")
 
 
 def _tags(result: RunResult, json_path: Path) -> dict[str, str]:
-    tags = {"bench.run_id": result.run_id, "bench.protocol_hash": result.protocol.hash,
+    tags = {"bench.run_id": result.run_id,
             "bench.method_distribution": f"{result.method.distribution}=={result.method.version}",
             "bench.status": result.status, "bench.json": str(json_path),
-            **{f"bench.{k}": str(v) for k, v in run_identity(result).items()}}
+            **RunIdentity.from_result(result).mlflow_tags}
     plan = result.options.get("data_path") or {}
     tags.update({f"bench.machine.{k}_gb": f"{plan[k] / 2**30:.1f}" for k in MACHINE_STATE if k in plan})
     if (role := reference_role(result)) is not None:
@@ -166,15 +167,14 @@ def _params(result: RunResult) -> dict[str, str]:
 
 def run_name(method: str, seed: int, overrides: Mapping[str, Any] | None = None, tuned: TunedStamp | None = None,
              precision: str | None = None) -> str:
-    """The MLflow run's name: the leaderboard row (the method with its ``--set`` overrides or its tuning
-    ruleset), the seed and the precision, so two variants of a method never read alike in the UI."""
-    name = f"{row_label(method, dict(overrides or {}), tuned)} seed{seed}"
-    return f"{name} {precision}" if precision else name
+    """The MLflow name of a run not yet made (``RunIdentity.run_name`` once it is): the leaderboard row (the
+    method with its ``--set`` overrides or its tuning ruleset), the seed and the precision."""
+    return mlflow_name(row_label(method, dict(overrides or {}), tuned), seed, precision)
 
 
 def result_run_name(result: RunResult) -> str:
-    """The finished run's MLflow name (``run_name`` of its row, seed and precision)."""
-    return run_name(result.method.spec, result.seed, result.overrides, result.tuned, result_precision(result))
+    """The finished run's MLflow name: its identity's (row, seed and precision)."""
+    return RunIdentity.from_result(result).run_name
 
 
 def _options_without_machine_state(options: Mapping[str, Any]) -> dict[str, Any]:

@@ -2,11 +2,11 @@
 
 A checkpoint is one file per run phase (pre-training, joint reference, continual run), written atomically
 every K updates (``--checkpoint-every``; by default when ``checkpoint_seconds`` have passed) and at every
-session end. It is keyed by everything that determines the run's numbers (protocol spec hash, method string,
-resolved settings, ``--set`` overrides, seed, device and caching), so re-running the same command finds it
-and a changed command never does. It holds every random stream (Python, NumPy, torch, the run's own
-generators), so the resumed run draws exactly what the uninterrupted one would have drawn. It is removed
-once the phase's result is stored.
+session end. It is keyed by everything that determines the run's numbers (``harness.identity.RunIdentity``'s
+``checkpoint_key``: protocol spec hash, method string, resolved settings, ``--set`` overrides, seed, device and
+caching), so re-running the same command finds it and a changed command never does. It holds every random
+stream (Python, NumPy, torch, the run's own generators), so the resumed run draws exactly what the
+uninterrupted one would have drawn. It is removed once the phase's result is stored.
 
 ``BENCH_KILL_AT=phase:N`` (phase: pretrain, joint, continual) makes the process SIGKILL itself after N updates
 of that phase (fault injection for the resume tests; never set it otherwise).
@@ -14,8 +14,6 @@ of that phase (fault injection for the resume tests; never set it otherwise).
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import random
 import signal
@@ -34,12 +32,6 @@ from ..errors import BenchError
 FORMAT = 4  # 2: DER++'s stored logits as blocks; 3: one progress record and FLOP tally for every stage;
 # 4: one shape for every stage (stage.Stage: stage, kind, loop, rng, model, own)
 # (a checkpoint of another format is set aside and its phase starts over)
-
-
-def run_key(**parts: Any) -> str:
-    """A short hash of everything that decides a run's numbers (JSON-serialisable parts)."""
-    blob = json.dumps(parts, sort_keys=True, default=str).encode()
-    return hashlib.sha256(blob).hexdigest()[:16]
 
 
 def rng_state(*generators: np.random.Generator | torch.Generator) -> dict[str, Any]:

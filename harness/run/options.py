@@ -6,13 +6,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ..identity import Execution, RunIdentity, resolve_precision
 from ..model.device import check_precision, resolve_device
 from ..model.machine import numerics_label
-from ..results.comparability import kernel_label
+from ..results.comparability import execution
 from ..spec.protocol import Protocol
-from .checkpoint import run_key
+from .stored import request_identity
+
+if TYPE_CHECKING:
+    from ..results.schema import TunedStamp
 
 
 @dataclass
@@ -48,15 +52,17 @@ class RunOptions:
     stage_seconds: dict[str, float] | None = None
 
     @property
+    def execution(self) -> Execution:
+        """How a run with these options computes (``harness.identity.Execution``): the device they resolve to,
+        its machine arithmetic and CPU threads and kernels, and how the run was asked for."""
+        device = resolve_device(self.device)
+        return execution(device.type, numerics_label(device), self.cpu_kernels, asked_device=self.device,
+                         asked_precision=self.precision, trunk_cache=self.trunk_cache, gpu_decode=self.gpu_decode)
+
+    @property
     def device_key(self) -> str:
-        """The options that change numbers (device, precision, layout), for checkpoint keys."""
-        off = {**({} if self.gpu_decode else {"gpu_decode": False}),  # named only when off: earlier keys stay valid
-               # a checkpoint resumes only under the kernel set (code, torch, timm) it was computed with
-               **({"cpu_kernels": kernel_label(self.cpu_kernels)} if self.device.startswith("cpu") else {})}
-        # cpu_channels_last stays in the key (always off since the switch was removed) so that CUDA
-        # checkpoints made before stay resumable
-        return run_key(device=self.device, precision=self.precision or "default",
-                       cpu_channels_last=False, trunk_cache=self.trunk_cache, numerics=self.numerics, **off)[:8]
+        """The options' part of a checkpoint key (``Execution.device_key``)."""
+        return self.execution.device_key
 
     @property
     def numerics(self) -> str:
@@ -64,14 +70,20 @@ class RunOptions:
         resumes, a cache is reused and a stored run counts only under the same label."""
         return numerics_label(resolve_device(self.device))
 
+    def identity(self, protocol: Protocol, method: str, seed: int, config: dict[str, Any],
+                 overrides: dict[str, Any] | None = None, tuned: TunedStamp | None = None) -> RunIdentity:
+        """The identity of the run of ``method`` (resolved to ``config``) on ``protocol`` with ``seed`` these
+        options make (``overrides``: the ``--set`` ones, by default these options'); a precision the device
+        does not have is refused here."""
+        run = self.execution
+        check_precision(self.precision, resolve_device(self.device))
+        return request_identity(protocol, method, seed, config, self.overrides if overrides is None else overrides,
+                                run, tuned)
+
 
 def run_precision(protocol: Protocol, options: RunOptions) -> str:
-    """The precision a run trains and evaluates in: ``options.precision``, else the protocol's default:
-    fp32 on the paper's protocols (the published code trains in float32 under torch 1.12's defaults),
-    bf16 on CUDA for the embedded ones (their default before the switch existed; the CPU always ran
-    them in fp32, so their CPU numbers stay as they were)."""
+    """The precision a run trains and evaluates in (``harness.identity.resolve_precision``): the one the options
+    ask for, else the protocol's default on the device they resolve to; refused where the device lacks it."""
     device = resolve_device(options.device)
     check_precision(options.precision, device)
-    if options.precision is not None:
-        return options.precision
-    return "bf16" if protocol.embedded and device.type == "cuda" else "fp32"
+    return resolve_precision(options.precision, protocol.embedded, device.type)

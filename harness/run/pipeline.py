@@ -25,6 +25,7 @@ from ...methods.base import Method
 from ...methods.configs import joint_settings
 from ...methods.registry import MethodSpec, build_method, code_hash, method_settings
 from ..errors import BenchError
+from ..identity import RunIdentity
 from ..model.cpu import cpu_kernels
 from ..model.machine import machine_record, numerics_label
 from ..results import metrics as M
@@ -45,7 +46,7 @@ from ..results.schema import (
 )
 from ..spec.protocol import Protocol
 from .budget_guards import eviction_note
-from .checkpoint import Checkpointer, checkpointer, run_key
+from .checkpoint import Checkpointer, checkpointer
 from .claim import claim
 from .continual import Diverged, run_cl
 from .joint import ensure_joint_part, joint_parts, stored_part, train_joint
@@ -105,14 +106,14 @@ def selection(protocol: Protocol, options: RunOptions, weights: str | None = Non
     """Which stored runs of this protocol spec count (the one rule: ``comparability.select_runs``); with the
     backbone weights' digest, runs made with other weights content do not; runs made in another
     precision than ``options``' (``run_precision``) never do."""
-    return protocol_selection(protocol, options.results_dir, run_precision(protocol, options), options.cpu_kernels,
-                              options.numerics, weights)
+    return protocol_selection(protocol, options.results_dir, options.execution, run_precision(protocol, options),
+                              weights)
 
 
-def _claim(options: RunOptions, name: str, what: str, **identity: Any):
-    """The claim on one phase of one run (keyed like its checkpoint): a second identical command waits
-    for the first, then finds its stored result, instead of computing it again."""
-    lock = options.results_dir / "checkpoints" / f"{name}-{run_key(**identity, device=options.device_key)}.lock"
+def _claim(options: RunOptions, name: str, what: str, key: str):
+    """The claim on one phase of one run (``key``: its identity's ``claim_key``): a second identical command
+    waits for the first, then finds its stored result, instead of computing it again."""
+    lock = options.results_dir / "checkpoints" / f"{name}-{key}.lock"
     return claim(lock, what, options.wait, lambda message: say(options, message))
 
 
@@ -124,7 +125,7 @@ def joint_reference(protocol: Protocol, seed: int, options: RunOptions, bench: W
     if found is not None:
         return found[1], found[0]
     with _claim(options, "joint", f"The joint reference of {protocol.name} (seed {seed})",
-                protocol=protocol.spec_hash, seed=seed, config=joint_settings(protocol)):
+                _joint_identity(protocol, seed, options).claim_key()):
         found = selection(protocol, options, bench.weights).joints.get(seed)  # stored while this one waited
         if found is not None:
             return found[1], found[0]
@@ -155,10 +156,14 @@ def _train_joint_reference(protocol: Protocol, seed: int, options: RunOptions,
     return result, path
 
 
+def _joint_identity(protocol: Protocol, seed: int, options: RunOptions) -> RunIdentity:
+    """The identity of the joint reference of ``protocol`` and ``seed`` these options make."""
+    return options.identity(protocol, JOINT, seed, joint_settings(protocol), {})
+
+
 def _joint_checkpointer(protocol: Protocol, seed: int, options: RunOptions, part: int) -> Checkpointer:
     """The checkpoint of one joint model (a part of the reference), which also holds it once trained."""
-    return _checkpointer(options, "joint", protocol=protocol.spec_hash, seed=seed, config=joint_settings(protocol),
-                         part=part)
+    return _checkpointer(options, "joint", _joint_identity(protocol, seed, options).checkpoint_key(part))
 
 
 @reads_once
@@ -170,7 +175,7 @@ def joint_reference_part(protocol: Protocol, seed: int, part: int, options: RunO
     if selection(protocol, options, bench.weights).joints.get(seed) is not None:
         return
     with _claim(options, "joint", f"Model {part + 1} of the joint reference of {protocol.name} (seed {seed})",
-                protocol=protocol.spec_hash, seed=seed, config=joint_settings(protocol), part=part):
+                _joint_identity(protocol, seed, options).claim_key(part)):
         saver = _joint_checkpointer(protocol, seed, options, part)
         if stored_part(saver) is None:
             with stage(f"training model {part + 1} of the joint reference of {protocol.name} (seed {seed})",
@@ -185,7 +190,7 @@ def _continual_result(protocol: Protocol, bench: Workbench, spec: MethodSpec, me
     training as a stop's note names it (None: the stage around it names it)."""
     started = now_iso()
     config = method_settings(method)
-    saver = _run_checkpointer(options, protocol.spec_hash, spec.text, config, overrides, seed)
+    saver = _run_checkpointer(options, options.identity(protocol, spec.text, seed, config, overrides))
     status, seconds = "complete", dict[str, float]()
     try:
         with stage(what, [saver]):
@@ -203,27 +208,24 @@ def _continual_result(protocol: Protocol, bench: Workbench, spec: MethodSpec, me
                      stage_seconds=seconds, tuned=tuned)
 
 
-def _checkpointer(options: RunOptions, phase: str, restart: bool | None = None, **identity: Any) -> Checkpointer:
-    """The checkpoint of one phase of one run, keyed by what decides its numbers (``--restart``: drop it;
-    ``restart`` False: only find it, as what a stop leaves is looked up before the phase holds its claim)."""
-    saver = checkpointer(options.results_dir, phase, run_key(**identity, device=options.device_key),
-                         options.checkpoint_every, options.checkpoint_seconds)
+def _checkpointer(options: RunOptions, phase: str, key: str, restart: bool | None = None) -> Checkpointer:
+    """The checkpoint of one phase of one run, keyed by what decides its numbers (``key``: its identity's
+    ``checkpoint_key``; ``--restart``: drop it; ``restart`` False: only find it, as what a stop leaves is looked
+    up before the phase holds its claim)."""
+    saver = checkpointer(options.results_dir, phase, key, options.checkpoint_every, options.checkpoint_seconds)
     if options.restart if restart is None else restart:
         saver.discard()
     return saver
 
 
-def _run_checkpointer(options: RunOptions, protocol_hash: str, method: str, config: dict[str, Any],
-                      overrides: dict[str, Any], seed: int, restart: bool | None = None) -> Checkpointer:
-    return _checkpointer(options, "run", restart, protocol=protocol_hash, method=method, config=config,
-                         overrides=overrides, seed=seed)
+def _run_checkpointer(options: RunOptions, identity: RunIdentity, restart: bool | None = None) -> Checkpointer:
+    return _checkpointer(options, "run", identity.checkpoint_key(), restart)
 
 
-def resume_checkpoint(options: RunOptions, protocol_hash: str, method: str, config: dict[str, Any],
-                      overrides: dict[str, Any], seed: int) -> Path | None:
-    """The checkpoint a method run with these would resume from (its mid-session one, else its session-end
-    one; None: it starts from its first session), found without reading it, for a dry run to name."""
-    saver = _run_checkpointer(options, protocol_hash, method, config, overrides, seed, restart=False)
+def resume_checkpoint(options: RunOptions, identity: RunIdentity) -> Path | None:
+    """The checkpoint the method run of ``identity`` would resume from (its mid-session one, else its
+    session-end one; None: it starts from its first session), found without reading it, for a dry run to name."""
+    saver = _run_checkpointer(options, identity, restart=False)
     return next((p for p in (saver.mid_path, saver.path) if p.is_file()), None)
 
 
@@ -243,8 +245,7 @@ def _score_and_save(result: RunResult, joint: RunResult, chosen: Selection[Store
     with stage(None, stored=stored_result(options.results_dir, result.protocol.name, result.run_id)):
         path = save_result(options.results_dir, result)
         record_stored(path)
-        _run_checkpointer(options, result.protocol.hash, result.method.spec, result.config, result.overrides,
-                          result.seed).discard()
+        _run_checkpointer(options, RunIdentity.from_result(result).under(options.execution)).discard()
     if problem is not None:
         raise BenchError(f"The run finished and its curves are saved in {path}, but its metrics cannot be "
                          f"computed: {problem}. The leaderboard recomputes them from the stored curves.")
@@ -261,8 +262,10 @@ def _best_new_references(protocol: Protocol, bench: Workbench, seed: int, joint:
 
     if not missing():
         return
+    # a set of runs, not one: keyed by the set (and the execution), as no one run's identity names it
     with _claim(options, "best_new", f"The A_best reference set of {protocol.name} (seed {seed})",
-                protocol=protocol.spec_hash, seed=seed, methods=list(protocol.best_new_reference), skip=skip):
+                options.execution.key(protocol=protocol.spec_hash, seed=seed, methods=list(protocol.best_new_reference),
+                                      skip=skip)):
         _train_best_new_references(protocol, bench, seed, joint, missing(), options)
 
 
@@ -310,35 +313,33 @@ def execute(protocol: Protocol, method_text: str, seed: int, options: RunOptions
     if note := eviction_note(protocol, method):  # before any compute: the user may not want this run at all
         print(f"Warning: {note}.", file=sys.stderr)
     run_id = run_id or new_run_id()  # known now, so a stop can tell whether the result was stored
-    saver = _run_checkpointer(options, protocol.spec_hash, spec.text, method_settings(method), dict(options.overrides),
-                              seed, restart=False)
+    identity = options.identity(protocol, spec.text, seed, method_settings(method), dict(options.overrides), tuned)
+    saver = _run_checkpointer(options, identity, restart=False)
     with stage(f"running {spec.text} on {protocol.name} (seed {seed})", [saver],
                stored_result(options.results_dir, protocol.name, run_id)):
-        return _method_run(protocol, method_text, spec, method, seed, options, bench, run_id, tuned)
+        return _method_run(protocol, method_text, spec, method, identity, options, bench, run_id, tuned)
 
 
-def _method_run(protocol: Protocol, method_text: str, spec: MethodSpec, method: Method, seed: int,
+def _method_run(protocol: Protocol, method_text: str, spec: MethodSpec, method: Method, identity: RunIdentity,
                 options: RunOptions, bench: Workbench | None, run_id: str,
                 tuned: TunedStamp | None) -> tuple[RunResult, Path]:
     """``execute`` of a method: its references first (when missing), then the run itself, under its claim."""
+    seed, overrides = identity.seed, dict(options.overrides)
     bench = bench or prepare(protocol, seed, options)
     # live tracking follows the run asked for, not the reference it may train first
     joint, _ = joint_reference(protocol, seed, dataclasses.replace(options, on_eval=None), bench)
     is_reference = not options.overrides and method_text in protocol.best_new_reference
     _best_new_references(protocol, bench, seed, joint, method_text if is_reference else None, options)
-    overrides, config = dict(options.overrides), method_settings(method)
 
     def stored() -> dict[str, tuple[RunResult, Path]]:
-        """This run's stored results (same spec, method string, overrides, resolved settings and seed), by id."""
+        """This run's stored results (``RunIdentity.same_run``), by id."""
         return {r.run_id: (r, path) for path, r in selection(protocol, options, bench.weights).runs.values()
-                if r.method.spec == spec.text and r.overrides == overrides and r.seed == seed and r.config == config}
+                if identity.same_run(RunIdentity.from_result(r))}
 
     # a plain run repeats on purpose what is stored already; a sweep's run was planned as missing, so whatever
     # is stored by the time it holds its claim was stored meanwhile
     before = {} if options.reuse_stored else stored()
-    with _claim(options, "run", f"Run {spec.text} of {protocol.name} (seed {seed})", protocol=protocol.spec_hash,
-                method=spec.text, config=config, overrides=overrides, seed=seed,
-                precision=bench.precision, tuned=tuned is not None) as waited:
+    with _claim(options, "run", f"Run {spec.text} of {protocol.name} (seed {seed})", identity.claim_key()) as waited:
         fresh = [found for rid, found in stored().items() if rid not in before] \
             if waited or options.reuse_stored else []
         if fresh:  # another process stored this very run meanwhile: reuse it

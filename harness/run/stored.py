@@ -14,20 +14,31 @@ from pathlib import Path
 from typing import Any
 
 from ...methods.configs import CONFIGS, joint_settings
-from ...methods.registry import parse_method, resolve_settings
+from ...methods.registry import code_hash, parse_method, resolve_settings
+from ..identity import JOINT, Execution, ProtocolLike, Ruled, RunIdentity
 from ..results.comparability import Selection, stored_selection
 from ..spec.protocol import Protocol
 
 Stored = tuple[Path, Any]
 
 
-def protocol_selection(protocol: Protocol, results_dir: Path, precision: str, kernels: str, numerics: str,
+def protocol_selection(protocol: Protocol, results_dir: Path, run: Execution, precision: str,
                        weights: str | None = None) -> Selection[Stored]:
-    """Which stored runs of this protocol spec count for a run computing in ``precision`` with the CPU kernel
-    set ``kernels`` and the machine arithmetic ``numerics`` (the one rule: ``comparability.select_runs``);
-    with the backbone weights' digest, runs made with other weights content do not."""
+    """Which stored runs of this protocol spec count for a run computing in ``precision`` under ``run`` (its
+    CPU kernel set and machine arithmetic; the one rule: ``comparability.select_runs``); with the backbone
+    weights' digest, runs made with other weights content do not."""
     return stored_selection(results_dir, protocol.name, protocol.spec_hash, protocol.best_new_reference,
-                            joint_settings(protocol), weights, precision, kernels=kernels, numerics=numerics)
+                            joint_settings(protocol), weights, precision, kernels=run.kernel_set,
+                            numerics=run.numerics)
+
+
+def request_identity(protocol: ProtocolLike, method: str, seed: int, config: dict[str, Any],
+                     overrides: dict[str, Any], run: Execution, tuned: Ruled | None = None) -> RunIdentity:
+    """The identity of the run of ``method`` (resolved to ``config``) a request makes under ``run``, with the
+    code hash its result will record (none for the joint reference); known without torch."""
+    spec = None if method == JOINT else parse_method(method)
+    return RunIdentity.of_request(protocol, method, seed, config, overrides, run, tuned,
+                                  None if spec is None else code_hash([spec.base, *spec.modifiers]))
 
 
 def resolved_settings(method: str, protocol: Protocol, overrides: dict[str, Any]) -> dict[str, Any] | None:

@@ -6,6 +6,7 @@ so an interrupted sweep loses at most the run in flight.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from dataclasses import dataclass
@@ -14,12 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
 
-from ...methods.registry import build_method, code_hash, method_settings, parse_method
+from ...methods.registry import build_method, method_settings
 from ..errors import BenchError, not_a_file
+from ..identity import RunIdentity
 from ..numerics import cpu_label, torch_free_device
-from ..results.comparability import Selection
+from ..results.comparability import Selection, execution
 from ..results.schema import JOINT, TunedStamp, format_setting, row_label
-from ..run.stored import protocol_selection, resolved_settings
+from ..run.stored import protocol_selection, request_identity, resolved_settings
 from ..spec.protocol import Protocol, load_protocol
 from ..spec.specfile import is_path, load_spec
 
@@ -156,7 +158,8 @@ def todo_note(run: PlannedRun, options: RunOptions) -> str:
     stopped run left one (``--restart`` would discard it), so a resumed run is not mistaken for a fresh one."""
     from ..run.pipeline import resume_checkpoint
 
-    found = resume_checkpoint(options, run.protocol.spec_hash, run.method, run.config, run.overrides, run.seed)
+    found = resume_checkpoint(options, options.identity(run.protocol, run.method, run.seed, run.config, run.overrides,
+                                                        run.tuned))
     if found is None:
         return "to run"
     return f"to run ({'starts over: --restart discards' if options.restart else 'resumes from'} its checkpoint {found})"
@@ -185,17 +188,14 @@ def load_sweep(name_or_path: str) -> Sweep:
         "grid": [g.model_copy(update={"protocol": resolved(g.protocol)}) for g in sweep.grid]})
 
 
-def finished(protocol: Protocol, method: str, overrides: dict[str, Any], seed: int, config: dict[str, Any],
-             counted: Selection, tuned: TunedStamp | None = None) -> Path | None:
+def finished(identity: RunIdentity, counted: Selection) -> Path | None:
     """The stored result that already covers a planned run: the run ``comparability.select_runs`` counts for its
-    row and seed, made with the settings the method resolves to now and by the same code (its code hash):
-    the leaderboard never averages runs of two codes, so a run the code has changed under is made again,
-    and, as the newer run of its row and seed, replaces the older one on the board."""
-    found = counted.runs.get((row_label(method, overrides, tuned), seed))
-    if found is None or found[1].config != config:
-        return None
-    spec = parse_method(method)
-    return found[0] if found[1].method.code_hash == code_hash([spec.base, *spec.modifiers]) else None
+    row and seed (``counted``: the selection for the run's precision and arithmetic) that is the same run
+    (``RunIdentity.same_run``: among the rest, the settings the method resolves to now and the same code; the
+    leaderboard never averages runs of two codes, so a run the code has changed under is made again, and, as
+    the newer run of its row and seed, replaces the older one on the board)."""
+    found = counted.runs.get(identity.row_key)
+    return found[0] if found is not None and identity.same_run(RunIdentity.from_result(found[1])) else None
 
 
 def stored_run(protocol: Protocol, method: str, overrides: dict[str, Any], seed: int, options: RunOptions,
@@ -209,7 +209,8 @@ def stored_run(protocol: Protocol, method: str, overrides: dict[str, Any], seed:
     if method.strip() == JOINT:
         return None
     _, built = build_method(method, protocol, overrides)
-    return finished(protocol, method, overrides, seed, method_settings(built), selection(protocol, options), tuned)
+    return finished(options.identity(protocol, method, seed, method_settings(built), overrides, tuned),
+                    selection(protocol, options))
 
 
 def stored_on_cpu(protocol: Protocol, method: str, overrides: dict[str, Any], seed: int, results_dir: Path,
@@ -222,8 +223,9 @@ def stored_on_cpu(protocol: Protocol, method: str, overrides: dict[str, Any], se
     settings = resolved_settings(method, protocol, overrides)
     if settings is None:
         return None
-    counted = protocol_selection(protocol, results_dir, "fp32", kernels, cpu_label())
-    return finished(protocol, method, overrides, seed, settings, counted, tuned)
+    run = execution("cpu", cpu_label(), kernels, asked_device=device, asked_precision=precision)
+    identity = request_identity(protocol, method, seed, settings, overrides, run, tuned)
+    return finished(identity, protocol_selection(protocol, results_dir, run, identity.precision))
 
 
 def plan(sweep: Sweep, results_dir: Path, seeds: list[int] | None = None,
@@ -240,6 +242,7 @@ def plan(sweep: Sweep, results_dir: Path, seeds: list[int] | None = None,
     protocols = {g.protocol: load_protocol(g.protocol) for g in groups}
     options = options or RunOptions(results_dir=results_dir)
     counted = {name: selection(spec, options) for name, spec in protocols.items()}
+    run = options.execution
     cells = []  # (group, method, overrides, tuned, resolved settings): built once, whatever the number of seeds
     listed: set[tuple] = set()  # a method listed twice with the same settings (in a group or two) is one run
     for group in groups:
@@ -255,12 +258,14 @@ def plan(sweep: Sweep, results_dir: Path, seeds: list[int] | None = None,
                 entry = load_entry(results_dir, protocols[group.protocol], method)
                 overrides, tuned = dict(entry.settings), stamp(entry)
             _, built = build_method(method, protocols[group.protocol], overrides)
-            cells.append((group, method, overrides, tuned, method_settings(built)))
+            config = method_settings(built)  # the cell's identity at seed 0, its code hash read once
+            cells.append((group, method, overrides, tuned, config,
+                          request_identity(protocols[group.protocol], method, 0, config, overrides, run, tuned)))
     out = []
     for seed in _distinct(seeds if seeds is not None else sweep.seeds):  # a seed listed twice is one run
-        for group, method, overrides, tuned, config in cells:
+        for group, method, overrides, tuned, config, identity in cells:
             spec = protocols[group.protocol]
-            done = finished(spec, method, overrides, seed, config, counted[group.protocol], tuned)
+            done = finished(dataclasses.replace(identity, seed=seed), counted[group.protocol])
             out.append(PlannedRun(spec, method, seed, dict(overrides), config, done, tuned))
     return out
 
