@@ -467,7 +467,7 @@ def run(protocol: str = "tiny_cil", method: str = "vanilla", seed: int = 0, *,
                 return report_stored(found, spec, resolve_results(Path(results_dir) if results_dir else None),
                                      tracking).result
         check_backbone(spec)
-        from .model.cpu import cpu_settings_restored  # torch loads here: an identical stored run returned before
+        from .model.compute import cpu_settings_restored  # torch loads here: an identical stored run returned before
 
         options = run_options(results_dir, device, precision=precision, cpu_kernels=cpu_kernels, overrides=overrides,
                               trunk_cache=trunk_cache, progress=progress, allow_download=allow_download)
@@ -523,7 +523,7 @@ def tune(protocol: str, method: str, *, trials: int | None = None, objective: st
          allow_download: bool = False, cpu_kernels: str = "fast") -> Any:
     """Tune ``method`` on ``protocol``'s validation split as ``bench tune`` does (locally) and return the tuned
     entry (``entry.settings``); ``run(..., tuned=True)`` and sweep rows with ``tuned: true`` run it."""
-    from .model.cpu import cpu_settings_restored
+    from .model.compute import cpu_settings_restored
     from .tools.preflight import check_backbone
 
     _offline(allow_download)
@@ -710,7 +710,7 @@ def sweep(sweep: str, seeds: list[int] | None = None, *, results_dir: str | Path
     and runs already stored in the precision these runs compute in are skipped. Returns ``load_results``
     of the results folder, restricted to the sweep's runs (one row per run). The process gets its CPU
     settings back afterwards, as after ``run``."""
-    from .model.cpu import cpu_settings_restored
+    from .model.compute import cpu_settings_restored
     from .sweep.plan import load_sweep
     from .tools.preflight import check_outputs, check_seed
 
@@ -836,7 +836,7 @@ def reproduce(result: str | Path, scratch: str | Path | None = None, *, reuse_ca
     return the report (``harness.tools.reproduce.Report``: ``identical``, ``identity``, ``point``, ``metrics``,
     ``lines()``). The scratch folder is a new temporary one unless given; caches are made afresh there unless
     ``reuse_caches``. Bad input (no such file, a spec or method code not installed here) raises ``BenchError``."""
-    from .model.cpu import cpu_settings_restored
+    from .model.compute import cpu_settings_restored
     from .tools.reproduce import reproduce as make_again
 
     _check(result=(result, FOLDER_OR_NONE), scratch=(scratch, FOLDER_OR_NONE))

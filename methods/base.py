@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from pydantic import BaseModel
 from torch import Tensor, nn
 
-from ..harness.model.kernels import optimizer as adamw
+from ..harness.model.compute import ComputeEnv
 from .configs import MethodConfig, NoConfig  # noqa: F401 - re-exported: plugins subclass MethodConfig from here
 
 if TYPE_CHECKING:
@@ -40,6 +40,9 @@ class Context:
     inputs: LentInputs              # train inputs by global id, for ids in the memory or the session in progress
     rng: np.random.Generator        # the method's own numpy stream (the harness draws batches from another)
     generator: torch.Generator      # the method's own torch stream, for any parameter init it does
+    compute: ComputeEnv = field(default_factory=ComputeEnv.now)
+    """the process settings the run computes under (device, precision, CPU kernel set and threads); build
+    an AdamW with ``compute.optimizer(groups)`` to step as the standard step does"""
     counters: dict[str, float] = field(default_factory=dict)
     """extra compute a method declares; names and which are charged: harness.model.flops.COUNTERS"""
     planned_updates: Callable[[], int] | None = None
@@ -272,8 +275,8 @@ class StandardMethod(Method):
         return fixed
 
     def build_optimizer(self, total_steps: int | None):
-        """AdamW (fused on the CPU: ``harness.model.fastoptim``) with layer-wise lr decay over what has
-        ``requires_grad``, shaped by the modifiers; and their schedule."""
+        """AdamW of the run's kernel set (``ctx.compute.optimizer``: fused on the CPU) with layer-wise lr
+        decay over what has ``requires_grad``, shaped by the modifiers; and their schedule."""
         cfg = self.config
         groups = layerwise_groups(self.model, cfg.lr, cfg.weight_decay, cfg.layer_decay,
                                   train_body=any(p.requires_grad for p in self.model.body.parameters()),
@@ -281,7 +284,7 @@ class StandardMethod(Method):
         for m in self.modifiers:
             groups = m.param_groups(self, groups)
         groups = [g for g in groups if g["params"]]
-        optimizer = adamw(groups)
+        optimizer = self.ctx.compute.optimizer(groups)
         scheduler = None
         for m in self.modifiers:
             scheduler = m.scheduler(self, optimizer, total_steps) or scheduler

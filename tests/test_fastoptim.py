@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import torch
 
+from bench_stability_gap.harness.model.compute import ComputeEnv
 from bench_stability_gap.harness.model.fastoptim import adamw
 from bench_stability_gap.methods.registry import build_method
 
@@ -29,7 +32,7 @@ def test_adamw_is_fused_on_the_cpu_and_takes_the_stock_step():
         torch.testing.assert_close(fused, stock, rtol=1e-6, atol=1e-6)
 
 
-def test_the_standard_step_builds_the_fused_optimizer():
+def test_the_standard_step_builds_the_optimizer_of_the_runs_kernel_set():
     from bench_stability_gap.harness.model.backbone import network_or_random_init, split_network
     from bench_stability_gap.harness.spec.protocol import load_protocol
 
@@ -37,5 +40,8 @@ def test_the_standard_step_builds_the_fused_optimizer():
     net, backbone, _ = network_or_random_init(spec, False)
     _, method = build_method("vanilla", spec.name)
     method.model = split_network(net, backbone, 5)
+    method.ctx = SimpleNamespace(compute=ComputeEnv.for_run(torch.device("cpu")))
     optimizer, _ = method.build_optimizer(10)
     assert optimizer.defaults["fused"] is True and len(optimizer.param_groups) > 1
+    method.ctx = SimpleNamespace(compute=ComputeEnv.for_run(torch.device("cpu"), "stock"))
+    assert not method.build_optimizer(10)[0].defaults.get("fused")

@@ -14,6 +14,7 @@ from torch import nn
 
 from support import fake_training
 from bench_stability_gap.harness.model.backbone import GrowingHead, SplitModel, create_network, split_network
+from bench_stability_gap.harness.model.compute import ComputeEnv
 from bench_stability_gap.harness.spec.protocol import load_protocol
 from bench_stability_gap.methods.registry import build_method
 from bench_stability_gap.harness.data.stream import Session
@@ -38,7 +39,8 @@ def ctx_for(x: torch.Tensor, labels: np.ndarray, targets=("fc1",), name: str = "
                                training=fake_training(updates))
     stream = SimpleNamespace(train=SimpleNamespace(labels=labels))
     return SimpleNamespace(protocol=protocol, stream=stream, device=torch.device("cpu"), inputs=Inputs(x),
-                           generator=torch.Generator().manual_seed(0), counters={}, memory=SimpleNamespace(ids=[]))
+                           generator=torch.Generator().manual_seed(0), counters={}, memory=SimpleNamespace(ids=[]),
+                           compute=ComputeEnv.for_run(torch.device("cpu")))
 
 
 class Mlp(nn.Module):

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from bench_stability_gap.harness.model.backbone import GrowingHead
+from bench_stability_gap.harness.model.compute import ComputeEnv
 from bench_stability_gap.harness.run.evaluation import EvalPlan, evaluate
 from bench_stability_gap.harness.spec.protocol import load_protocol
 from bench_stability_gap.methods.registry import build_method
@@ -119,7 +120,8 @@ def _ctx(x, labels):
     protocol = SimpleNamespace(name="t", backbone=SimpleNamespace(lora_targets=[]), training=fake_training(4))
     return SimpleNamespace(protocol=protocol, stream=SimpleNamespace(train=SimpleNamespace(labels=labels)),
                            device=torch.device("cpu"), inputs=SimpleNamespace(get=lambda ids: x[torch.as_tensor(ids)]),
-                           generator=torch.Generator().manual_seed(0), counters={}, memory=SimpleNamespace(ids=[]))
+                           generator=torch.Generator().manual_seed(0), counters={}, memory=SimpleNamespace(ids=[]),
+                           compute=ComputeEnv.for_run(torch.device("cpu")))
 
 
 def _one_step(modifiers):

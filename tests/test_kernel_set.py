@@ -8,15 +8,21 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from bench_stability_gap.harness.model import kernels
-from bench_stability_gap.harness.model.fastconv import PointwiseConvAsGemm, gemm_pointwise_convs
-from bench_stability_gap.harness.results.schema import library_versions
-from bench_stability_gap.harness.results.comparability import (CPU_KERNELS, CPU_THREADS, KERNEL_MODULES, LEGACY_KERNELS,
-                                                                code_digest, cpu_problem, kernel_label, select_runs)
-from bench_stability_gap.harness.model.cpu import cpu_settings_restored, prepare_cpu
-
 from results_factory import joint_run, two_session_run
+
+from bench_stability_gap.harness.model.compute import ComputeEnv, cpu_settings_restored
+from bench_stability_gap.harness.model.fastconv import PointwiseConvAsGemm, gemm_pointwise_convs
+from bench_stability_gap.harness.results.comparability import (
+    CPU_KERNELS,
+    CPU_THREADS,
+    KERNEL_MODULES,
+    LEGACY_KERNELS,
+    code_digest,
+    cpu_problem,
+    kernel_label,
+    select_runs,
+)
+from bench_stability_gap.harness.results.schema import library_versions
 
 
 def _copies(tmp_path: Path) -> tuple[Path, ...]:
@@ -103,14 +109,15 @@ def test_the_stock_set_computes_with_pytorchs_kernels_and_a_library_call_restore
     torch.set_num_threads(2)
     try:
         with cpu_settings_restored():
-            prepare_cpu(torch.device("cpu"), "stock")
-            assert kernels.current() == "stock" and torch.get_num_threads() == CPU_THREADS
+            stock = ComputeEnv.for_run(torch.device("cpu"), "stock")
+            stock.apply()
+            assert ComputeEnv.now().kernels == "stock" and torch.get_num_threads() == CPU_THREADS
             # PyTorch's convolution, bit for bit (under the same thread count)
             assert torch.equal(conv(x), torch.nn.functional.conv2d(x, weight, bias))
-            opt = kernels.optimizer([{"params": list(conv.parameters())}])
+            opt = stock.optimizer([{"params": list(conv.parameters())}])
             assert not opt.defaults.get("fused")
-        assert kernels.current() == "fast" and torch.get_num_threads() == 2
-        assert kernels.optimizer([{"params": list(conv.parameters())}]).defaults.get("fused") is True
+        assert ComputeEnv.now().kernels == "fast" and torch.get_num_threads() == 2
+        assert ComputeEnv.now().optimizer([{"params": list(conv.parameters())}]).defaults.get("fused") is True
     finally:
         torch.set_num_threads(threads)
-        kernels.use_kernels("fast")
+        ComputeEnv(kernels="fast").apply()

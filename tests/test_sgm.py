@@ -17,6 +17,7 @@ from torch import nn
 
 from support import fake_training
 from bench_stability_gap.harness.model.backbone import GrowingHead, SplitModel
+from bench_stability_gap.harness.model.compute import ComputeEnv
 from bench_stability_gap.harness.errors import BenchError
 from bench_stability_gap.harness.spec.protocol import load_protocol
 from bench_stability_gap.methods.registry import Entry, build_method, protocol_defaults
@@ -68,7 +69,8 @@ def tiny_ctx(x: torch.Tensor, labels: np.ndarray, updates: int = 4, targets=("co
                                training=fake_training(updates))
     stream = SimpleNamespace(train=SimpleNamespace(labels=labels))
     return SimpleNamespace(protocol=protocol, stream=stream, device=torch.device("cpu"), inputs=Inputs(x),
-                           generator=torch.Generator().manual_seed(0), counters={})
+                           generator=torch.Generator().manual_seed(0), counters={},
+                           compute=ComputeEnv.for_run(torch.device("cpu")))
 
 
 def session(new_classes, train_ids, seen) -> Session:

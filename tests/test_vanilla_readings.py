@@ -11,6 +11,7 @@ import torch
 
 from support import fake_training
 from bench_stability_gap.harness.model.backbone import SplitModel, create_network, split_network
+from bench_stability_gap.harness.model.compute import ComputeEnv
 from bench_stability_gap.harness.spec.protocol import load_protocol
 from bench_stability_gap.methods.registry import build_method
 
@@ -26,7 +27,8 @@ def _places(protocol: str = "cil_places_lt") -> tuple[SplitModel, object]:
 def _vanilla(overrides: dict | None = None, method: str = "vanilla"):
     model, p = _places()
     _, m = build_method(method, p, {"lr": LR, **(overrides or {})})
-    m.setup(model, SimpleNamespace(protocol=p, generator=torch.Generator().manual_seed(0)))
+    m.setup(model, SimpleNamespace(protocol=p, generator=torch.Generator().manual_seed(0),
+                                   compute=ComputeEnv.for_run(torch.device("cpu"))))
     return model, m
 
 
@@ -163,7 +165,8 @@ def test_code_reading_adapters_train_and_are_never_folded():
     method = Vanilla(Vanilla.Config(pointwise="lora", pointwise_rank=2, lr=1e-2))
     protocol = SimpleNamespace(name="t", backbone=SimpleNamespace(lora_targets=["1"]),
                                training=fake_training(3))
-    method.setup(model, SimpleNamespace(protocol=protocol, generator=torch.Generator().manual_seed(0)))
+    method.setup(model, SimpleNamespace(protocol=protocol, generator=torch.Generator().manual_seed(0),
+                                        compute=ComputeEnv.for_run(torch.device("cpu"))))
     (_, layer), = lora_modules(model.body)
     w0 = layer.get_base_layer().weight.detach().clone()
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}

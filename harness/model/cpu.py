@@ -1,20 +1,18 @@
-"""How a process computes on the CPU: the intra-op thread count and kernel set a run fixes (why, and
-which: ``harness.results.comparability``), how the process allocates memory (glibc's allocator, through
-the C library handle), how many rows a CPU forward takes at a time, and how a library call gives the
-process its settings back."""
+"""How a process computes on the CPU: the intra-op thread count a run fixes and the kernel set's label
+(why, and which: ``harness.results.comparability``), how the process allocates memory (glibc's
+allocator, through the C library handle) and how many rows a CPU forward takes at a time. Which of these
+settings a run applies, and how a library call gives the process its own back: ``compute.ComputeEnv``."""
 
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
-from ..results.comparability import CPU_THREADS, execution, kernel_label
-from .kernels import current, use_kernels
+from ..results.comparability import execution, kernel_label
 from .machine import numerics_label
 
 LIBC: ctypes.CDLL | None
@@ -86,13 +84,6 @@ def in_cpu_chunks(forward: Callable[[Tensor], Tensor], x: Tensor, chunk: int | N
     return torch.cat([forward(part) for part in x.split(chunk)])
 
 
-def pin_threads(device: torch.device) -> int:
-    """Set the intra-op thread count a run on ``device`` computes with; return the count in use."""
-    if device.type == "cpu" and torch.get_num_threads() != CPU_THREADS:
-        torch.set_num_threads(CPU_THREADS)
-    return torch.get_num_threads()
-
-
 def cache_tag(device: torch.device, kernels: str = "fast") -> str:
     """What a cache made on ``device`` adds to its key: the machine arithmetic and, on the CPU, the thread
     count and the kernel set it was computed with (trunk features and trained models alike differ in the
@@ -127,31 +118,12 @@ def keep_freed_memory(device: torch.device) -> bool:
 
 
 _GLIBC_DEFAULT = 128 << 10  # glibc's initial mmap and trim thresholds
-_KEPT = [False]  # whether this process took keep_freed_memory's settings
 
 
-def prepare_cpu(device: torch.device, kernels: str = "fast") -> int:
-    """What every process that computes a run (or times one) does first: fix the intra-op thread count and
-    the kernel set and, on the CPU, keep freed memory for reuse. Returns the thread count in use."""
-    threads = pin_threads(device)
-    use_kernels(kernels)
-    _KEPT[0] = keep_freed_memory(device) or _KEPT[0]
-    return threads
-
-
-@contextmanager
-def cpu_settings_restored() -> Iterator[None]:
-    """Give the process back the thread count, kernel set and allocator thresholds it had before the
-    block, whatever a run inside it set: a notebook that calls the Python API keeps its own threads. (The
-    allocator's thresholds go back to glibc's initial values, since glibc has no call that reads them.)"""
-    threads, kernels, kept = torch.get_num_threads(), current(), _KEPT[0]
-    try:
-        yield
-    finally:
-        if torch.get_num_threads() != threads:
-            torch.set_num_threads(threads)
-        use_kernels(kernels)
-        if _KEPT[0] and not kept and (mallopt := getattr(LIBC, "mallopt", None)) is not None:
-            mallopt(_M_MMAP_THRESHOLD, _GLIBC_DEFAULT)
-            mallopt(_M_TRIM_THRESHOLD, _GLIBC_DEFAULT)
-            _KEPT[0] = False
+def release_freed_memory() -> bool:
+    """Undo ``keep_freed_memory``: glibc's initial thresholds again (glibc has no call that reads the ones
+    it had); returns whether it took them (False elsewhere than glibc)."""
+    mallopt = getattr(LIBC, "mallopt", None)
+    if mallopt is None:
+        return False
+    return bool(mallopt(_M_MMAP_THRESHOLD, _GLIBC_DEFAULT)) and bool(mallopt(_M_TRIM_THRESHOLD, _GLIBC_DEFAULT))

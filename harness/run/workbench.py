@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -22,7 +22,8 @@ from ..data.old_mix import plan_old_mix
 from ..data.stream import Session, Stream, build_stream, check_batch_sizes
 from ..errors import BenchError
 from ..model.backbone import SplitModel, create_network, split_network, weights_digest
-from ..model.cpu import cache_tag, prepare_cpu
+from ..model.compute import ComputeEnv
+from ..model.cpu import cache_tag
 from ..model.device import autocast, resolve_device, to_device, use_channels_last
 from ..paths import cache_dir
 from ..spec.protocol import Protocol
@@ -77,6 +78,7 @@ class Workbench:
     data_path: DataPathPlan | None = None  # how the inputs are held (printed, stamped on the result)
     weights: str = ""  # backbone.weights_digest: what the weights are, whatever path they came from
     precision: str = "fp32"  # run_precision: what every training and evaluation pass computes in
+    compute: ComputeEnv = field(default_factory=ComputeEnv.now)  # the process settings, lent as ctx.compute
 
     def batch(self, ids: np.ndarray, n_new: int) -> TrainBatch:
         """The batch of ``ids``, the first ``n_new`` of them new, on the device (no copy waits for the GPU)."""
@@ -93,7 +95,7 @@ class Workbench:
         served = served if served is not None else ServedIds(self.stream.pretrain_ids)
         inputs = LentInputs(self.train_inputs, memory, method_name, served)
         return Context(self.protocol, train_view(self.stream, method_name), self.device, MemoryView(memory), inputs,
-                       rng, generator)
+                       rng, generator, self.compute)
 
     def lend(self, memory: Memory, method: Any, streams: RandomStreams, model: SplitModel) -> Lending:
         """The context for ``method`` (its own random streams, views without test data) and its checks;
@@ -112,9 +114,9 @@ class Workbench:
 def prepare(protocol: Protocol, seed: int, options: RunOptions) -> Workbench:
     """Open the data, build the network, cache trunk features, and train or load the deployed model."""
     device = resolve_device(options.device)
-    # before the first float op: the trunk pass, the deployed model and the run inherit it
-    prepare_cpu(device, options.cpu_kernels)
     precision = run_precision(protocol, options)
+    compute = ComputeEnv.for_run(device, options.cpu_kernels, precision)
+    compute.apply()  # before the first float op: the trunk pass, the deployed model and the run inherit it
     stream = build_stream(protocol, seed)
     check_batch_sizes(stream)  # counts the spec could not fix are known now, before any compute
     torch.manual_seed(protocol.pretrain.seed)
@@ -159,7 +161,7 @@ def prepare(protocol: Protocol, seed: int, options: RunOptions) -> Workbench:
                                   amp=amp, progress=options.progress, mode=plan.train.mode, gpu_decode=gpu["train"])
     say(options, f"inputs ready: eval {t1 - t0:.1f} s, train {time.perf_counter() - t1:.1f} s")
     model.trunk_cached = options.trunk_cache
-    bench = Workbench(protocol, stream, device, train_inputs, test_inputs, model, plan, weights, precision)
+    bench = Workbench(protocol, stream, device, train_inputs, test_inputs, model, plan, weights, precision, compute)
     if protocol.pretrain.mode == "train":
         deploy(bench, options)
     use_channels_last(model, device, precision)  # after pre-training: the deployed model is as before

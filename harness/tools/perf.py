@@ -160,13 +160,13 @@ def _rig(protocol: str, device: str, amp: bool, allow_download: bool) -> _Rig:
 
     from ..model import flops as FL
     from ..model.backbone import network_or_random_init, split_network
-    from ..model.cpu import prepare_cpu
+    from ..model.compute import ComputeEnv
     from ..model.device import autocast, resolve_device
     from ..spec.protocol import load_protocol
 
     spec = load_protocol(protocol)
     dev = resolve_device(device)
-    prepare_cpu(dev)  # the thread count and allocator a run computes with: stages and GEMM alike
+    ComputeEnv.for_run(dev).apply()  # the threads, kernels and allocator a run computes with: stages and GEMM alike
     torch.manual_seed(0)
     net, backbone, weights_note = network_or_random_init(spec, allow_download)
     classes = None if spec.pretrain.mode == "weights" else (spec.classes_per_session or 10) * (spec.sessions + 1)
