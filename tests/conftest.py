@@ -74,6 +74,38 @@ def capped_workbench(tmp_path_factory, bench_cache) -> Workbench:
     return _prepared(Protocol.model_validate(capped_spec()), tmp_path_factory.mktemp("capped-workbench"))
 
 
+@pytest.fixture(scope="session")
+def prepare_once(bench_cache):
+    """``prepare`` that builds each workbench once for the session: a second call with the same protocol,
+    seed and options (the results folder aside, which ``prepare`` does not read) returns the first call's
+    workbench. For tests that run ``bench check-method`` over and over (one run per cheating plugin), whose
+    two prepared protocols would otherwise be rebuilt, caches read and stream decoded, for every run;
+    what a run reads of a workbench it leaves as it was, as ``small_workbench`` relies on."""
+    import dataclasses
+
+    from bench_stability_gap.harness.run.workbench import prepare
+
+    built: dict[tuple, Workbench] = {}
+
+    def once(protocol: Protocol, seed: int, options) -> Workbench:
+        key = (protocol.model_dump_json(), seed, repr(dataclasses.replace(options, results_dir=Path())))
+        if key not in built:
+            built[key] = prepare(protocol, seed, options)
+        return built[key]
+
+    return once
+
+
+@pytest.fixture()
+def check_benches_once(prepare_once, monkeypatch) -> None:
+    """``bench check-method`` in this process on the session's workbenches: its two protocols are the same
+    for every method it checks, so the first check prepares them and later ones reuse them (every run and
+    guard of a check is still its own)."""
+    from bench_stability_gap.harness.tools import check_method
+
+    monkeypatch.setattr(check_method, "prepare", prepare_once)
+
+
 def _prepared(protocol: Protocol, results: Path) -> Workbench:
     from bench_stability_gap.harness.run.options import RunOptions
     from bench_stability_gap.harness.run.workbench import prepare

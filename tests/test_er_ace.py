@@ -62,7 +62,7 @@ def test_session_mask_lets_new_samples_compete_with_every_class_of_the_session()
 
 
 @pytest.mark.slow  # two whole check-method runs (about a minute each on a shared 2-core machine)
-def test_er_ace_passes_check_method_alone_and_with_sgm(bench_cache):
+def test_er_ace_passes_check_method_alone_and_with_sgm(check_benches_once):
     for text in ("er_ace", "er_ace+sgm"):
         out = invoke("check-method", text)
         assert out.exit_code == 0, out.output

@@ -41,7 +41,7 @@ CAUGHT = {
 
 
 @pytest.mark.parametrize("name", sorted(CAUGHT))
-def test_check_method_catches_each_cheat_with_exit_2_naming_method_and_rule(name, cheats_installed, bench_cache):
+def test_check_method_catches_each_cheat_with_exit_2_naming_method_and_rule(name, cheats_installed, check_benches_once):
     out = invoke("check-method", name)
     assert out.exit_code == 2, out.output
     assert f"Method {name!r} fails the contract" in out.output
@@ -86,7 +86,7 @@ def test_rewinding_the_lent_generator_changes_no_batch_and_no_number(cheats_inst
 
 
 @pytest.mark.slow  # a whole check-method run; the built-ins' contract is in tests/test_contract.py's fast tier
-def test_built_ins_pass_check_method(bench_cache):
+def test_built_ins_pass_check_method(check_benches_once):
     out = invoke("check-method", "vanilla")
     assert out.exit_code == 0, out.output
     assert out.output.count("PASS") == 7 and "vanilla: passes the contract." in out.output

@@ -47,7 +47,8 @@ def test_lora_alone_and_old_class_freezing_alone_each_leave_part_of_the_penalty_
 
 
 @pytest.mark.slow  # two whole check-method runs (about 2 minutes on 2 shared cores)
-def test_check_method_exits_2_naming_the_inert_term_and_passes_the_plugin_alone(ewc_installed, bench_cache):
+def test_check_method_exits_2_naming_the_inert_term_and_passes_the_plugin_alone(ewc_installed,
+                                                                                   check_benches_once):
     bad = CliRunner().invoke(main, ["check-method", "ewc_fixture+sgm"])
     assert bad.exit_code == 2, bad.output
     assert "FAIL  loss terms reach trainable parameters" in bad.output

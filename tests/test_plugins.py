@@ -110,7 +110,7 @@ def test_a_plugin_cannot_shadow_a_builtin(site):
 
 
 @pytest.mark.slow  # two whole check-method runs (about a minute each on a shared 2-core machine)
-def test_check_method_passes_both_example_methods(example_installed, bench_cache):
+def test_check_method_passes_both_example_methods(example_installed, check_benches_once):
     for name in ("example_replay", "example_head_sgd"):
         out = invoke("check-method", name)
         assert out.exit_code == 0, out.output
