@@ -48,10 +48,21 @@ def _keep_xdist_groups(items) -> None:
             item._id = NodeId.parse(written)
 
 
+def _session_folder(tmp_path_factory) -> Path:
+    """The folder all of this session's processes share: under pytest-xdist, the one above each worker's own
+    temporary folder (``popen-<worker>``); in a single process, the session's own."""
+    base = tmp_path_factory.getbasetemp()
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    return base.parent if worker and base.name == f"popen-{worker}" else base
+
+
 @pytest.fixture(scope="session")
 def bench_cache(tmp_path_factory) -> Path:
-    """One cache for the whole session (deployed model and trunk features are reused, as for users)."""
-    path = tmp_path_factory.mktemp("bench-cache")
+    """One cache for the whole session, shared by its xdist workers (deployed models and trunk features are
+    reused, as for users and as a sweep's processes share one): each is built once under the harness's
+    file lock, not once per worker."""
+    path = _session_folder(tmp_path_factory) / "bench-cache"
+    path.mkdir(exist_ok=True)
     os.environ["BENCH_CACHE_DIR"] = str(path)
     return path
 
@@ -142,15 +153,23 @@ def tiny_protocol(tiny_protocol_file) -> Protocol:
 @pytest.fixture(scope="session")
 def joint_results(tmp_path_factory, bench_cache) -> Path:
     """A results folder holding the reduced protocol's joint reference for seed 0, trained once for the
-    session: the joint models cost more than the run that needs them, and tests of what a run or a sweep
-    stores copy this folder (``results_with_joint``) instead of each training them again. Tests of the
+    session, its xdist workers included (the first to need it trains it, the others wait for it): the joint
+    models cost more than the run that needs them, and tests of what a run or a sweep stores copy this folder
+    (``results_with_joint``) instead of each training them again, never writing into it. Tests of the
     joint's own training (that a first run trains and announces it) keep an empty folder."""
+    from filelock import FileLock
+
     from bench_stability_gap.harness.api import run
 
-    folder = tmp_path_factory.mktemp("joint-results")
-    spec = folder / "tiny_cil_reduced.yaml"
-    spec.write_text(yaml.safe_dump(reduced_tiny()))
-    run(str(spec), "joint", 0, results_dir=folder / "results", mlflow=False, device="cpu")
+    folder = _session_folder(tmp_path_factory) / "joint-results"  # trained by the first worker, read by all
+    folder.mkdir(exist_ok=True)
+    with FileLock(str(folder) + ".lock"):
+        done = folder / "trained"
+        if not done.exists():
+            spec = folder / "tiny_cil_reduced.yaml"
+            spec.write_text(yaml.safe_dump(reduced_tiny()))
+            run(str(spec), "joint", 0, results_dir=folder / "results", mlflow=False, device="cpu")
+            done.touch()
     return folder / "results"
 
 
@@ -164,15 +183,22 @@ def results_with_joint(tmp_path, joint_results) -> Path:
 
 @pytest.fixture(scope="session")
 def mlflow_template(tmp_path_factory) -> Path:
-    """An empty MLflow sqlite store, its schema made once: MLflow's migrations take about 20 s a store on
-    a shared 2-core machine, a copy of the made store well under one."""
+    """An empty MLflow sqlite store, its schema made once for the session, its xdist workers included:
+    MLflow's migrations take about 20 s a store on a shared 2-core machine, a copy of the made store well
+    under one."""
+    from filelock import FileLock
     from mlflow.tracking import MlflowClient
 
     from bench_stability_gap.harness.results.tracking import import_mlflow
 
     import_mlflow()
-    db = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
-    MlflowClient(f"sqlite:///{db}").search_experiments()
+    folder = _session_folder(tmp_path_factory) / "mlflow-template"
+    folder.mkdir(exist_ok=True)
+    db = folder / "mlflow.db"
+    with FileLock(str(folder) + ".lock"):
+        if not (folder / "made").exists():
+            MlflowClient(f"sqlite:///{db}").search_experiments()
+            (folder / "made").touch()
     return db
 
 

@@ -45,7 +45,10 @@ def _protocol(path: Path) -> Protocol:
     return Protocol.model_validate(spec)
 
 
-def test_replacing_a_weights_file_at_the_same_path_rebuilds_the_caches(bench_cache, weights_file, tmp_path):
+def test_replacing_a_weights_file_at_the_same_path_rebuilds_the_caches(weights_file, tmp_path, monkeypatch):
+    # a cache of its own: the session's is shared with other workers, whose trunk caches come and go meanwhile
+    bench_cache = tmp_path / "cache"
+    monkeypatch.setenv("BENCH_CACHE_DIR", str(bench_cache))
     protocol = _protocol(weights_file)
     opts = RunOptions(results_dir=tmp_path / "results", progress=False, log=False)
     first = prepare(protocol, 0, opts)
