@@ -70,8 +70,8 @@ def test_vanilla_run_writes_result_and_mlflow_and_is_reproducible(tiny_protocol_
 
 
 @pytest.mark.slow
-def test_uncached_trunk_gives_the_same_curves(tiny_protocol_file, tmp_path):
-    results = tmp_path / "r"
+def test_uncached_trunk_gives_the_same_curves(tiny_protocol_file, results_with_joint):
+    results = results_with_joint  # the joint reference is stored: what is compared is finetune's two runs
     base = ("--protocol", str(tiny_protocol_file), "--method", "finetune", "--results-dir", str(results), "--no-mlflow")
     assert run_cli(*base).exit_code == 0
     assert run_cli(*base, "--no-trunk-cache", "--rerun").exit_code == 0  # the cache is not part of a run's identity
@@ -179,13 +179,13 @@ def test_a_diverged_run_is_stored_as_such_never_as_a_score(tiny_protocol_file, r
 
 
 @pytest.mark.slow
-def test_sweep_runs_a_grid_then_resumes_and_prints_its_table(tiny_protocol_file, tmp_path):
+def test_sweep_runs_a_grid_then_resumes_and_prints_its_table(tiny_protocol_file, results_with_joint, tmp_path):
     sweep = tmp_path / "grid.yaml"
     sweep.write_text(yaml.safe_dump({
         "name": "grid", "seeds": [0],
         "runs": [{"protocol": str(tiny_protocol_file), "methods": ["finetune"]},
                  {"protocol": str(tiny_protocol_file), "methods": ["vanilla+oocf"], "set": {"lr": 2e-3}}]}))
-    results, table = tmp_path / "results", tmp_path / "table.md"
+    results, table = results_with_joint, tmp_path / "table.md"  # the joint reference stored: not the subject
     args = ["sweep", str(sweep), "--no-progress", "--no-mlflow", "--results-dir", str(results), "--table", str(table)]
     first = CliRunner().invoke(main, args, catch_exceptions=False)
     assert first.exit_code == 0, first.output
