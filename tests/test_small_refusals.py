@@ -100,7 +100,7 @@ def test_a_dry_run_names_the_checkpoint_a_run_resumes_from(tmp_path, monkeypatch
     protocol = load_protocol("tiny_cil")
     options = run_options(results, "cpu")
     config = method_settings(build_method("vanilla", protocol, {})[1])
-    saver = _run_checkpointer(options, protocol.spec_hash, "vanilla", config, {}, 0, restart=False)
+    saver = _run_checkpointer(options, options.identity(protocol, "vanilla", 0, config, {}), restart=False)
     saver.mid_path.parent.mkdir(parents=True)
     saver.mid_path.write_bytes(b"a checkpoint a stop left")  # the dry run reads no checkpoint: it names it
     out = invoke("sweep", str(sweep), "--dry-run", "--device", "cpu", "--results-dir", str(results))
