@@ -236,7 +236,7 @@ def _options(overrides: dict, results_dir: Path | None, device: str, trunk_cache
              allow_download: bool):
     """``api.run_options`` from the command's options (the resume settings through the context), the
     device it resolved to printed first."""
-    from .api import run_options
+    from .api.options import run_options
     from .model.device import resolve_device
 
     chosen = resolve_device(device)
@@ -270,7 +270,8 @@ def run(protocol: str, method: str, seed: int, overrides: tuple[str, ...], tuned
     """Run METHOD on PROTOCOL (default: vanilla on the embedded tiny_cil) and print its gap metrics. With no
     --set, the method runs its published settings (methods/defaults.yaml); --tuned runs its tuned ones."""
     from ..methods.registry import parse_overrides
-    from .api import Tracking, checked_request, report_stored, run_checked, stored_before_set_up
+    from .api.execute import Tracking
+    from .api.running import checked_request, report_stored, run_checked, stored_before_set_up
     from .paths import results_dir as resolve_results
     from .results.read_once import reading_once
     from .run.announce import plan_line
@@ -337,7 +338,8 @@ def sweep(sweep: str | None, schema: bool, seeds: str | None, dry_run: bool, tab
     runs already in the results folder, then print the mean ± std table of what it covers. Shared
     prerequisites (deployed model, joint and A_best references of each seed) are built once, first.
     Protocol paths in a sweep file are read relative to the file; --schema prints what the file may hold."""
-    from .api import Tracking, run_sweep, sweep_table
+    from .api.execute import Tracking
+    from .api.sweeping import run_sweep, sweep_table
     from .paths import check_output_file
     from .paths import results_dir as resolve_results
     from .sweep.plan import Sweep, load_sweep
@@ -420,7 +422,7 @@ def tune(protocol: str, method: str, trials: int | None, objective: str | None, 
     """Tune METHOD on PROTOCOL's validation split (never its test split): an Optuna study of the protocol's
     ruleset (trials, objective) over the search space the method declares, then the best settings
     written as a tuned entry (bench run --tuned runs them on the test split)."""
-    from .api import run_tune, tune_request
+    from .api.tuning import run_tune, tune_request
     from .errors import read_file
     from .results.tuned import entry_path
     from .spec.specfile import decode_spec, safe_yaml

@@ -218,7 +218,7 @@ def test_a_run_a_concurrent_sweep_stored_after_this_sweep_planned_is_reused_not_
     planned = api.plan_sweep(load_sweep(str(grid)), None, api.run_options(results, "cpu"))
     assert planned is not None and [r.done for r in planned] == [None]  # missing when this sweep planned
     other = run(str(tiny_protocol_file), "finetune", 0, results_dir=results, mlflow=False, device="cpu")
-    monkeypatch.setattr(api, "plan_sweep", lambda *args, **kwargs: planned)  # this sweep's plan, made before
+    monkeypatch.setattr(api.sweeping, "plan_sweep", lambda *args, **kwargs: planned)  # this sweep's plan, made before
     trained = counting(monkeypatch, "bench_stability_gap.harness.run.pipeline._continual_result",
                        lambda protocol, bench, spec, *rest: spec.text)
     frame = api.sweep(str(grid), results_dir=results, mlflow=False, device="cpu")
@@ -265,7 +265,7 @@ def test_sweep_of_a_bf16_protocol_plans_against_bf16_runs(tiny_protocol_file: Pa
     stamp = ProtocolStamp(name=protocol.name, version=protocol.version, hash=protocol.spec_hash)
     config = method_settings(build_method("finetune", protocol, {})[1])
     graphs: list[list[Any]] = []
-    monkeypatch.setattr(api, "run_local_sweep", lambda graph, *a, **k: graphs.append(graph))  # nothing trains
+    monkeypatch.setattr(api.sweeping, "run_local_sweep", lambda graph, *a, **k: graphs.append(graph))  # nothing trains
 
     def stored_in(precision: str, device: str) -> tuple[Path, RunResult]:
         results = tmp_path / precision
