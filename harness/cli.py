@@ -7,12 +7,15 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ..leaderboard.cli import results_dir_option
 from .errors import BenchError, only_with, shorten, stop_note
+
+if TYPE_CHECKING:
+    from ..leaderboard.aggregate import TableFormat as SweepFormat
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 # OpenMP threads that spin while waiting make torch 10-20x slower as soon as two processes share the
@@ -269,38 +272,27 @@ def run(protocol: str, method: str, seed: int, overrides: tuple[str, ...], tuned
         tracking_uri: str | None, no_mlflow: bool) -> None:
     """Run METHOD on PROTOCOL (default: vanilla on the embedded tiny_cil) and print its gap metrics. With no
     --set, the method runs its published settings (methods/defaults.yaml); --tuned runs its tuned ones."""
-    from ..methods.registry import parse_overrides
     from .api.execute import Tracking
-    from .api.running import checked_request, report_stored, run_checked, stored_before_set_up
-    from .paths import results_dir as resolve_results
-    from .results.read_once import reading_once
+    from .api.requests import RunRequest
+    from .api.running import answer
     from .run.announce import plan_line
-    from .tools.preflight import check_backbone
 
-    tracking = Tracking(tracking_uri, not no_mlflow)
     # the torch-free checks first (a refusal stays one paragraph), then what the run is about to do, then an
     # identical stored run answered from its file: all before anything imports torch (seconds when loaded)
-    spec, settings, stamp = checked_request(protocol, method, seed, parse_overrides(list(overrides)), results_dir,
-                                            tracking, tuned)
+    request = RunRequest.checked(protocol, method, seed, overrides, results_dir, Tracking(tracking_uri, not no_mlflow),
+                                 tuned=tuned, rerun=rerun, save_predictions=save_predictions)
     if device not in ("auto", "cpu"):  # only torch can tell whether this device is here: ask it before announcing
         from .model.device import resolve_device
 
         resolve_device(device)
-    click.echo(plan_line(spec, method, seed, resolve_results(results_dir)), err=True)
-    with reading_once():  # the early answer and the run read each stored file once between them
-        meta = click.get_current_context().meta
-        if not (rerun or save_predictions):
-            found = stored_before_set_up(spec, method, seed, settings, stamp, results_dir, device,
-                                         meta.get("bench.precision"), meta.get("bench.cpu_kernels") or "fast")
-            if found is not None:
-                report_stored(found, spec, resolve_results(results_dir), tracking, click.echo, print_summary)
-                return
-        check_backbone(spec)
-        options = _options(settings, results_dir, device, trunk_cache, progress, allow_download)
-        outcome = run_checked(spec, method, seed, options, tracking, tuned=stamp, rerun=rerun,
-                              save_predictions=save_predictions, echo=click.echo, summary=print_summary)
-        if outcome.reused:  # said first (run_checked), before the stored run's summary
-            return
+    click.echo(plan_line(request.protocol, method, seed, request.results_dir), err=True)
+    meta = click.get_current_context().meta
+    outcome = answer(request, lambda: _options(request.settings, results_dir, device, trunk_cache, progress,
+                                               allow_download),
+                     device, meta.get("bench.precision"), meta.get("bench.cpu_kernels") or "fast", echo=click.echo,
+                     summary=print_summary)
+    if outcome.reused:  # said first, before the stored run's summary
+        return
     click.echo(resource_note())
 
 
@@ -329,7 +321,7 @@ def run(protocol: str, method: str, seed: int, overrides: tuple[str, ...], tuned
               help="ray: GPUs each task reserves, fractions share one [default: 0]")
 @click.option("--max-retries", type=int, default=None, help="ray: retries of a task whose worker died [default: 3]")
 @_run_options
-def sweep(sweep: str | None, schema: bool, seeds: str | None, dry_run: bool, table_path: Path | None, fmt: str,
+def sweep(sweep: str | None, schema: bool, seeds: str | None, dry_run: bool, table_path: Path | None, fmt: SweepFormat,
           extra: str | None, executor: str, address: str | None,
           cpus_per_run: float | None, gpus_per_run: float | None, max_retries: int | None, results_dir: Path | None,
           device: str, trunk_cache: bool, progress: bool, allow_download: bool, tracking_uri: str | None,
@@ -339,11 +331,11 @@ def sweep(sweep: str | None, schema: bool, seeds: str | None, dry_run: bool, tab
     prerequisites (deployed model, joint and A_best references of each seed) are built once, first.
     Protocol paths in a sweep file are read relative to the file; --schema prints what the file may hold."""
     from .api.execute import Tracking
+    from .api.requests import SweepRequest
     from .api.sweeping import run_sweep, sweep_table
     from .paths import check_output_file
     from .paths import results_dir as resolve_results
-    from .sweep.plan import Sweep, load_sweep
-    from .tools.preflight import check_outputs, check_seed
+    from .sweep.plan import Sweep
 
     if schema:
         click.echo(json.dumps(Sweep.model_json_schema(), indent=2))
@@ -353,7 +345,6 @@ def sweep(sweep: str | None, schema: bool, seeds: str | None, dry_run: bool, tab
                          "(bench sweep --schema prints what the file may hold).")
     ray_plan = _ray_plan(executor, address, cpus_per_run, gpus_per_run, max_retries, device, "sweep")
     columns = _sweep_columns(fmt, extra)
-    spec = load_sweep(sweep)
     if table_path is not None:
         table_path = check_output_file(table_path, "--table", resolve_results(results_dir),
                                        [Path(sweep)] if Path(sweep).is_file() else [])
@@ -361,15 +352,12 @@ def sweep(sweep: str | None, schema: bool, seeds: str | None, dry_run: bool, tab
         chosen = [int(s) for s in seeds.split(",")] if seeds is not None else None  # an empty one is refused
     except ValueError:
         raise BenchError(f"--seeds {seeds!r} must be comma-separated integers, e.g. 0,1,2.") from None
-    for seed in chosen or spec.seeds:
-        check_seed(seed, "seed")
-    if not dry_run:
-        check_outputs(resolve_results(results_dir), tracking_uri, not no_mlflow)
+    request = SweepRequest.checked(sweep, chosen, results_dir, Tracking(tracking_uri, not no_mlflow), dry_run=dry_run)
     options = _options({}, results_dir, device, trunk_cache, progress, allow_download)
-    outcome = run_sweep(spec, chosen, options, Tracking(tracking_uri, not no_mlflow), ray_plan=ray_plan,
-                        dry_run=dry_run, echo=click.echo, summary=print_summary)
+    outcome = run_sweep(request, options, ray_plan=ray_plan, echo=click.echo, summary=print_summary)
     if dry_run:
         return
+    spec = request.spec
     _report_ray_tasks(outcome)
     click.echo("\n" + sweep_table(spec, outcome.runs, options.results_dir, fmt, columns), nl=False)
     if table_path is not None:
@@ -422,7 +410,8 @@ def tune(protocol: str, method: str, trials: int | None, objective: str | None, 
     """Tune METHOD on PROTOCOL's validation split (never its test split): an Optuna study of the protocol's
     ruleset (trials, objective) over the search space the method declares, then the best settings
     written as a tuned entry (bench run --tuned runs them on the test split)."""
-    from .api.tuning import run_tune, tune_request
+    from .api.requests import TuneRequest
+    from .api.tuning import run_tune
     from .errors import read_file
     from .results.tuned import entry_path
     from .spec.specfile import decode_spec, safe_yaml
@@ -438,15 +427,15 @@ def tune(protocol: str, method: str, trials: int | None, objective: str | None, 
         if not isinstance(read, dict):
             raise BenchError(f"--space {space_file} must hold a mapping of setting -> range.")
         given = read
-    request = tune_request(protocol, method, trials=trials, objective=objective, seed=seed, storage=storage,
-                           space=given, results_dir=results_dir)
+    request = TuneRequest.checked(protocol, method, trials=trials, objective=objective, seed=seed, storage=storage,
+                                  space=given, results_dir=results_dir)
     ray_plan = _ray_plan(executor, address, cpus_per_run, gpus_per_run, None, device, "study")
-    check_backbone(request.protocol)
+    check_backbone(request.study.protocol)
     options = _options({}, results_dir, device, trunk_cache, progress, allow_download)
     entry = run_tune(request, options, ray_plan, click.echo)
     click.echo(f"\nBest of {entry.trials} trial(s) ({entry.objective} on validation {entry.value:.4f}, trial "
                f"{entry.best_trial}): " + " ".join(f"--set {k}={v}" for k, v in entry.settings.items()))
-    click.echo(f"Tuned entry: {entry_path(options.results_dir, request.protocol.name, method)}")
+    click.echo(f"Tuned entry: {entry_path(options.results_dir, request.study.protocol.name, method)}")
 
 
 def _ray_plan(executor: str, address: str | None, cpus: float | None, gpus: float | None, retries: int | None,

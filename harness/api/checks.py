@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from ..errors import BenchError
 
@@ -55,24 +54,24 @@ STORAGE: Kind = ((str, type(None)), "a database URL, e.g. 'sqlite:///path/optuna
 CHECKPOINT_EVERY = "a whole number of updates >= 0 (0: at session ends only) or None (every 2 minutes)"
 
 
-def refused(name: str, value: Any, takes: str) -> BenchError:
+def refused(name: str, value: object, takes: str) -> BenchError:
     from ..spec.specfile import short_repr
 
     return BenchError(f"{name} takes {takes}, not {short_repr(value)} of type {type(value).__name__}.")
 
 
-def check_kinds(**given: tuple[Any, Kind]) -> None:
+def check_kinds(**given: tuple[object, Kind]) -> None:
     """Each argument (value, kind) of its kind; a bool is never taken for a number."""
     for name, (value, (types, takes)) in given.items():
         if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
             raise refused(name, value, takes)
 
 
-def check_flags(**flags: Any) -> None:
+def check_flags(**flags: object) -> None:
     check_kinds(**{name: (value, FLAG) for name, value in flags.items()})
 
 
-def name_list(value: Any, name: str, example: str) -> tuple[str, ...]:
+def name_list(value: object, name: str, example: str) -> tuple[str, ...]:
     """A collection of names as a tuple; one str is refused, not read as its letters."""
     items = None if isinstance(value, (str, bytes)) or not isinstance(value, Iterable) else tuple(value)
     if items is None or not all(isinstance(item, str) for item in items):
@@ -80,7 +79,7 @@ def name_list(value: Any, name: str, example: str) -> tuple[str, ...]:
     return items
 
 
-def seed_list(seeds: Any) -> list[int] | None:
+def seed_list(seeds: object) -> list[int] | None:
     """The seeds a sweep runs instead of its own (None: its own), each one ``check_seed`` accepts."""
     from ..tools.preflight import check_seed
 

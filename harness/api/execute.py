@@ -7,13 +7,18 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..errors import BenchError, note_stop
 from ..results.schema import RunResult
 
 if TYPE_CHECKING:
-    from ..results.tracking import NotMirrored
+    from ..results.tracking import LiveRun, NotMirrored
+    from ..results.tuned import TunedStamp
+    from ..run.options import RunOptions
+    from ..run.predictions import PredictionRecorder
+    from ..run.workbench import Workbench
+    from ..spec.protocol import Protocol
 
 Echo = Callable[[str], None]
 
@@ -31,7 +36,7 @@ def _stored_paths(root: Path, protocol: str) -> set[Path]:
 
 
 def _mirror_references(result: RunResult, path: Path, before: set[Path], root: Path, tracking_uri: str | None,
-                       echo: Echo, protocol: Any = None) -> list[NotMirrored]:
+                       echo: Echo, protocol: Protocol | None = None) -> list[NotMirrored]:
     """Mirror to MLflow the reference runs this run trained on the way (the joint model, the protocol's
     A_best set for its seed); returns what could not be mirrored."""
     from ..results.schema import load_result
@@ -55,7 +60,7 @@ def _mirror_references(result: RunResult, path: Path, before: set[Path], root: P
     return problems
 
 
-def _save_predictions(recorder: Any, result: RunResult, path: Path, echo: Echo) -> None:
+def _save_predictions(recorder: PredictionRecorder | None, result: RunResult, path: Path, echo: Echo) -> None:
     """The recorder's npz beside the result JSON (``save_predictions``)."""
     if recorder is None or not result.curves:
         return
@@ -75,9 +80,9 @@ class Tracking:
     mlflow: bool = True
 
 
-def execute(protocol: Any, method: str, seed: int, options: Any, tracking: Tracking = Tracking(), *,
-            save_predictions: bool = False, tuned: Any = None, bench: Any = None, echo: Echo = quiet,
-            summary: Summary | None = None) -> tuple[RunResult, Path]:
+def execute(protocol: Protocol, method: str, seed: int, options: RunOptions, tracking: Tracking = Tracking(), *,
+            save_predictions: bool = False, tuned: TunedStamp | None = None, bench: Workbench | None = None,
+            echo: Echo = quiet, summary: Summary | None = None) -> tuple[RunResult, Path]:
     """One run on a loaded protocol with ``RunOptions``: the JSON is written atomically first, then (with
     ``tracking.mlflow``) the live MLflow run is finished with the full record and the reference runs it
     trained are mirrored. A tracking failure never costs the result: the JSON stays, and the error says how
@@ -106,8 +111,9 @@ def execute(protocol: Any, method: str, seed: int, options: Any, tracking: Track
     return _execute_tracked(protocol, method, seed, options, tracking.uri, recorder, tuned, bench, echo, summary)
 
 
-def _execute_tracked(protocol: Any, method: str, seed: int, options: Any, tracking_uri: str | None, recorder: Any,
-                     tuned: Any, bench: Any, echo: Echo, summary: Summary | None) -> tuple[RunResult, Path]:
+def _execute_tracked(protocol: Protocol, method: str, seed: int, options: RunOptions, tracking_uri: str | None,
+                     recorder: PredictionRecorder | None, tuned: TunedStamp | None, bench: Workbench | None, echo: Echo,
+                     summary: Summary | None) -> tuple[RunResult, Path]:
     from ..results.schema import load_result
     from ..results.tracking import LiveRun, not_mirrored, run_name, sync_command
     from ..run.options import run_precision
@@ -164,7 +170,7 @@ def _execute_tracked(protocol: Any, method: str, seed: int, options: Any, tracki
     return result, path
 
 
-def _predictions_note(recorder: Any, path: Path) -> str:
+def _predictions_note(recorder: PredictionRecorder | None, path: Path) -> str:
     """What a stop after the result was stored says of ``--save-predictions``' file (empty without it)."""
     if recorder is None:
         return ""
@@ -175,7 +181,8 @@ def _predictions_note(recorder: Any, path: Path) -> str:
             "--save-predictions that trains again records them); ")
 
 
-def _closed_after_stop(stop: KeyboardInterrupt, live: Any, result: RunResult, path: Path, recorder: Any, sync: str,
+def _closed_after_stop(stop: KeyboardInterrupt, live: LiveRun, result: RunResult, path: Path,
+                       recorder: PredictionRecorder | None, sync: str,
                        closed: bool) -> None:
     """A stop after the result was stored: its MLflow record is completed from it before the process ends
     (unless it was already), and the stop gets the note of what is on disk. A second stop while the record

@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..errors import BenchError
 from .checks import CHECKPOINT_EVERY, FOLDER_OR_NONE, TEXT, check_flags, check_kinds, refused
+
+if TYPE_CHECKING:
+    from ..run.options import RunOptions
 
 MAX_HOOK_SECONDS = 10_000_000  # a hook time limit beyond this (four months) is a typo, not a limit
 
 
 def run_options(results_dir: str | Path | None = None, device: str = "auto", *, precision: str | None = None,
-                cpu_kernels: str = "fast", overrides: dict[str, Any] | None = None, trunk_cache: bool = True,
+                cpu_kernels: str = "fast", overrides: dict[str, object] | None = None, trunk_cache: bool = True,
                 progress: bool = False, allow_download: bool = False, restart: bool = False,
                 checkpoint_every: int | None = None, wait: bool = True, gpu_decode: bool = True,
-                hook_time_limit: float | None = None) -> Any:
+                hook_time_limit: float | None = None) -> RunOptions:
     """The ``RunOptions`` of a run or a sweep, each value checked (argument types, device, precision on it,
     kernel set, the BENCH_* settings a run reads) before anything computes; the results folder resolved as
     the CLI does (``BENCH_RESULTS_DIR``, else ./bench-results)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Literal, get_args
 
 from ..errors import BenchError
 from .checks import FOLDER, FOLDER_OR_NONE, check_flags, check_kinds, name_list
@@ -13,6 +13,8 @@ from .execute import quiet
 
 if TYPE_CHECKING:
     import pandas as pd  # loaded where a frame is made: a run's request answers before pandas would load
+
+    from ..tools.reproduce import Report
 
 # load_results' columns besides the metrics: where the run's JSON is, and why it is not ranked (empty: ranked,
 # or a joint reference in use)
@@ -82,7 +84,7 @@ def table(results_dir: str | Path, protocols: Iterable[str] = (), fmt: TableForm
 
 
 def reproduce(result: str | Path, scratch: str | Path | None = None, *, reuse_caches: bool = False,
-              progress: bool = True) -> Any:
+              progress: bool = True) -> Report:
     """Make the stored run ``result`` (its JSON) again from what it records, as ``bench reproduce`` does, and
     return the report (``harness.tools.reproduce.Report``: ``identical``, ``identity``, ``point``, ``metrics``,
     ``lines()``). The scratch folder is a new temporary one unless given; caches are made afresh there unless

@@ -7,21 +7,29 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING
 
 from ..errors import BenchError
 from ..results.read_once import reading_once
 from ..results.schema import RunResult
-from .checks import SWEEP, TEXT_OR_NONE, check_flags, check_kinds, seed_list
 from .execute import Echo, Summary, Tracking, execute, quiet
 from .options import offline_unless, run_options
+from .requests import SweepRequest
 from .results import load_results
 from .running import mirror_found
 
 if TYPE_CHECKING:
     import pandas as pd  # loaded where a frame is made
 
-def tune_first(spec: Any, options: Any, ray_plan: Any = None, *, dry_run: bool = False,
+    from ...leaderboard.aggregate import TableFormat as SweepTableFormat
+    from ..run.options import RunOptions
+    from ..run.workbench import Workbench
+    from ..sweep.plan import PlannedRun, Sweep
+    from ..sweep.progress import ProgressBoard, TaskState
+    from ..sweep.ray_executor import RayPlan
+    from ..sweep.stages import Stage
+
+def tune_first(spec: Sweep, options: RunOptions, ray_plan: RayPlan | None = None, *, dry_run: bool = False,
                echo: Echo = quiet) -> bool:
     """Tune each method of the sweep's ``tuned: true`` rows under its protocol's ruleset where no tuned
     entry exists yet (every ruleset, validation split and search space checked first). A dry run lists
@@ -45,8 +53,8 @@ def tune_first(spec: Any, options: Any, ray_plan: Any = None, *, dry_run: bool =
     return not (dry_run and missing)
 
 
-def plan_sweep(spec: Any, seeds: list[int] | None, options: Any, ray_plan: Any = None, *, dry_run: bool = False,
-               echo: Echo = quiet) -> list[Any] | None:
+def plan_sweep(spec: Sweep, seeds: list[int] | None, options: RunOptions, ray_plan: RayPlan | None = None, *,
+               dry_run: bool = False, echo: Echo = quiet) -> list[PlannedRun] | None:
     """The sweep's runs, tuned first where its rows ask, each marked done when a stored result covers it
     in the precision, device and kernel set ``options`` give (a bf16 run on CUDA is not covered by an fp32
     one); None for a dry run whose tuned rows are not tuned yet."""
@@ -70,8 +78,8 @@ def plan_sweep(spec: Any, seeds: list[int] | None, options: Any, ray_plan: Any =
 
 @dataclass
 class SweepOutcome:
-    runs: list[Any]  # the planned runs (``sweep.plan.PlannedRun``), done ones included
-    states: dict[str, Any] = field(default_factory=dict)  # Ray: each task's final state
+    runs: list[PlannedRun]  # done ones included
+    states: dict[str, TaskState] = field(default_factory=dict)  # Ray: each task's final state
     hung: list[str] = field(default_factory=list)  # local: the runs stopped past their hook time limit (labels)
 
     def hung_error(self) -> BenchError | None:
@@ -84,20 +92,20 @@ class SweepOutcome:
                           f"last checkpoint.")
 
     @property
-    def failed(self) -> list[Any]:
+    def failed(self) -> list[TaskState]:
         return [t for t in self.states.values() if t.status in ("failed", "skipped")]
 
 
-def run_sweep(spec: Any, seeds: list[int] | None, options: Any, tracking: Tracking = Tracking(), *,
-              ray_plan: Any = None, dry_run: bool = False, echo: Echo = quiet,
+def run_sweep(request: SweepRequest, options: RunOptions, *, ray_plan: RayPlan | None = None, echo: Echo = quiet,
               summary: Summary | None = None) -> SweepOutcome:
     """The one orchestration of a sweep (``bench sweep`` and ``sweep``): tune first where asked, plan
     against the runs ``options`` make, then the stages still to go, locally or on Ray (``ray_plan``). A
     dry run only plans (no run at all when its tuned rows are not tuned yet)."""
     from ..sweep.stages import stage_graph
 
+    tracking, dry_run = request.tracking, request.dry_run
     with reading_once():
-        runs = plan_sweep(spec, seeds, options, ray_plan, dry_run=dry_run, echo=echo)
+        runs = plan_sweep(request.spec, request.seeds, options, ray_plan, dry_run=dry_run, echo=echo)
         if runs is None or dry_run:
             return SweepOutcome(runs or [])
         if tracking.mlflow:
@@ -116,7 +124,7 @@ def run_sweep(spec: Any, seeds: list[int] | None, options: Any, tracking: Tracki
     return SweepOutcome(runs, run_ray(graph, options, ray_plan, tracking.uri, tracking.mlflow, echo))
 
 
-def _mirror_done(runs: list[Any], results_dir: Path, tracking_uri: str | None, echo: Echo) -> None:
+def _mirror_done(runs: list[PlannedRun], results_dir: Path, tracking_uri: str | None, echo: Echo) -> None:
     """The MLflow records of the sweep's rows that are done, made where the store lacks a complete one, as
     ``bench run`` makes a found run's: a sweep run again after one made without MLflow completes them."""
     from ..results.schema import load_result
@@ -126,7 +134,7 @@ def _mirror_done(runs: list[Any], results_dir: Path, tracking_uri: str | None, e
             mirror_found(load_result(r.done), r.done, results_dir, tracking_uri, r.protocol, echo)
 
 
-def run_local_sweep(graph: list[Any], options: Any, tracking: Tracking = Tracking(), *, echo: Echo = quiet,
+def run_local_sweep(graph: list[Stage], options: RunOptions, tracking: Tracking = Tracking(), *, echo: Echo = quiet,
                     summary: Summary | None = None) -> list[str]:
     """Every stage of a sweep's graph in this process, one workbench per protocol spec and seed: shared
     stages (joint, A_best references) once, then each method run as ``execute`` does it (live MLflow run
@@ -137,10 +145,10 @@ def run_local_sweep(graph: list[Any], options: Any, tracking: Tracking = Trackin
     from ..sweep.stages import run_local
 
     board = ProgressBoard({stage.key: stage.label for stage in graph}, work={stage.key: stage.work for stage in graph})
-    before: list[Any] = []  # the stage running, marked done when the next one starts
+    before: list[Stage] = []  # the stage running, marked done when the next one starts
     hung: dict[str, str] = {}  # stage key -> label of its run, stopped past its hook time limit
 
-    def start(stage: Any) -> None:
+    def start(stage: Stage) -> None:
         if before:
             done = before.pop()
             board.finished(done.key, "failed" if done.key in hung else "done")
@@ -148,11 +156,11 @@ def run_local_sweep(graph: list[Any], options: Any, tracking: Tracking = Trackin
         before.append(stage)
         echo(f"\n[{graph.index(stage) + 1}/{len(graph)}] {stage.label}  ({sweep_status(board)})")
 
-    def method_run(stage: Any, bench: Any) -> None:
+    def method_run(stage: Stage, bench: Workbench) -> None:
         execute(stage.protocol, stage.method, stage.seed, dataclasses.replace(options, overrides=dict(stage.overrides)),
                 tracking, tuned=stage.tuned, bench=bench, echo=echo, summary=summary)
 
-    def stored(stage: Any, made: list[tuple[RunResult, Path]]) -> None:  # a shared stage's results
+    def stored(stage: Stage, made: list[tuple[RunResult, Path]]) -> None:  # a shared stage's results
         for result, path in made:
             if summary:
                 summary(result, path)
@@ -160,7 +168,7 @@ def run_local_sweep(graph: list[Any], options: Any, tracking: Tracking = Trackin
                 rid, uri = mirror(result, path, options.results_dir, tracking.uri, stage.protocol)
                 echo(f"  MLflow run {rid} in {uri}")
 
-    def stopped(stage: Any, fault: Exception) -> None:  # the sweep goes on with its other runs
+    def stopped(stage: Stage, fault: Exception) -> None:  # the sweep goes on with its other runs
         hung[stage.key] = stage.label
         echo(f"Error: {fault} The sweep goes on with its other runs.")
 
@@ -172,7 +180,7 @@ def run_local_sweep(graph: list[Any], options: Any, tracking: Tracking = Trackin
     return list(hung.values())
 
 
-def sweep_status(board: Any) -> str:
+def sweep_status(board: ProgressBoard) -> str:
     """Where a local sweep stands, in stages (the unit its [i/N] counts): done, elapsed, ETA."""
     from ..progress_bar import duration
     from ..sweep.progress import count, eta_seconds
@@ -193,21 +201,13 @@ def sweep(sweep: str, seeds: list[int] | None = None, *, results_dir: str | Path
     of the results folder, restricted to the sweep's runs (one row per run). The process gets its CPU
     settings back afterwards, as after ``run``."""
     from ..model.compute import cpu_settings_restored
-    from ..sweep.plan import load_sweep
-    from ..tools.preflight import check_outputs, check_seed
 
-    check_kinds(sweep=(sweep, SWEEP), tracking_uri=(tracking_uri, TEXT_OR_NONE))
-    check_flags(mlflow=mlflow)
-    chosen = seed_list(seeds)
     offline_unless(allow_download)
-    spec = load_sweep(str(sweep))
-    for seed in spec.seeds if chosen is None else chosen:
-        check_seed(seed, "seed")
+    request = SweepRequest.checked(sweep, seeds, results_dir, Tracking(tracking_uri, mlflow))
     options = run_options(results_dir, device, precision=precision, cpu_kernels=cpu_kernels, trunk_cache=trunk_cache,
                           progress=progress, allow_download=allow_download)
-    check_outputs(options.results_dir, tracking_uri, mlflow)
     with cpu_settings_restored():
-        outcome = run_sweep(spec, chosen, options, Tracking(tracking_uri, mlflow))
+        outcome = run_sweep(request, options)
     if (hung := outcome.hung_error()) is not None:
         raise hung
     frame = load_results(options.results_dir)
@@ -216,7 +216,7 @@ def sweep(sweep: str, seeds: list[int] | None = None, *, results_dir: str | Path
     return frame[keep].reset_index(drop=True)
 
 
-def sweep_table(spec: Any, runs: Iterable[Any], results_dir: Path, fmt: str = "markdown",
+def sweep_table(spec: Sweep, runs: Iterable[PlannedRun], results_dir: Path, fmt: SweepTableFormat = "markdown",
                 columns: Sequence[str] = ()) -> str:
     """The leaderboard's mean ± std table restricted to this sweep's protocols, rows and seeds (with their
     joint references), in ``fmt`` (``brief``: the gaps and the paired difference in 120 columns; else a
@@ -239,7 +239,7 @@ def sweep_table(spec: Any, runs: Iterable[Any], results_dir: Path, fmt: str = "m
     if fmt == "markdown":
         header = "## " + header
     boards = [b for b in summarize(entries) if b.name in names]  # not NAME's own board
-    table = format_table(boards, cast(Any, fmt), table_columns(columns))
+    table = format_table(boards, fmt, table_columns(columns))
     if fmt in ("latex", "json"):  # machine-read: the table alone
         return table
     return header + (spec.description.strip() + "\n\n" if spec.description and fmt != "brief" else "") + table
