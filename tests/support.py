@@ -86,3 +86,19 @@ def install_folder(site: Path, folder: Path, monkeypatch: Any) -> dict:
     write_dist(site, project["name"], project["version"], project["entry-points"])
     entries.cache_clear()
     return project
+
+
+def stop_at(monkeypatch: Any, phase: str, nth: int, raising: type[BaseException]) -> None:
+    """Raise ``raising`` before the ``nth`` update of ``phase`` this process runs (after the checkpoint due
+    there), where ``BENCH_KILL_AT`` would kill it: a stop at a known point without a second process."""
+    from bench_stability_gap.harness.run import loop
+
+    done = {"n": 0}
+
+    def stop(at: str) -> None:
+        if at == phase:
+            done["n"] += 1
+            if done["n"] == nth:
+                raise raising()
+
+    monkeypatch.setattr(loop, "maybe_die", stop)

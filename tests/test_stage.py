@@ -20,25 +20,14 @@ from bench_stability_gap.harness.run.pretrain import OfflineTraining
 from bench_stability_gap.methods.base import MethodConfig
 from bench_stability_gap.methods.registry import build_method
 
+import support
+
 SHAPE = {"format", "stage", "kind", "loop", "rng", "model", "own", "wall_s"}
 LOOP = {"stretch", "update", "pending", "progress", "tally", "seen"}
 
 
 class _Stopped(Exception):
     pass
-
-
-def _stop_at(monkeypatch, phase: str, nth: int) -> None:
-    """Raise before the ``nth`` update of ``phase`` (after the checkpoint due there), as a kill would stop it."""
-    done = {"n": 0}
-
-    def stop(at: str) -> None:
-        if at == phase:
-            done["n"] += 1
-            if done["n"] == nth:
-                raise _Stopped
-
-    monkeypatch.setattr(loop, "maybe_die", stop)
 
 
 @pytest.fixture()
@@ -60,7 +49,7 @@ def test_a_pretraining_stopped_mid_way_resumes_to_the_same_weights(short, tmp_pa
     bench, options = short
     plain = _pretraining(bench, options, Checkpointer(tmp_path / "plain.ckpt", every=2))
     plain.train()
-    _stop_at(monkeypatch, "pretrain", 4)  # the checkpoint at update 2 is the last before the stop
+    support.stop_at(monkeypatch, "pretrain", 4, _Stopped)  # the checkpoint at update 2 is the last before the stop
     saver = Checkpointer(tmp_path / "stopped.ckpt", every=2)
     with pytest.raises(_Stopped):
         _pretraining(bench, options, saver).train()
@@ -83,7 +72,7 @@ def _numbers(part: JointPart) -> dict:
 def test_a_joint_model_stopped_mid_way_resumes_to_the_same_part(short, tmp_path, monkeypatch):
     bench, options = short
     plain = ensure_joint_part(bench, 0, options, 0, Checkpointer(tmp_path / "plain.pt", every=2))
-    _stop_at(monkeypatch, "joint", 5)
+    support.stop_at(monkeypatch, "joint", 5, _Stopped)
     saver = Checkpointer(tmp_path / "stopped.pt", every=2)
     with pytest.raises(_Stopped):
         ensure_joint_part(bench, 0, options, 0, saver)
@@ -101,7 +90,7 @@ def test_a_joint_model_stopped_mid_way_resumes_to_the_same_part(short, tmp_path,
 
 def test_a_continual_run_checkpoints_in_the_same_shape(short, tmp_path, monkeypatch):
     bench, options = short
-    _stop_at(monkeypatch, "continual", 4)
+    support.stop_at(monkeypatch, "continual", 4, _Stopped)
     saver = Checkpointer(tmp_path / "run.pt", every=2)
     with pytest.raises(_Stopped):
         run_cl(bench, build_method("vanilla", bench.protocol)[1], 0, options, saver)

@@ -28,19 +28,6 @@ def _bench(protocol: Path, results: Path, *extra: str):
                                      "--no-progress", "--checkpoint-every", "1", *extra])
 
 
-def _stop_at(monkeypatch, phase: str, nth: int) -> None:
-    """SIGTERM (as its handler raises it) before the ``nth`` update of ``phase`` this process runs."""
-    done = {"n": 0}
-
-    def stop(at: str) -> None:
-        if at == phase:
-            done["n"] += 1
-            if done["n"] == nth:
-                raise Terminated()
-
-    monkeypatch.setattr(loop, "maybe_die", stop)
-
-
 def _said(out) -> str:
     return " ".join(out.output.split())
 
@@ -58,7 +45,7 @@ def _named_paths(note: str) -> list[Path]:
 def test_a_stop_in_each_phase_names_the_checkpoint_it_resumes_from(tmp_path, monkeypatch, phase, nth, what):
     monkeypatch.setenv("BENCH_CACHE_DIR", str(tmp_path / "cache"))  # the deployed model is trained here
     protocol, results = support.small_protocol(tmp_path), tmp_path / "results"
-    _stop_at(monkeypatch, phase, nth)
+    support.stop_at(monkeypatch, phase, nth, Terminated)
     out = _bench(protocol, results, "--no-mlflow")
     said = _said(out)
     assert out.exit_code == 143, out.output
