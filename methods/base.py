@@ -131,7 +131,7 @@ class Method(ABC):
         (REMIND: product-quantised codes); None means the raw sample's size."""
         return None
 
-    def shared_in_eval_copy(self) -> list[Any]:
+    def shared_in_eval_copy(self) -> list[object]:
         """Objects the harness's throwaway eval copy shares instead of deep-copying, because they cannot
         be copied (a faiss quantizer); ``predict`` must only read them."""
         return []
@@ -176,7 +176,7 @@ class Modifier:
     def predict(self, method: StandardMethod, x: Tensor) -> Tensor | None:
         """Scores that replace the head's logits at evaluation (a nearest-mean head); None: the head's."""
         return None
-    def shared_in_eval_copy(self) -> list[Any]:
+    def shared_in_eval_copy(self) -> list[object]:
         """What the harness's throwaway eval copy shares rather than copies (``Method.shared_in_eval_copy``)."""
         return []
     def check_base(self, method_cls: type[Method], protocol: Protocol) -> None:
@@ -245,7 +245,7 @@ class StandardMethod(Method):
     optimizer: torch.optim.Optimizer | None
     """AdamW over the parameter groups, built at each ``begin_session`` (after the modifiers' hooks); None
     between sessions."""
-    scheduler: Any
+    scheduler: Any  # an LRScheduler or None; state_dict() reads it through getattr, which mypy does not narrow
     """The learning-rate schedule a modifier returned (``sgm``'s OneCycle), or None."""
 
     def setup(self, model: SplitModel, ctx: Context) -> None:
@@ -369,7 +369,7 @@ class StandardMethod(Method):
                 return scores
         return self.model(x)
 
-    def shared_in_eval_copy(self) -> list[Any]:
+    def shared_in_eval_copy(self) -> list[object]:
         """What the modifiers ask the harness's eval copy to share rather than copy (a subclass adds its own)."""
         return [shared for m in self.modifiers for shared in m.shared_in_eval_copy()]
 

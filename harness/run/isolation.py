@@ -28,7 +28,7 @@ import types
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, NoReturn, TypeAlias
 
 import numpy as np
 import torch
@@ -40,6 +40,9 @@ from ..errors import BenchError
 from ..spec.protocol import Protocol
 from .memory import Memory
 from .module_copy import deepcopy_with_modules
+
+if TYPE_CHECKING:
+    from ...methods.base import Method
 
 METHOD_STREAM = 1  # SeedSequence spawn key of the method's own generators (the harness's is the run seed)
 
@@ -69,7 +72,7 @@ class TrainStream:
     task_of_class: np.ndarray       # per label: 0 for the pre-training classes, k for those introduced in session k+1
     lent_to: str = "a method"       # the method's name, for the messages of refused requests
 
-    def __getattr__(self, name: str) -> Any:  # only for names the dataclass lacks
+    def __getattr__(self, name: str) -> NoReturn:  # only for names the dataclass lacks: it always raises
         if name in ("test", "test_ids"):
             raise BenchError(f"Method {self.lent_to!r} asked ctx.stream for {name!r}. Rule: {TEST_SPLIT_RULE}")
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
@@ -221,7 +224,11 @@ def random_streams(seed: int) -> RandomStreams:
 HARNESS = __name__.partition(".run.")[0] + "."  # bench's harness package: its callables hold its state
 
 
-def _held_by_callable(obj: Any) -> list[tuple[str, Any]]:
+Held: TypeAlias = "types.FunctionType | types.MethodType | functools.partial[object]"
+"""A callable whose closure, defaults or bound arguments the walks look into."""
+
+
+def _held_by_callable(obj: Held) -> list[tuple[str, object]]:
     """What a function, bound method or partial a method keeps holds: a closure's variables, a function's
     attributes and defaults, a bound method's object, a partial's arguments. A closure is a place to keep
     data as much as an attribute is (and a way back to the original method from its eval copy). The
@@ -232,7 +239,7 @@ def _held_by_callable(obj: Any) -> list[tuple[str, Any]]:
         return [("__func__", obj.__func__), ("__self__", obj.__self__)]
     if (getattr(obj, "__module__", None) or "").startswith(HARNESS):
         return []
-    held: list[tuple[str, Any]] = []
+    held: list[tuple[str, object]] = []
     for name, cell in zip(obj.__code__.co_freevars, obj.__closure__ or ()):
         try:
             held.append((f"<closure {name}>", cell.cell_contents))
@@ -243,14 +250,14 @@ def _held_by_callable(obj: Any) -> list[tuple[str, Any]]:
     return held + [(f"<default {k}>", value) for k, value in (obj.__kwdefaults__ or {}).items()]
 
 
-def _walk(root: Any, skip: set[int], visit: Callable[[str, Any], bool], max_depth: int = 12,
+def _walk(root: object, skip: set[int], visit: Callable[[str, object], bool], max_depth: int = 12,
           closures: bool = True) -> None:
     """Depth-first over containers and plain objects' attributes; ``visit`` returns False to stop
     descending. Modules contribute buffers only (parameters are the model, not storage). ``closures``:
     also into what functions, bound methods and partials hold (``_held_by_callable``), the reflective part."""
     seen: set[int] = set(skip)
 
-    def go(path: str, obj: Any, depth: int) -> None:
+    def go(path: str, obj: object, depth: int) -> None:
         if id(obj) in seen or depth > max_depth:
             return
         seen.add(id(obj))
@@ -298,13 +305,13 @@ def sample_shape(store: InputStore) -> tuple[int, ...]:
     return (3, size, size)
 
 
-def retained_samples(method: Any, shape: tuple[int, ...], skip: list[Any]) -> tuple[int, list[str]]:
+def retained_samples(method: Method, shape: tuple[int, ...], skip: list[object]) -> tuple[int, list[str]]:
     """Samples' worth of input data a method holds (tensors or arrays whose trailing dimensions are one
     input), and where; ``skip``: what the harness lent it (counted elsewhere)."""
     found: list[tuple[str, int]] = []
     storages: set[tuple[int, int]] = set()
 
-    def visit(path: str, obj: Any) -> bool:
+    def visit(path: str, obj: object) -> bool:
         if isinstance(obj, (Tensor, np.ndarray)) and not isinstance(obj, nn.Parameter):
             dims = tuple(obj.shape)
             rows = 1 if dims == shape else (int(np.prod(dims[:-len(shape)])) if dims[-len(shape):] == shape
@@ -320,7 +327,7 @@ def retained_samples(method: Any, shape: tuple[int, ...], skip: list[Any]) -> tu
     return sum(r for _, r in found), [f"{p} ({r})" for p, r in found]
 
 
-def retained_finding(method: Any, memory: Memory, shape: tuple[int, ...], skip: Sequence[Any]) -> str | None:
+def retained_finding(method: Method, memory: Memory, shape: tuple[int, ...], skip: Sequence[object]) -> str | None:
     """At a session end: memory + input-shaped data the method keeps <= the protocol's cap plus what
     the method declares (``Method.retained_allowance``); what it keeps beyond, in words (None: within)."""
     cap = memory.capacity
@@ -338,7 +345,11 @@ def retained_finding(method: Any, memory: Memory, shape: tuple[int, ...], skip: 
 # ------------------------------------------------------------------ evaluation it cannot keep
 
 
-def _digest(obj: Any) -> Any:
+Digest: TypeAlias = "tuple[object, ...] | int | float | str | bytes | None"
+"""What ``_digest`` keeps of a value: only compared for equality."""
+
+
+def _digest(obj: object) -> Digest:
     """A value that changes when ``obj`` changes: tensors by identity and version counter (bumped by
     every in-place op, so no tensor is read), arrays by their bytes, everything else by value/length."""
     if isinstance(obj, Tensor):
@@ -353,11 +364,11 @@ def _digest(obj: Any) -> Any:
     return type(obj).__name__
 
 
-def fingerprint(root: Any, skip: Sequence[Any] = (), closures: bool = True) -> dict[str, Any]:
+def fingerprint(root: object, skip: Sequence[object] = (), closures: bool = True) -> dict[str, Digest]:
     """Path -> digest over everything reachable from ``root`` (see ``_walk``), parameters included."""
-    out: dict[str, Any] = {}
+    out: dict[str, Digest] = {}
 
-    def visit(path: str, obj: Any) -> bool:
+    def visit(path: str, obj: object) -> bool:
         out[path] = _digest(obj)
         if isinstance(obj, nn.Module):
             for name, p in obj.named_parameters():
@@ -368,11 +379,11 @@ def fingerprint(root: Any, skip: Sequence[Any] = (), closures: bool = True) -> d
     return out
 
 
-def _owner_state(method: Any) -> dict[str, Any]:
+def _owner_state(method: Method) -> dict[str, Digest]:
     """Mutable state a copy shares with the original: class attributes of the method's (and its modifiers')
     classes, and the module globals of every module of the packages their code comes from (a helper module
     of the plugin is as good a place to keep data as the method's own), outside bench itself."""
-    out: dict[str, Any] = {}
+    out: dict[str, Digest] = {}
     classes = {c for m in [method, *getattr(method, "modifiers", [])] for c in type(m).__mro__
                if not c.__module__.startswith(("bench_stability_gap.", "builtins", "abc"))}
     for cls in classes:
@@ -404,7 +415,7 @@ def _code_modules(classes: set[type]) -> set[str]:
     return modules
 
 
-def _may_hold_data(value: Any, modules: set[str]) -> bool:
+def _may_hold_data(value: object, modules: set[str]) -> bool:
     """A module global that data could be left in: a container, tensor or array, or an object or function
     of the plugin's own code (not the modules, classes and functions it imports)."""
     if isinstance(value, (list, dict, set, Tensor, np.ndarray)):
@@ -415,11 +426,11 @@ def _may_hold_data(value: Any, modules: set[str]) -> bool:
     return own in modules
 
 
-def _values(root: Any, skip: Sequence[Any], closures: bool = True) -> dict[str, Any]:
+def _values(root: object, skip: Sequence[object], closures: bool = True) -> dict[str, Tensor | np.ndarray]:
     """Path -> tensor or array, over everything reachable from ``root`` (``_walk``), parameters included."""
-    out: dict[str, Any] = {}
+    out: dict[str, Tensor | np.ndarray] = {}
 
-    def visit(path: str, obj: Any) -> bool:
+    def visit(path: str, obj: object) -> bool:
         if isinstance(obj, (Tensor, np.ndarray)):
             out[path] = obj
         if isinstance(obj, nn.Module):
@@ -438,7 +449,7 @@ def _unequal(a: Tensor, b: Tensor) -> Tensor:
     return differ.any()
 
 
-def _differing(copy: dict[str, Any], original: dict[str, Any]) -> list[str]:
+def _differing(copy: dict[str, Tensor | np.ndarray], original: dict[str, Tensor | np.ndarray]) -> list[str]:
     """Paths whose value in the eval copy now differs from the original method's: the two were equal when
     the copy was made, so a difference is a change made while evaluating, to either of them. It catches
     what a version counter misses (a write through ``.data``) and a predict that reached the original, and
@@ -466,7 +477,7 @@ def _differing(copy: dict[str, Any], original: dict[str, Any]) -> list[str]:
     return found
 
 
-def _changed(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+def _changed(before: dict[str, Digest], after: dict[str, Digest]) -> list[str]:
     return sorted(k for k in before.keys() | after.keys() if before.get(k, "<absent>") != after.get(k, "<absent>"))
 
 
@@ -476,21 +487,21 @@ class EvalCopy:
     made: the copy's fingerprint without what callables hold (``plain``) and, for the reflective audits, with
     it (``held``) and the mutable state of the method's classes and modules (``owners``)."""
 
-    method: Any
-    clone: Any
-    keep: list[Any]
-    plain: dict[str, Any]
-    held: dict[str, Any] | None = None
-    owners: dict[str, Any] | None = None
+    method: Method
+    clone: Method
+    keep: list[object]  # the lent objects, shared by identity
+    plain: dict[str, Digest]
+    held: dict[str, Digest] | None = None
+    owners: dict[str, Digest] | None = None
 
 
-def eval_copy(method: Any, shared: Sequence[Any], unused: Sequence[Any] = (), audit: bool = True) -> EvalCopy:
+def eval_copy(method: Method, shared: Sequence[object], unused: Sequence[object] = (), audit: bool = True) -> EvalCopy:
     """A copy of ``method`` to evaluate (``shared``: the harness's read-only objects, lent rather than copied,
     plus what ``method.shared_in_eval_copy()`` names; ``unused``: parts of the method nothing reads for the
     rest of the run, such as a trunk whose features are cached, shared with the copy but still checked);
     ``audit``: also the snapshots the reflective audits compare (closures, class and module state)."""
     keep = [*shared, *getattr(method, "shared_in_eval_copy", lambda: [])()]
-    memo: dict[int, Any] = {id(x): x for x in [*keep, *unused]}
+    memo: dict[int, object] = {id(x): x for x in [*keep, *unused]}
     for value in vars(method).values():  # optimizer state is not needed to predict: not copied
         if isinstance(value, torch.optim.Optimizer) or hasattr(value, "optimizer") and hasattr(value, "step"):
             memo[id(value)] = None
@@ -519,7 +530,7 @@ def owner_changes(c: EvalCopy) -> str | None:
     return None if c.owners is None else _predict_changed(c.method, _changed(c.owners, _owner_state(c.method)))
 
 
-def _predict_changed(method: Any, changed: list[str]) -> str | None:
+def _predict_changed(method: Method, changed: list[str]) -> str | None:
     if not changed:
         return None
     more = f" (and {len(changed) - 3} more)" if len(changed) > 3 else ""

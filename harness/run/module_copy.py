@@ -35,7 +35,7 @@ def _plain(cls: type) -> bool:
     return _PLAIN[cls]
 
 
-def _value(value: Any, memo: dict[int, Any]) -> Any:
+def _value(value: T, memo: dict[int, Any]) -> T:
     kind = type(value)
     if kind in _ATOMIC:
         return value
@@ -54,7 +54,7 @@ def _module(module: nn.Module, memo: dict[int, Any]) -> nn.Module:
     clone = type(module).__new__(type(module))
     memo[id(module)] = clone
     copy._keep_alive(module, memo)  # type: ignore[attr-defined]  # as deepcopy does: no id reused while copying
-    state: dict[str, Any] = {}
+    state: dict[str, object] = {}
     for key, value in module.__getstate__().items():
         if key == "_modules":
             state[key] = type(value)((n, None if m is None else _module(m, memo)) for n, m in value.items())
@@ -66,6 +66,7 @@ def _module(module: nn.Module, memo: dict[int, Any]) -> nn.Module:
     return clone
 
 
+# ``memo`` is deepcopy's: the copy made of each object, by the original's id, of any type (Any, as in typeshed)
 def deepcopy_with_modules(obj: T, memo: dict[int, Any] | None = None) -> T:
     """``copy.deepcopy(obj, memo)``, its modules (attributes of ``obj``, of the objects in its ``modifiers``,
     or ``obj`` itself) copied directly. Objects already in ``memo`` are shared, as deepcopy shares them."""

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from torch import Tensor
 
@@ -66,7 +66,7 @@ class Facts:
     granted so far (``since``: the hooks run since the last count), and the point's own: the update just
     observed, the eval copy just used, the shape of one input and the objects the harness lent."""
 
-    method: Any
+    method: Method
     memory: Memory | None = None
     steps: int = 0
     granted: int = 0
@@ -74,7 +74,7 @@ class Facts:
     observed: Observed | None = None
     copy: EvalCopy | None = None
     shape: tuple[int, ...] = ()
-    lent: Sequence[Any] = ()
+    lent: Sequence[object] = ()  # the harness's objects, by identity
 
 
 Check = Callable[[Facts], "str | None"]
@@ -205,7 +205,7 @@ def breach(name: str, finding: str) -> BenchError:
 
 
 @contextmanager
-def isolated_predict(method: Any, shared: list[Any], unused: Sequence[Any] = (),
+def isolated_predict(method: Method, shared: list[object], unused: Sequence[object] = (),
                      referee: Referee | None = None) -> Iterator[Callable[[Tensor], Tensor]]:
     """``predict`` of a throwaway copy of ``method`` (``isolation.eval_copy``); after the eval point, the
     evaluation rules of ``referee`` (every tier without one) judge what predict changed."""
@@ -215,7 +215,7 @@ def isolated_predict(method: Any, shared: list[Any], unused: Sequence[Any] = (),
     referee.at("evaluation", Facts(method, copy=copy))
 
 
-def check_retained_samples(method: Any, memory: Memory, shape: tuple[int, ...], skip: list[Any]) -> None:
+def check_retained_samples(method: Method, memory: Memory, shape: tuple[int, ...], skip: list[object]) -> None:
     """The ``retained_samples`` rule on its own, as a session's end checks it."""
     finding = retained_finding(method, memory, shape, skip)
     if finding is not None:

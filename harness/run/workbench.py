@@ -10,12 +10,12 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
-from ...methods.base import Context, TrainBatch
+from ...methods.base import Context, Method, TrainBatch
 from ..data.datapath import DataPathPlan, plan_data_path
 from ..data.inputs import InputStore, Preprocess, feature_cache_key, gpu_decodable
 from ..data.old_mix import plan_old_mix
@@ -50,12 +50,12 @@ class Lending:
     shape: tuple[int, ...]
     served: ServedIds
     """The session whose train ids ``ctx.inputs`` serves: the harness's, not lent."""
-    unused: tuple[Any, ...] = ()
+    unused: tuple[nn.Module, ...] = ()
     """Parts of the run's model nothing reads again (its trunk, once its features are cached): an eval
     copy shares them instead of copying them, and still checks that predict left them unchanged."""
 
     @property
-    def shared(self) -> list[Any]:
+    def shared(self) -> list[object]:
         """The harness's objects a method is lent: shared with, never copied into, an eval copy."""
         c = self.ctx
         return [c.protocol, c.stream, c.device, c.memory, c.inputs]
@@ -97,7 +97,7 @@ class Workbench:
         return Context(self.protocol, train_view(self.stream, method_name), self.device, MemoryView(memory), inputs,
                        rng, generator, self.compute)
 
-    def lend(self, memory: Memory, method: Any, streams: RandomStreams, model: SplitModel) -> Lending:
+    def lend(self, memory: Memory, method: Method, streams: RandomStreams, model: SplitModel) -> Lending:
         """The context for ``method`` (its own random streams, views without test data) and its checks;
         ``model``: the run's copy of the deployed model."""
         served = ServedIds(self.stream.pretrain_ids)
