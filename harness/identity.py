@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from .results.schema import RunResult
+    from .spec.specfile import JSONValue
 
 JOINT = "joint"  # the method string of the harness's own upper-bound reference
 
@@ -28,13 +30,13 @@ JOINT = "joint"  # the method string of the harness's own upper-bound reference
 # ------------------------------------------------------------------ the parts keys and labels are made of
 
 
-def key_hash(**parts: Any) -> str:
+def key_hash(**parts: object) -> str:  # anything json.dumps takes, the rest by str()
     """A short hash of JSON-serialisable parts: the form of every checkpoint and claim key."""
     blob = json.dumps(parts, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
-def canonical(value: dict[str, Any]) -> str:
+def canonical(value: Mapping[str, object]) -> str:
     """A mapping as sorted JSON: a frozen, comparable form that reads back to what ``key_hash`` hashes alike."""
     return json.dumps(value, sort_keys=True, default=str)
 
@@ -51,25 +53,25 @@ class Ruled(Protocol):
     def ruleset(self) -> str: ...
 
 
-def _row(method: str, overrides: dict[str, Any], ruleset: str | None) -> str:
+def _row(method: str, overrides: Mapping[str, object], ruleset: str | None) -> str:
     if ruleset is not None:
         return f"{method} [{ruleset}]"
     extra = ", ".join(f"{k}={format_setting(v)}" for k, v in sorted(overrides.items()))
     return f"{method} [{extra}]" if extra else method
 
 
-def row_label(method: str, overrides: dict[str, Any], tuned: Ruled | None = None) -> str:
+def row_label(method: str, overrides: Mapping[str, object], tuned: Ruled | None = None) -> str:
     """The row a run belongs to: its method string plus the ``--set`` overrides it ran with
     (``lwf+sgm [lr=0.0002]``), so a variant never averages with, or replaces, the default runs; a tuned
     run's row is named by its ruleset (``derpp [tuned (8 trials, CK_delta)]``), its settings are in the run."""
     return _row(method, overrides, tuned.ruleset if tuned is not None else None)
 
 
-def _effort(overrides: dict[str, Any], ruleset: str | None) -> str:
+def _effort(overrides: Mapping[str, object], ruleset: str | None) -> str:
     return ruleset if ruleset is not None else "set by hand" if overrides else "defaults"
 
 
-def effort(overrides: dict[str, Any], tuned: Ruled | None) -> str:
+def effort(overrides: Mapping[str, object], tuned: Ruled | None) -> str:
     """How a run's settings were chosen: ``defaults``, ``tuned (N trials, objective)``, or ``set by hand``."""
     return _effort(overrides, tuned.ruleset if tuned is not None else None)
 
@@ -129,7 +131,7 @@ class Execution:
         return key_hash(device=asked, precision=self.asked_precision or "default", cpu_channels_last=False,
                         trunk_cache=self.trunk_cache, numerics=self.numerics, **off)[:8]
 
-    def key(self, **parts: Any) -> str:
+    def key(self, **parts: object) -> str:
         """A checkpoint or claim key: ``parts`` with this execution's device key."""
         return key_hash(**parts, device=self.device_key)
 
@@ -189,8 +191,8 @@ class RunIdentity:
     # ---------------------------------------------------------------- constructors
 
     @classmethod
-    def of_request(cls, protocol: ProtocolLike, method: str, seed: int, config: dict[str, Any],
-                   overrides: dict[str, Any], execution: Execution, tuned: Ruled | None = None,
+    def of_request(cls, protocol: ProtocolLike, method: str, seed: int, config: Mapping[str, object],
+                   overrides: Mapping[str, object], execution: Execution, tuned: Ruled | None = None,
                    code_hash: str | None = None) -> RunIdentity:
         """The identity of a run about to be made: the method's resolved settings (``config``), the ``--set``
         overrides (a tuned run's: its entry's settings), how it executes; the precision is resolved here."""
@@ -224,12 +226,12 @@ class RunIdentity:
     # ---------------------------------------------------------------- the parts
 
     @cached_property
-    def config(self) -> dict[str, Any]:
+    def config(self) -> dict[str, JSONValue]:
         """The resolved settings, as a mapping (read once; ``settings`` stays the identity's value)."""
         return json.loads(self.settings)
 
     @cached_property
-    def override_values(self) -> dict[str, Any]:
+    def override_values(self) -> dict[str, JSONValue]:
         """The ``--set`` overrides, as a mapping (read once; ``overrides`` stays the identity's value)."""
         return json.loads(self.overrides)
 
@@ -247,7 +249,7 @@ class RunIdentity:
 
     # ---------------------------------------------------------------- keys
 
-    def checkpoint_parts(self, part: int | None = None) -> dict[str, Any]:
+    def checkpoint_parts(self, part: int | None = None) -> dict[str, JSONValue]:
         """What a phase's checkpoint key hashes beside the device key: for the joint reference the spec, the
         seed, its settings and (for one of its models) the part; for a method run the spec, the method, its
         settings and overrides, and the seed."""

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import BenchError, without_foreign_page
 from ..identity import RunIdentity, mlflow_name
@@ -27,6 +27,14 @@ from .comparability import value_problem
 from .schema import RunResult, TunedStamp, iter_results, row_label
 from .steps import STEP_AXIS_TAG, point_metrics, reference_steps
 from .store_read import SYNCED_TAG  # set last, once params, metrics and the JSON artifact are all logged
+
+if TYPE_CHECKING:
+    from mlflow.entities import Run
+
+    from ..run.evaluation import Accuracies
+    from ..spec.protocol import Protocol
+
+T = TypeVar("T")
 
 HTTP_TIMEOUT_S = "5"   # per request; MLflow's default is 120 s
 HTTP_RETRIES = "1"     # MLflow's default (7 retries with backoff) hangs a finished run for minutes
@@ -165,7 +173,7 @@ def _params(result: RunResult) -> dict[str, str]:
     return params
 
 
-def run_name(method: str, seed: int, overrides: Mapping[str, Any] | None = None, tuned: TunedStamp | None = None,
+def run_name(method: str, seed: int, overrides: Mapping[str, object] | None = None, tuned: TunedStamp | None = None,
              precision: str | None = None) -> str:
     """The MLflow name of a run not yet made (``RunIdentity.run_name`` once it is): the leaderboard row (the
     method with its ``--set`` overrides or its tuning ruleset), the seed and the precision."""
@@ -184,7 +192,7 @@ def _options_without_machine_state(options: Mapping[str, Any]) -> dict[str, Any]
     return {**options, "data_path": {k: v for k, v in plan.items() if k not in MACHINE_STATE}}
 
 
-def _final_metrics(result: RunResult, with_curves: bool, protocol: Any = None) -> list:
+def _final_metrics(result: RunResult, with_curves: bool, protocol: Protocol | None = None) -> list:
     """Scalars, and the step metrics on one axis (``steps``): the curves (``with_curves``; a live run
     logged them as it went), the training TFLOPs at each eval point and a joint run's accuracies."""
     from mlflow.entities import Metric
@@ -227,7 +235,7 @@ def _curve_metrics(result: RunResult, with_curves: bool) -> list:
     return metrics
 
 
-def _axis_tag(result: RunResult, protocol: Any = None) -> dict[str, str]:
+def _axis_tag(result: RunResult, protocol: Protocol | None = None) -> dict[str, str]:
     """Which x axis the run's step metrics use: cumulative updates, or (a joint run whose protocol gives
     no fixed update count per session) the session index."""
     fallback = bool(result.reference) and reference_steps(result, protocol) is None
@@ -320,7 +328,8 @@ class Store:
 
 
 def log_run(result: RunResult, json_path: Path, results_dir: Path, tracking_uri: str | None = None,
-            tags: Mapping[str, str] | None = None, artifacts: Artifacts | None = None, protocol: Any = None) -> str:
+            tags: Mapping[str, str] | None = None, artifacts: Artifacts | None = None,
+            protocol: Protocol | None = None) -> str:
     """Log params, scalar metrics, step curves (step = update across sessions) and the JSON; returns the run id.
     ``protocol``: the run's spec, for a joint run's steps (else found by name, ``steps.reference_steps``)."""
     store = Store(results_dir, tracking_uri)
@@ -362,7 +371,7 @@ def not_mirrored(live_error: str | None, path: Path, references: list[NotMirrore
 
 def log_run_or_explain(result: RunResult, json_path: Path, results_dir: Path,
                        tracking_uri: str | None = None, tags: Mapping[str, str] | None = None,
-                       artifacts: Artifacts | None = None, protocol: Any = None) -> tuple[str, str]:
+                       artifacts: Artifacts | None = None, protocol: Protocol | None = None) -> tuple[str, str]:
     """``log_run``, whose failure says what is kept and how to mirror it later; returns (run id, URI)."""
     store = Store(results_dir, tracking_uri)
     try:
@@ -379,7 +388,7 @@ class LiveRun:
     reported once as a warning, and later calls do nothing; ``bench sync`` mirrors the stored JSON afterwards.
     """
 
-    def __init__(self, results_dir: Path, tracking_uri: str | None = None, protocol: Any = None) -> None:
+    def __init__(self, results_dir: Path, tracking_uri: str | None = None, protocol: Protocol | None = None) -> None:
         self.store = Store(results_dir, tracking_uri)
         self.protocol = protocol  # the run's spec: a joint run's steps (``steps.reference_steps``)
         self.run_id: str | None = None
@@ -389,7 +398,7 @@ class LiveRun:
         self._points = 0
         self._started_params: set[str] = set()  # logged by ``start``: MLflow never lets a param change
 
-    def _guard(self, action) -> Any:
+    def _guard(self, action: Callable[..., T]) -> T | None:  # action(client), the session's MlflowClient
         if self.error is not None:
             return None
         try:
@@ -419,7 +428,7 @@ class LiveRun:
         self.run_id = self._guard(action)
         return self.run_id
 
-    def eval_point(self, session: int, update: int, acc: Mapping[str, float] | Any) -> None:
+    def eval_point(self, session: int, update: int, acc: Mapping[str, float] | Accuracies) -> None:
         """Accuracies after ``update`` updates of ``session``: a mapping (``old``, ``new``, ``all``) or the
         harness's evaluation result (attributes of those names). The step is the update count across
         sessions, as in the final curves."""
@@ -480,14 +489,14 @@ class SyncReport:
     skipped: list[tuple[Path, str]] = field(default_factory=list)  # (file, why it is not mirrored)
 
 
-def _mirrored(client) -> tuple[dict[str, Any], dict[str, list[str]]]:
+def _mirrored(client) -> tuple[dict[str, Run | None], dict[str, list[str]]]:
     """bench run ids fully mirrored in the store (with their MLflow run), and MLflow runs of bench runs left
     unfinished."""
     from mlflow.entities import ViewType
 
     ids = [e.experiment_id for e in client.search_experiments(view_type=ViewType.ACTIVE_ONLY)
            if e.name.startswith("bench/")]
-    done: dict[str, Any] = {}
+    done: dict[str, Run | None] = {}  # None: logged by a sync since
     partial: dict[str, list[str]] = {}
     token = None
     while ids:
@@ -506,14 +515,14 @@ def _mirrored(client) -> tuple[dict[str, Any], dict[str, list[str]]]:
     return done, partial
 
 
-def _whole(run: Any) -> bool:
+def _whole(run: Run) -> bool:
     """Whether an MLflow record of a bench run is complete (else a live run that died, a logging error)."""
     return run.data.tags.get(SYNCED_TAG) == "true" or (
         "bench.json" in run.data.tags and run.info.status != "RUNNING")  # logged before bench.synced existed
 
 
 def mirror_missing(result: RunResult, json_path: Path, results_dir: Path, tracking_uri: str | None = None,
-                   artifacts: Artifacts | None = None, protocol: Any = None) -> str | None:
+                   artifacts: Artifacts | None = None, protocol: Protocol | None = None) -> str | None:
     """``sync`` for one stored result: log it when the store holds no complete record of it (deleting an
     unfinished one first); returns the new MLflow run id, None when a complete record was there already."""
     from mlflow.entities import ViewType
@@ -535,8 +544,8 @@ def mirror_missing(result: RunResult, json_path: Path, results_dir: Path, tracki
                               protocol=protocol)[0]
 
 
-def repair(client, run: Any, result: RunResult, json_path: Path, artifacts: Artifacts | None = None,
-           protocol: Any = None) -> list[str]:
+def repair(client, run: Run, result: RunResult, json_path: Path, artifacts: Artifacts | None = None,
+           protocol: Protocol | None = None) -> list[str]:
     """Add to a mirrored record the tags and artifacts every mirror carries and it lacks (a record made
     by an older bench, or by a path that logged less); returns what was added (tag keys, file names).
     Tags it has are kept: ``bench.status`` says how a live run ended, over the result's."""
