@@ -29,7 +29,7 @@ from ..data.old_mix import Shares, SourceTiles, by_source_shares
 from ..data.stream import Cycler, Session
 from ..model import flops as FL
 from ..model.device import autocast, seed_everything
-from ..progress_bar import MeasuredBar, progress_bar
+from ..progress_bar import Bar, MeasuredBar, progress_bar
 from ..results.curves import BeforePoint, SessionCurve
 from ..results.schema import Budget
 from ..spec.protocol import MAX_UPDATES, Protocol
@@ -66,12 +66,12 @@ class Diverged(Exception):
         self.curves, self.budget, self.params = curves, budget, params
 
 
-def _kind(value: Any) -> str:
+def _kind(value: object) -> str:
     """What a hook returned, in a few words: None, or the type of the value (never its repr: it may be huge)."""
     return "None" if value is None else f"a {type(value).__name__}"
 
 
-def _step_problem(stats: Any) -> str | None:
+def _step_problem(stats: object) -> str | None:  # whatever observe returned, unchecked
     """What is wrong with what ``observe`` returned (None: a StepStats whose loss is one number), checked
     on the tensor's shape only, so no update waits for the device."""
     if not isinstance(stats, StepStats):
@@ -165,7 +165,7 @@ class ContinualRun(Stage):
         self.steps = [0]  # optimizer steps counted by the budget guard (``count_optimizer_steps``)
         self.charged = FL.ChargedCounters()  # what the method charged as last read: it only grows
         self.open: OpenSession | None = None
-        self.bar: Any = None
+        self.bar: Any = None  # the run's Bar once run() begins (read unchecked by eval_point, so not Optional)
 
     # ------------------------------------------------------------------ the state a checkpoint holds
 
@@ -473,7 +473,7 @@ class ContinualRun(Stage):
                        save=None if checkpoint is None else self.save_at,
                        bar=self.bar, stop=s.stop)
 
-    def _run_bar(self, total: int | None) -> Any:
+    def _run_bar(self, total: int | None) -> Bar:
         """The run's progress bar: in updates, or under a FLOP budget in TFLOPs (the update count is known
         only at the end; the budget gives the bar a total and an ETA all the same)."""
         p = self.bench.protocol

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..data.inputs import InputStore
 from ..model import flops as FL
-from ..progress_bar import progress_bar
+from ..progress_bar import Bar, progress_bar
 from ..results.curves import SessionCurve
 from ..results.schema import Budget
 from .checkpoint import Checkpointer, maybe_die
@@ -46,7 +46,7 @@ class Stretch:
     ids_of: Callable[[Any], np.ndarray] = lambda batch: batch  # a batch's sample ids (for decoding ahead)
     before: Callable[[int], None] | None = None  # called at every update u before it runs, and at the end
     save: Callable[[int, list | None], None] | None = None  # a mid-stretch checkpoint (update, pending)
-    bar: Any = None  # a progress bar spanning several stretches; None: one of its own
+    bar: Bar | None = None  # a progress bar spanning several stretches; None: one of its own
     # an end decided during the stretch (a FLOP budget): called with the updates made before each update;
     # True ends the stretch there (``updates`` is then only a bound, and batches must not be drawn ahead)
     stop: Callable[[int], bool] | None = None

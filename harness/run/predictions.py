@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
@@ -25,7 +25,10 @@ from ..atomic import atomic_write
 RETRAIN = ("Running the same command again trains a new run (it does not resume this one, which is complete); "
            "do that, after freeing space, only if the predictions are needed.")
 
-EvalCallback = Callable[[int, int, Any], None]
+if TYPE_CHECKING:
+    from .evaluation import Accuracies
+
+EvalCallback = Callable[[int, int, "Accuracies"], None]
 
 
 def chain(callbacks: Iterable[EvalCallback | None]) -> EvalCallback | None:
@@ -34,7 +37,7 @@ def chain(callbacks: Iterable[EvalCallback | None]) -> EvalCallback | None:
     if not live:
         return None
 
-    def call(session: int, update: int, acc: Any) -> None:
+    def call(session: int, update: int, acc: Accuracies) -> None:
         for c in live:
             c(session, update, acc)
     return call
@@ -49,7 +52,7 @@ class PredictionRecorder:
         self._predicted: list[np.ndarray] = []
         self._labels: list[np.ndarray] = []
 
-    def eval_point(self, session: int, update: int, acc: Any) -> None:
+    def eval_point(self, session: int, update: int, acc: Accuracies) -> None:
         if acc.predicted is None:
             raise ValueError("this evaluation carries no per-sample predictions")
         self.points.append((session, update))
@@ -77,7 +80,17 @@ class PredictionRecorder:
         return path
 
 
-def load_predictions(path: Path) -> list[dict[str, Any]]:
+class PointPredictions(TypedDict):
+    """One eval point's predictions, as ``load_predictions`` reads them."""
+
+    session: int
+    update: int
+    test_id: np.ndarray
+    predicted: np.ndarray
+    label: np.ndarray
+
+
+def load_predictions(path: Path) -> list[PointPredictions]:
     """The npz as one dict per eval point: session, update, test_id, predicted, label."""
     with np.load(path) as z:
         off = z["offsets"]

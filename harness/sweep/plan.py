@@ -11,7 +11,7 @@ import itertools
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
 
@@ -47,16 +47,18 @@ class SweepGroup(BaseModel):
         return self
 
 
+T = TypeVar("T")
+
 MAX_GRID_RUNS = 10_000  # combinations one grid may hold: a sweep plans (and prints) every run before any trains
 
 
-def _distinct(values: list[Any]) -> list[Any]:
+def _distinct(values: list[T]) -> list[T]:
     """``values`` without repeats, in order (1 and 1.0 are one value, as a setting sees them; true and 1,
     or "1" and 1, are not)."""
-    def kind(v: Any) -> str:
+    def kind(v: object) -> str:
         return "bool" if isinstance(v, bool) else "str" if isinstance(v, str) else "other"
 
-    seen: list[Any] = []
+    seen: list[T] = []
     for v in values:
         if not any(kind(v) == kind(s) and v == s for s in seen):
             seen.append(v)
@@ -214,7 +216,7 @@ def stored_run(protocol: Protocol, method: str, overrides: dict[str, Any], seed:
 
 
 def stored_on_cpu(protocol: Protocol, method: str, overrides: dict[str, Any], seed: int, results_dir: Path,
-                  device: str, precision: str | None, kernels: str, tuned: Any = None) -> Path | None:
+                  device: str, precision: str | None, kernels: str, tuned: TunedStamp | None = None) -> Path | None:
     """The stored result an identical run on the CPU would repeat, found before torch is imported; None when
     there is none, or when this cannot be told without torch (a GPU may be in use, another precision, a
     plugin's settings): the full check (``sweep.plan.stored_run``) then decides."""
