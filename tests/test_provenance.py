@@ -57,3 +57,30 @@ def test_the_leaderboard_gives_each_code_version_its_own_row(tmp_path: Path):
     assert all(r.partial and len(r.runs) == 1 for r in rows.values())
     reasons = {e.method: e.reason for e in board.unranked if e.result.method.base == "vanilla"}
     assert "superseded" in reasons["vanilla"]  # hash a's seed-0 run: the newer run of its seed is used
+
+
+def test_a_process_records_the_code_it_started_with(tmp_path: Path, monkeypatch):
+    """The method's code hash and the checkout's commit are read once per process: a checkout edited or
+    moved to another commit while a long sweep runs does not relabel the results of the code it loaded."""
+    import subprocess
+    from types import SimpleNamespace
+
+    from bench_stability_gap.harness.results import schema
+
+    pkg = tmp_path / "bench_started_probe"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    entry = Entry("probe", "bench.methods", "bench_started_probe:M", "bench-started-probe", "1.0")
+    first = code_hash([entry])
+    (pkg / "__init__.py").write_text("X = 2\n")  # edited after the process read it
+    assert code_hash([entry]) == first
+
+    schema.git_commit.cache_clear()
+    heads = iter(["a" * 40, "b" * 40])
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: SimpleNamespace(returncode=0, stdout=next(heads) + "\n"))
+    assert schema.git_commit() == "a" * 40
+    assert schema.git_commit() == "a" * 40  # HEAD moved to b...: still the commit the process started from
+    schema.git_commit.cache_clear()
+    assert schema.git_commit() == "b" * 40  # a fresh process reads the new commit
+    schema.git_commit.cache_clear()

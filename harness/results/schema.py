@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from datetime import datetime, timezone
+from functools import cache
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal
@@ -196,8 +197,12 @@ def library_versions() -> dict[str, str]:
     return out
 
 
+@cache
 def git_commit() -> str | None:
-    """The commit of the harness checkout, when it is one (a pip install from PyPI has none)."""
+    """The commit of the harness checkout, when it is one (a pip install from PyPI has none). Read once per
+    process, before its first run computes (``prepare`` asks first): the code a process runs is what it
+    imported at its start, so a checkout moved to another commit during a long sweep must not relabel the
+    results of the code loaded before."""
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
                              cwd=Path(__file__).resolve().parent)

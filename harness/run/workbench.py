@@ -26,6 +26,7 @@ from ..model.compute import ComputeEnv
 from ..model.cpu import cache_tag
 from ..model.device import autocast, resolve_device, to_device, use_channels_last
 from ..paths import cache_dir
+from ..results.schema import git_commit
 from ..spec.protocol import Protocol
 from .isolation import (
     LentInputs,
@@ -117,6 +118,7 @@ def prepare(protocol: Protocol, seed: int, options: RunOptions) -> Workbench:
     precision = run_precision(protocol, options)
     compute = ComputeEnv.for_run(device, options.cpu_kernels, precision)
     compute.apply()  # before the first float op: the trunk pass, the deployed model and the run inherit it
+    git_commit()  # the commit this process's code came from, read before it computes (it is read once)
     stream = build_stream(protocol, seed)
     check_batch_sizes(stream)  # counts the spec could not fix are known now, before any compute
     torch.manual_seed(protocol.pretrain.seed)
