@@ -115,3 +115,16 @@ def test_methods_import_without_peft_until_lora_is_injected() -> None:
     assert out.returncode == 0, out.stderr
     count, found = out.stdout.split(maxsplit=1)
     assert int(count) >= 10 and found.strip() == "[]"
+
+
+def test_every_package_folder_is_in_the_wheel() -> None:
+    """pyproject.toml lists the packages a wheel holds by hand: a new subpackage left out of the list works
+    from the checkout (the editable install maps folders) and is missing from every pip install."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {"bench_stability_gap." + ".".join(init.parent.relative_to(ROOT).parts)
+             for top in ("harness", "methods", "protocols", "leaderboard") for init in (ROOT / top).rglob("__init__.py")
+             if "__pycache__" not in init.parts}
+    assert found - listed == set(), "folders with an __init__.py missing from [tool.setuptools] packages"
+    assert listed - found == set(), "packages listed in pyproject.toml with no folder"
