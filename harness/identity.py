@@ -86,6 +86,12 @@ def resolve_precision(asked: str | None, embedded: bool, device: str) -> str:
     return "bf16" if embedded and device == "cuda" else "fp32"
 
 
+def recorded_precision(recorded: object, device: str) -> str:
+    """The precision a stored run or cache file records; one made before bench recorded it was made as bench
+    then did: bf16 autocast on CUDA, fp32 elsewhere."""
+    return str(recorded or ("bf16" if device.startswith("cuda") else "fp32"))
+
+
 def mlflow_name(row: str, seed: int, precision: str | None = None) -> str:
     """The MLflow run's name: the leaderboard row, the seed and the precision, so two variants of a method
     never read alike in the UI."""
@@ -218,7 +224,7 @@ class RunIdentity:
         return cls(protocol=r.protocol.name, spec_hash=r.protocol.hash, method=r.method.spec, seed=r.seed,
                    settings=canonical(r.config), overrides=canonical(r.overrides),
                    tuned=r.tuned.ruleset if r.tuned is not None else None, code_hash=r.method.code_hash,
-                   precision=str(opts.get("precision") or ("bf16" if device_text.startswith("cuda") else "fp32")),
+                   precision=recorded_precision(opts.get("precision"), device_text),
                    device=device, threads=int(opts.get("torch_threads") or 0) if cpu else 0, cpu_kernels=kernels,
                    numerics=str(opts.get("numerics") or "unrecorded"), trunk_cache=bool(opts.get("trunk_cache", True)),
                    asked_device=device_text, kernel_set="stock" if kernels.startswith("stock-") else "fast")

@@ -13,6 +13,7 @@ import torch
 from ...methods.base import MethodConfig, StandardMethod
 from ..atomic import atomic_write, atomic_write_text
 from ..data.stream import Cycler
+from ..identity import recorded_precision
 from ..model.backbone import SplitModel
 from ..model.cpu import cache_tag
 from ..model.device import autocast, seed_everything
@@ -53,9 +54,8 @@ def deploy(bench: Workbench, options: RunOptions) -> None:
         if path.is_file():
             try:
                 meta = json.loads(sidecar.read_text())
-                # a file from before precision was recorded was trained as bench then did: bf16 autocast on
-                # CUDA, fp32 elsewhere; one trained in another precision is never loaded as this one
-                made_in = meta.get("precision", "bf16" if bench.device.type == "cuda" else "fp32")
+                # one trained in another precision is never loaded as this one
+                made_in = recorded_precision(meta.get("precision"), bench.device.type)
                 # bf16 models trained before autocast was entered per update are near chance: never reused
                 stale = made_in == "bf16" and meta.get("autocast") != "per-update"
                 ok = (meta.get("spec_hash") == p.spec_hash and made_in == bench.precision and not stale
