@@ -4,6 +4,7 @@ live run shows RUNNING, accuracy at each eval point, then FINISHED, FAILED or KI
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import time
@@ -281,7 +282,7 @@ def test_live_run_against_a_dead_server_never_raises(tmp_path) -> None:
 
 
 @pytest.mark.slow
-def test_live_run_through_a_server_that_dies_keeps_the_json_and_sync_repairs_it(tmp_path) -> None:
+def test_live_run_through_a_server_that_dies_keeps_the_json_and_sync_repairs_it(tmp_path, mlflow_template) -> None:
     """A real MLflow server on 127.0.0.1: the run shows RUNNING with live points; the server dies
     mid-run; training goes on (each call fails in seconds), the JSON is kept, and ``bench sync``
     replaces the unfinished mirror with the whole run."""
@@ -292,12 +293,14 @@ def test_live_run_through_a_server_that_dies_keeps_the_json_and_sync_repairs_it(
     from mlflow.tracking import MlflowClient
 
     db, port = tmp_path / "server.db", closed_port()
+    shutil.copyfile(mlflow_template, db)  # the suite's migrated empty store: the server skips the migrations
     uri = f"http://127.0.0.1:{port}"
     server = subprocess.Popen(
         [str(Path(sys.executable).parent / "mlflow"), "server", "--backend-store-uri", f"sqlite:///{db}",
          "--default-artifact-root", (tmp_path / "artifacts").as_uri(), "--host", "127.0.0.1",
          "--port", str(port), "--workers", "1"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})  # no job runner: bench has no jobs
     result = fixture_result()
     results = tmp_path / "results"
     try:
