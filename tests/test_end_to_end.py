@@ -19,8 +19,8 @@ def run_cli(*args: str):
 
 
 @pytest.mark.slow
-def test_vanilla_run_writes_result_and_mlflow_and_is_reproducible(tiny_protocol_file, tmp_path):
-    results = tmp_path / "results"
+def test_vanilla_run_writes_result_and_mlflow_and_is_reproducible(tiny_protocol_file, tmp_path, seeded_store):
+    results = seeded_store(tmp_path / "results")
     args = ("--protocol", str(tiny_protocol_file), "--method", "vanilla", "--seed", "0", "--results-dir", str(results))
     first = run_cli(*args)
     assert first.exit_code == 0, first.output
@@ -89,14 +89,14 @@ def test_uncached_trunk_gives_the_same_curves(tiny_protocol_file, results_with_j
             assert getattr(c, key) == pytest.approx(getattr(u, key), abs=3 * one_image + 1e-9)
 
 
-def test_interrupted_run_leaves_no_result(tiny_protocol_file, tmp_path, monkeypatch):
+def test_interrupted_run_leaves_no_result(tiny_protocol_file, tmp_path, monkeypatch, seeded_store):
     from bench_stability_gap.methods import baselines as mb
 
     def boom(self, batch):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(mb.StandardMethod, "observe", boom)
-    results = tmp_path / "r"
+    results = seeded_store(tmp_path / "r")
     out = CliRunner().invoke(main, ["run", "--no-progress", "--protocol", str(tiny_protocol_file), "--method",
                                     "vanilla", "--results-dir", str(results)])
     assert out.exit_code == 130

@@ -125,11 +125,12 @@ def test_a_failed_result_write_keeps_the_checkpoint_and_a_copy_and_the_rerun_wri
     assert differences(plain, results) == []
 
 
-def test_a_failed_mlflow_write_warns_once_keeps_the_result_and_sync_mirrors_it(uninterrupted, tmp_path, monkeypatch):
+def test_a_failed_mlflow_write_warns_once_keeps_the_result_and_sync_mirrors_it(uninterrupted, tmp_path, monkeypatch,
+                                                                              seeded_store):
     from mlflow.tracking import MlflowClient
 
     protocol, plain = uninterrupted
-    results = tmp_path / "results"
+    results = seeded_store(tmp_path / "results")
     calls = []
     real = MlflowClient.log_batch
 
@@ -169,13 +170,13 @@ def test_a_storage_fault_outside_the_atomic_path_is_one_paragraph_too(tmp_path, 
 
 
 def test_a_full_disk_at_the_predictions_keeps_the_result_and_closes_the_mlflow_run(uninterrupted, tmp_path,
-                                                                                   monkeypatch):
+                                                                                   monkeypatch, seeded_store):
     """The npz goes through the atomic path: no torn file, a message naming it and what it held, the
     result and its MLflow run (closed, never left RUNNING) kept, and no claim that a rerun resumes."""
     from mlflow.tracking import MlflowClient
 
     protocol, plain = uninterrupted
-    results = tmp_path / "results"
+    results = seeded_store(tmp_path / "results")
     with monkeypatch.context() as patch:
         failed = fail_writes(patch, errno.ENOSPC, lambda p: p.name.endswith(".predictions.npz"))
         broken = bench(*run_args(protocol, results, "--save-predictions"))

@@ -52,10 +52,10 @@ def test_validate_still_accepts_a_real_result(tmp_path):
     assert out.exit_code == 0 and out.output.startswith("OK: result"), out.output
 
 
-def test_sync_names_every_file_it_skips_and_never_mirrors_a_refused_run(tmp_path):
+def test_sync_names_every_file_it_skips_and_never_mirrors_a_refused_run(tmp_path, seeded_store):
     from mlflow.tracking import MlflowClient
 
-    root = tmp_path / "r"
+    root = seeded_store(tmp_path / "r")
     good = save_result(root, fixture(1))
     bad = stored_with(root, float("nan"))
     corrupt = good.parent / "broken.json"

@@ -29,10 +29,10 @@ def _nan_before(root: Path) -> Path:
     return save_result(root, r)
 
 
-def test_a_nan_before_point_is_refused_by_validate_and_never_mirrored(tmp_path) -> None:
+def test_a_nan_before_point_is_refused_by_validate_and_never_mirrored(tmp_path, seeded_store) -> None:
     from bench_stability_gap.harness.sweep.mirror import sync
 
-    path = _nan_before(tmp_path / "results")
+    path = _nan_before(seeded_store(tmp_path / "results"))
     assert json.loads(path.read_text())["curves"][0]["before"]["old"] != json.loads(path.read_text())["curves"][0][
         "before"]["old"]  # NaN, as stored
     support.refused(invoke("validate", str(path)), f"Result file {path} is refused", "nan")
@@ -54,12 +54,12 @@ def test_a_stored_result_with_impossible_numbers_is_said_when_a_run_passes_it_ov
     assert f"skipped {path}: refused: metrics.S_delta is nan" in said, said
 
 
-def test_a_second_sync_of_an_unchanged_folder_repairs_nothing(tmp_path) -> None:
+def test_a_second_sync_of_an_unchanged_folder_repairs_nothing(tmp_path, seeded_store) -> None:
     """A second file with a run id already read (a copy) is skipped, naming the first, on every sync: it
     was left out of the first sync (its run logged a file earlier) and then 'repaired' into the record."""
     from bench_stability_gap.harness.sweep.mirror import sync
 
-    results = tmp_path / "results"
+    results = seeded_store(tmp_path / "results")
     path = save_result(results, two_session_run("dup"))
     copy = path.with_name("zz-copy.json")  # read after the original (files are read sorted)
     shutil.copy(path, copy)
