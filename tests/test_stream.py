@@ -44,8 +44,8 @@ def test_iid_sessions_mix_classes_and_split_samples_evenly():
     assert len(np.unique(all_ids)) == len(all_ids)
 
 
-def test_the_eval_set_holds_10_test_images_of_every_class():
+def test_the_eval_set_holds_5_test_images_of_every_class():
     s = _stream(0)
     ids = s.test_ids(np.arange(30))
     counts = np.bincount(s.test.labels[ids], minlength=30)
-    assert (counts == 10).all()
+    assert (counts == 5).all()

@@ -51,12 +51,13 @@ def reduced_spec(name: str = "tiny_cil", **training: Any) -> dict:
     """tiny_cil's structure (4 sessions of 5 classes) on a budget a unit test can afford."""
     spec = load_protocol(name).model_dump(mode="json")
     spec["name"] = f"{name}_reduced"
-    spec["pretrain_data"].update(train_per_class=60, test_per_class=10)
-    spec["stream_data"][0].update(train_per_class=40, test_per_class=10)
-    spec["stream_data"][1].update(train_per_class=40, test_per_class=10)
+    # evaluation is most of a run this small: 5 test images a class, and points at updates 0, 1, 2 and 6
+    spec["pretrain_data"].update(train_per_class=60, test_per_class=5)
+    spec["stream_data"][0].update(train_per_class=40, test_per_class=5)
+    spec["stream_data"][1].update(train_per_class=40, test_per_class=5)
     spec["pretrain"].update(updates=20, batch_size=32)
     spec["training"].update({"updates": 6, "batch": {"new": 8, "old": 8}, **training})
-    spec["eval"] = {"every": 3, "dense_every": 1, "dense_until": 2, "batch_size": 256}
+    spec["eval"] = {"every": 6, "dense_every": 1, "dense_until": 2, "batch_size": 256}
     spec["joint"].update(updates=8, batch_size=16)
     if spec.get("validation"):  # scaled with the data: 5 of each class's 40-60 training images
         spec["validation"]["per_class"] = 5
