@@ -38,11 +38,10 @@ BIN = Path(sys.executable).parent
 SWEEP_TIMEOUT_S = 480  # a reduced sweep on a loaded 2-core machine
 
 # Under pytest-xdist the tests of one group run on one worker, which starts the module's cluster once for
-# them. Two groups of about equal length, so that the cluster tests (the suite's longest stretch on one
-# worker) run on two workers side by side, each worker with a cluster of its own (own ports, temp folder
-# and token).
-killed_worker_group = pytest.mark.xdist_group("ray-cluster-a")
-cluster_group = pytest.mark.xdist_group("ray-cluster-b")
+# all of them. One cluster, not one per worker: a cluster's daemons (GCS, raylet, monitors, agents) and the
+# torch imports of its worker processes cost more CPU than running its tests side by side saves, on a suite
+# bound by its two cores.
+killed_worker_group = cluster_group = pytest.mark.xdist_group("ray-cluster")
 
 
 @dataclass
