@@ -72,14 +72,21 @@ class Workbench:
 
     protocol: Protocol
     stream: Stream
-    device: torch.device
     train_inputs: InputStore
     test_inputs: InputStore
     deployed: SplitModel
     data_path: DataPathPlan | None = None  # how the inputs are held (printed, stamped on the result)
     weights: str = ""  # backbone.weights_digest: what the weights are, whatever path they came from
-    precision: str = "fp32"  # run_precision: what every training and evaluation pass computes in
     compute: ComputeEnv = field(default_factory=ComputeEnv.now)  # the process settings, lent as ctx.compute
+
+    @property
+    def device(self) -> torch.device:
+        return self.compute.device
+
+    @property
+    def precision(self) -> str:
+        """``run_precision``: what every training and evaluation pass computes in."""
+        return self.compute.precision
 
     def batch(self, ids: np.ndarray, n_new: int) -> TrainBatch:
         """The batch of ``ids``, the first ``n_new`` of them new, on the device (no copy waits for the GPU)."""
@@ -163,7 +170,7 @@ def prepare(protocol: Protocol, seed: int, options: RunOptions) -> Workbench:
                                   amp=amp, progress=options.progress, mode=plan.train.mode, gpu_decode=gpu["train"])
     say(options, f"inputs ready: eval {t1 - t0:.1f} s, train {time.perf_counter() - t1:.1f} s")
     model.trunk_cached = options.trunk_cache
-    bench = Workbench(protocol, stream, device, train_inputs, test_inputs, model, plan, weights, precision, compute)
+    bench = Workbench(protocol, stream, train_inputs, test_inputs, model, plan, weights, compute)
     if protocol.pretrain.mode == "train":
         deploy(bench, options)
     use_channels_last(model, device, precision)  # after pre-training: the deployed model is as before

@@ -24,6 +24,7 @@ never fetched here) random init of the same architecture, which costs the same c
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import statistics
 import time
@@ -220,6 +221,7 @@ def _time_training(rig: _Rig, updates: int, warmup: int, repeats: int,
     from ...methods.base import Context
     from ...methods.registry import build_method
     from ..model import flops as FL
+    from ..model.compute import ComputeEnv
     from ..model.fastoptim import adamw
     from ..run.budget_guards import count_optimizer_steps
     from ..run.referee import observe_within_budget
@@ -239,10 +241,9 @@ def _time_training(rig: _Rig, updates: int, warmup: int, repeats: int,
     # included); each loop has its own optimizer. The FLOP meter is attached for harness blocks only.
     _spec, method = build_method("vanilla", spec.name)
     shared = copy.deepcopy(rig.model)
-    # stand-ins: a stream of which only .train is read, and no memory (nothing here rehearses)
-    stream = SimpleNamespace(train=train_store.catalog)
-    bench = Workbench(spec, stream, dev, train_store, train_store, shared,  # type: ignore[arg-type]
-                      precision="bf16" if rig.fast else "fp32")
+    stream = SimpleNamespace(train=train_store.catalog)  # stand-ins: only .train is read; no memory (none rehearses)
+    compute = dataclasses.replace(ComputeEnv.now(), device=dev, precision="bf16" if rig.fast else "fp32")
+    bench = Workbench(spec, stream, train_store, train_store, shared, compute=compute)  # type: ignore[arg-type]
     ctx = Context(spec, stream, dev, None, train_store, np.random.default_rng(0),  # type: ignore[arg-type]
                   torch.Generator().manual_seed(0))
     method.setup(shared, ctx)
