@@ -22,11 +22,24 @@ from ..spec.protocol import Protocol
 from .memory import Memory
 
 
+class StepCounter:
+    """The optimizer steps taken anywhere while ``count_optimizer_steps`` counts into it."""
+
+    __slots__ = ("n",)
+
+    def __init__(self, n: int = 0) -> None:
+        self.n = n
+
+    def add(self, *_: object) -> None:  # torch's post-step hook: (optimizer, args, kwargs)
+        self.n += 1
+
+
 @contextmanager
-def count_optimizer_steps() -> Iterator[list[int]]:
-    """Count every optimizer step taken anywhere (the budget is enforced, not trusted)."""
-    counter = [0]
-    handle = register_optimizer_step_post_hook(lambda *_: counter.__setitem__(0, counter[0] + 1))
+def count_optimizer_steps(counter: StepCounter | None = None) -> Iterator[StepCounter]:
+    """Count every optimizer step taken anywhere into ``counter`` (a new one by default): the budget is
+    enforced, not trusted."""
+    counter = StepCounter() if counter is None else counter
+    handle = register_optimizer_step_post_hook(counter.add)
     try:
         yield counter
     finally:
@@ -45,17 +58,17 @@ class Observed:
     limit: int
 
 
-def observe_counted(method: Method, batch: TrainBatch, steps: list[int], meter: FL.FlopMeter | None,
+def observe_counted(method: Method, batch: TrainBatch, steps: StepCounter, meter: FL.FlopMeter | None,
                     limit: int, guard: AbstractContextManager[Any] | None = None) -> Observed:
     """One ``observe``, its optimizer steps and trained samples counted (``referee`` judges them).
     ``guard``: entered around the ``observe`` call alone (the run's ``MethodCalls``), so what the method's
     code raises is told apart from what the harness's does."""
-    before = steps[0]
+    before = steps.n
     if meter is not None:
         meter.start_update()
     with guard or nullcontext():
         stats = method.observe(batch)
-    made = steps[0] - before
+    made = steps.n - before
     trained, part = meter.end_update() if meter is not None else (0, "")
     return Observed(stats, made, trained, part, limit)
 

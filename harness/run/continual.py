@@ -34,7 +34,7 @@ from ..results.curves import BeforePoint, SessionCurve
 from ..results.schema import Budget
 from ..spec.protocol import MAX_UPDATES, Protocol
 from .before import measure_before
-from .budget_guards import count_optimizer_steps, memory_spec, observe_counted
+from .budget_guards import StepCounter, count_optimizer_steps, memory_spec, observe_counted
 from .checkpoint import Checkpointer
 from .evaluation import EvalPlan, eval_plan, eval_point
 from .isolation import random_streams
@@ -162,7 +162,7 @@ class ContinualRun(Stage):
         self.accel = autocast(bench.device, bench.precision)  # reusable: entered at every update and eval point
         self.referee = Referee()  # the fair-play rules, judged at the loop's fixed points (``referee.RULES``)
         self.reads = UpdateReads()  # the losses of the updates since the last read (``settle``)
-        self.steps = [0]  # optimizer steps counted by the budget guard (``count_optimizer_steps``)
+        self.steps = StepCounter()  # optimizer steps counted by the budget guard (``count_optimizer_steps``)
         self.charged = FL.ChargedCounters()  # what the method charged as last read: it only grows
         self.open: OpenSession | None = None
         self.bar: Any = None  # the run's Bar once run() begins (read unchecked by eval_point, so not Optional)
@@ -171,14 +171,14 @@ class ContinualRun(Stage):
 
     def state_dict(self, kind: str) -> dict[str, Any]:
         """Everything the rest of the run depends on (tensors are copied when serialised)."""
-        self.progress.steps = self.steps[0]
+        self.progress.steps = self.steps.n
         return super().state_dict(kind)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Put a ``state_dict`` back into this run's objects (built alike, the head grown to match)."""
         super().load_state_dict(state)
         self.meter.tally = self.loop.tally
-        self.steps[0] = self.progress.steps
+        self.steps.n = self.progress.steps
 
     def own_state(self) -> dict[str, Any]:
         """The method, the memory, the method's declared counters and the open session (None between
@@ -229,7 +229,7 @@ class ContinualRun(Stage):
         return closing_budget(
             self.progress, self.meter, self.bench.train_inputs, self.bench.test_inputs, self.options,
             self.ctx.counters, updates_per_session=[c.total_updates for c in self.progress.curves],
-            batch_new=self.b_new, batch_old=self.b_old, optimizer_steps=self.steps[0],
+            batch_new=self.b_new, batch_old=self.b_old, optimizer_steps=self.steps.n,
             memory_policy=p.memory.policy, memory_capacity=p.memory.capacity,
             memory_peak_samples=self.memory.peak_samples, memory_peak_bytes=self.memory.peak_bytes,
             batch_limit=self.b_new + self.b_old, max_trained_per_update=self.progress.most_trained,
@@ -373,7 +373,7 @@ class ContinualRun(Stage):
 
     def _facts(self, **point: Any) -> Facts:
         """What the referee reads at a point of the run (``point``: that point's own facts)."""
-        return Facts(self.method, self.memory, self.steps[0], self.progress.observed, shape=self.lent.shape,
+        return Facts(self.method, self.memory, self.steps.n, self.progress.observed, shape=self.lent.shape,
                      lent=self.lent.shared, **point)
 
     def _remember(self, ids: np.ndarray) -> None:
@@ -492,7 +492,7 @@ class ContinualRun(Stage):
         p, stream = self.bench.protocol, self.bench.stream
         # an update count per session: none is None without a FLOP budget
         total = None if p.training.budget else sum(session_updates(p, s) or 0 for s in stream.sessions)
-        with count_optimizer_steps() as self.steps, self.meter.attached():
+        with count_optimizer_steps(self.steps), self.meter.attached():
             with self.calls("setup", "before the first session"):
                 self.method.setup(self.model, self.ctx)
             first, mid = self.resume()

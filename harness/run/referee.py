@@ -35,6 +35,7 @@ from ..errors import BenchError
 from ..model import flops as FL
 from .budget_guards import (
     Observed,
+    StepCounter,
     memory_overfilled,
     observe_counted,
     steps_in_observe,
@@ -222,7 +223,7 @@ def check_retained_samples(method: Method, memory: Memory, shape: tuple[int, ...
         raise breach("retained_samples", finding)
 
 
-def observe_within_budget(method: Method, batch: TrainBatch, steps: list[int], meter: FL.FlopMeter | None,
+def observe_within_budget(method: Method, batch: TrainBatch, steps: StepCounter, meter: FL.FlopMeter | None,
                           limit: int) -> tuple[StepStats, int]:
     """One ``observe`` judged as the continual loop judges it (outside a run: ``tools.perf``): the method's
     stats and the samples it trained on."""
