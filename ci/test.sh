@@ -11,14 +11,15 @@ export MLFLOW_DISABLE_TELEMETRY=true
 # Caches (deployed model, trunk features) go to a throwaway folder so a run proves a clean start.
 export BENCH_CACHE_DIR="${BENCH_CACHE_DIR:-$(mktemp -d)}"
 # One pytest session over both tiers (the wheel smoke test, ci/wheel-smoke.sh, is one of the slow tests),
-# spread by pytest-xdist over one worker more than the machine has cores: the slow tests spend part of
-# their time waiting on the processes and servers they start, and the extra worker fills those waits
-# (at most 4 workers, so a big machine does not run dozens of joint trainings at once). The workers share
-# one cache (deployed models, trunk features) and the joint reference the tests copy, each built once
-# under a file lock by the first worker that needs it (tests/conftest.py); each keeps its own temporary
-# folders; the tests sharing a Ray cluster run on one worker (`xdist_group`). Under workers the slow tier
-# is handed out first, so its long tests do not queue behind one another at the end.
-workers=${BENCH_TEST_WORKERS:-$(($(nproc) + 1))}
+# spread by pytest-xdist over one worker per core (at most 4, so a big machine does not run dozens of joint
+# trainings at once). The suite is bound by its CPU: on a quiet 2-core machine 2 workers took 818 s (23.6
+# CPU-minutes) where 3 took 904 s, each extra worker collecting every test module and importing torch, and
+# contending for the cores. The workers share one cache (deployed models, trunk features, decoded datasets)
+# and the joint reference the tests copy, each built once under a file lock by the first worker that needs it
+# (tests/conftest.py); each keeps its own temporary folders; the tests sharing a Ray cluster run on one worker
+# (`xdist_group`). Under workers the slow tier is handed out first, so its long tests do not queue behind one
+# another at the end.
+workers=${BENCH_TEST_WORKERS:-$(nproc)}
 [ "$workers" -gt 4 ] && workers=4
 args=("$@")
 [ $# -gt 0 ] || args=(--durations=15)  # the whole suite: and which tests took the time
