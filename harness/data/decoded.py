@@ -38,8 +38,9 @@ def _warn(message: str) -> None:
 
 def folder_for(name: str, files: Sequence[Path]) -> Path:
     """The cache folder of ``name`` decoded from ``files``: it changes when any of them is replaced."""
-    key = hashlib.sha256(json.dumps([FORMAT, name] + [
-        [str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns] for p in files]).encode()).hexdigest()
+    stats = [(p.resolve(), p.stat()) for p in files]
+    key = hashlib.sha256(json.dumps([FORMAT, name] + [[str(p), st.st_size, st.st_mtime_ns] for p, st in stats])
+                         .encode()).hexdigest()
     return cache_dir_path() / "decoded" / f"{name}-{key[:16]}"
 
 
