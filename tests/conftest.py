@@ -216,3 +216,14 @@ def seeded_store(mlflow_template):
         return results_dir
 
     return seed
+
+
+@pytest.fixture(scope="session")
+def warm_cli():
+    """``bench`` commands as processes of their own, forked from one pre-imported server per test process
+    (``warm_cli.WarmCli``): for tests of killed, stopped or concurrent runs, not of start-up."""
+    from warm_cli import WarmCli
+
+    cli = WarmCli()
+    yield cli
+    cli.close()

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from bench_stability_gap.harness.results.schema import iter_results
+from warm_cli import WarmCli, WarmProcess
 
 pytestmark = pytest.mark.slow
 
@@ -23,22 +22,22 @@ ENV = {**{k: v for k, v in os.environ.items() if k != "BENCH_KILL_AT"}, "MLFLOW_
 
 
 def command(protocol: Path, results: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "bench_stability_gap.harness.cli", "run", "-p", str(protocol), "-m", "vanilla",
-            "--results-dir", str(results), "--no-mlflow", "--no-progress", "--checkpoint-every", "2", *extra]
+    return ["run", "-p", str(protocol), "-m", "vanilla", "--results-dir", str(results), "--no-mlflow", "--no-progress",
+            "--checkpoint-every", "2", *extra]
 
 
-def start(protocol: Path, results: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen(command(protocol, results, *extra), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env=ENV)
+def start(cli: WarmCli, protocol: Path, results: Path, *extra: str) -> WarmProcess:
+    """``bench run`` in a process of its own (its own pid, locks and signals), forked warm; stderr into stdout."""
+    return cli.popen(command(protocol, results, *extra), env=ENV, merge_stderr=True)
 
 
 def labels(results: Path) -> list[str]:
     return sorted(r.label for _, r in iter_results(results))
 
 
-def test_two_identical_runs_started_together_train_once(tiny_protocol_file, tmp_path):
+def test_two_identical_runs_started_together_train_once(tiny_protocol_file, tmp_path, warm_cli):
     results = tmp_path / "r"
-    first, second = start(tiny_protocol_file, results), start(tiny_protocol_file, results)
+    first, second = start(warm_cli, tiny_protocol_file, results), start(warm_cli, tiny_protocol_file, results)
     said = [p.communicate(timeout=900)[0] for p in (first, second)]
     assert [first.returncode, second.returncode] == [0, 0], said
     assert labels(results) == ["joint", "vanilla"]  # one of each: nothing was computed twice
@@ -48,9 +47,9 @@ def test_two_identical_runs_started_together_train_once(tiny_protocol_file, tmp_
     assert sum("Reusing run" in s for s in said) == 1
 
 
-def test_no_wait_names_the_holder_and_a_killed_holders_lock_is_taken_over(tiny_protocol_file, tmp_path):
+def test_no_wait_names_the_holder_and_a_killed_holders_lock_is_taken_over(tiny_protocol_file, tmp_path, warm_cli):
     results = tmp_path / "r"
-    holder = start(tiny_protocol_file, results)
+    holder = start(warm_cli, tiny_protocol_file, results)
     try:
         seen = []
         for line in holder.stdout:
@@ -63,8 +62,7 @@ def test_no_wait_names_the_holder_and_a_killed_holders_lock_is_taken_over(tiny_p
         # Freeze it holding its claim: a reduced protocol can otherwise finish, and release every claim,
         # before the refused command below has even imported torch.
         holder.send_signal(signal.SIGSTOP)
-        refused = subprocess.run(command(tiny_protocol_file, results, "--no-wait"), capture_output=True, text=True,
-                                 timeout=600, env=ENV)
+        refused = warm_cli.run(command(tiny_protocol_file, results, "--no-wait"), env=ENV, timeout=600)
         assert refused.returncode == 2, refused.stdout + refused.stderr
         assert f"bench process {holder.pid}" in refused.stderr and "--no-wait" in refused.stderr
         assert "Traceback" not in refused.stderr
@@ -75,7 +73,7 @@ def test_no_wait_names_the_holder_and_a_killed_holders_lock_is_taken_over(tiny_p
         if holder.poll() is None:
             holder.kill()
     assert list((results / "checkpoints").glob("*.lock"))
-    after = subprocess.run(command(tiny_protocol_file, results), capture_output=True, text=True, timeout=900, env=ENV)
+    after = warm_cli.run(command(tiny_protocol_file, results), env=ENV, timeout=900)
     said = after.stdout + after.stderr
     assert after.returncode == 0, said[-3000:]
     assert "waiting for it" not in said  # the dead holder's lock did not block anyone

@@ -9,7 +9,6 @@ import random
 import shutil
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,21 +16,23 @@ import yaml
 
 from bench_stability_gap.harness.results.schema import iter_results
 from support import reduced_tiny
+from warm_cli import WarmCli
 
 pytestmark = pytest.mark.slow
 
 METHOD = "vanilla+sgm"  # its A_best reference (vanilla) and the joint train first: three phases to kill
 
 
-def bench(protocol: Path, results: Path, cache: Path, kill: str | None = None,
+def bench(cli: WarmCli, protocol: Path, results: Path, cache: Path, kill: str | None = None,
           *extra: str) -> subprocess.CompletedProcess:
+    """``bench run`` in a process of its own (killed for real by ``BENCH_KILL_AT``), forked warm."""
     env = {**os.environ, "BENCH_CACHE_DIR": str(cache), "MLFLOW_DISABLE_TELEMETRY": "true"}
     env.pop("BENCH_KILL_AT", None)
     if kill:
         env["BENCH_KILL_AT"] = kill
-    cmd = [sys.executable, "-m", "bench_stability_gap.harness.cli", "run", "-p", str(protocol), "-m", METHOD,
-           "--results-dir", str(results), "--no-mlflow", "--no-progress", "--checkpoint-every", "2", *extra]
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    args = ["run", "-p", str(protocol), "-m", METHOD, "--results-dir", str(results), "--no-mlflow", "--no-progress",
+            "--checkpoint-every", "2", *extra]
+    return cli.run(args, env=env, timeout=600)
 
 
 def stored(results: Path) -> dict[str, dict]:
@@ -44,10 +45,10 @@ def stored(results: Path) -> dict[str, dict]:
 
 
 def test_killed_runs_resume_to_the_uninterrupted_numbers(tiny_protocol_file, results_with_joint, bench_cache,
-                                                         tmp_path):
+                                                         tmp_path, warm_cli):
     # the uninterrupted numbers: the session's deployed model and joint reference (each made once, in one
     # go), then the run itself; the killed runs below make all three again from an empty cache and folder
-    plain = bench(tiny_protocol_file, results_with_joint, bench_cache)
+    plain = bench(warm_cli, tiny_protocol_file, results_with_joint, bench_cache)
     assert plain.returncode == 0, plain.stderr
     assert not list((results_with_joint / "checkpoints").glob("*.pt"))  # removed once the result is stored
 
@@ -58,10 +59,10 @@ def test_killed_runs_resume_to_the_uninterrupted_numbers(tiny_protocol_file, res
     results, cache = tmp_path / "killed", tmp_path / "cache-killed"
     said = []
     for kill in kills:
-        died = bench(tiny_protocol_file, results, cache, kill)
+        died = bench(warm_cli, tiny_protocol_file, results, cache, kill)
         assert died.returncode == -signal.SIGKILL, (kill, died.returncode, died.stderr[-2000:])
         said.append(died.stdout + died.stderr)
-    resumed = bench(tiny_protocol_file, results, cache)
+    resumed = bench(warm_cli, tiny_protocol_file, results, cache)
     assert resumed.returncode == 0, resumed.stderr
     said.append(resumed.stdout + resumed.stderr)
     # each invocation after a kill went on from the checkpoint of the phase it killed, not from scratch
@@ -74,7 +75,7 @@ def test_killed_runs_resume_to_the_uninterrupted_numbers(tiny_protocol_file, res
 
 
 @pytest.fixture(scope="module")
-def killed_in_the_run(tmp_path_factory, joint_results, bench_cache) -> tuple[Path, Path]:
+def killed_in_the_run(tmp_path_factory, joint_results, bench_cache, warm_cli) -> tuple[Path, Path]:
     """(protocol file, results folder) of a run killed 30 updates into its continual phase, past its A_best
     reference: killed once for the module (the kill costs a whole process); each test gets a copy."""
     folder = tmp_path_factory.mktemp("killed-in-the-run")
@@ -82,7 +83,7 @@ def killed_in_the_run(tmp_path_factory, joint_results, bench_cache) -> tuple[Pat
     protocol.write_text(yaml.safe_dump(reduced_tiny()))
     results = folder / "results"  # the joint reference is not what these tests are about
     shutil.copytree(joint_results / "runs", results / "runs")
-    died = bench(protocol, results, bench_cache, "continual:30")
+    died = bench(warm_cli, protocol, results, bench_cache, "continual:30")
     assert died.returncode == -signal.SIGKILL, (died.returncode, died.stderr[-2000:])
     return protocol, results
 
@@ -99,22 +100,22 @@ def killed_run(killed_in_the_run, tmp_path) -> tuple[Path, Path]:
 
 
 @killed_run_group
-def test_restart_discards_the_checkpoint(killed_run, bench_cache):
+def test_restart_discards_the_checkpoint(killed_run, bench_cache, warm_cli):
     (protocol, results), cache = killed_run, bench_cache
     saved = list((results / "checkpoints").glob("run-*.pt"))
     assert saved  # the A_best reference finished; this run left its checkpoint(s)
-    again = bench(protocol, results, cache, None, "--restart")
+    again = bench(warm_cli, protocol, results, cache, None, "--restart")
     assert again.returncode == 0, again.stderr
     assert "Resuming" not in again.stdout + again.stderr
     assert not any(p.exists() for p in saved)
 
 
 @killed_run_group
-def test_an_unreadable_checkpoint_is_moved_aside_and_the_run_starts_over(killed_run, bench_cache):
+def test_an_unreadable_checkpoint_is_moved_aside_and_the_run_starts_over(killed_run, bench_cache, warm_cli):
     (protocol, results), cache = killed_run, bench_cache
     (saved,) = [p for p in (results / "checkpoints").glob("run-*.pt") if not p.name.endswith(".mid.pt")]
     saved.write_bytes(saved.read_bytes()[:100])  # truncated, as a full disk leaves it
-    again = bench(protocol, results, cache)
+    again = bench(warm_cli, protocol, results, cache)
     assert again.returncode == 0, again.stderr
     assert "could not be read" in again.stdout + again.stderr and str(saved) in again.stdout + again.stderr
     assert list(saved.parent.glob(saved.name + ".corrupt-*"))
