@@ -12,10 +12,12 @@ name from a result is escaped so it never turns into mathtext. Colours are colou
 
 from __future__ import annotations
 
+import functools
 import io
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import matplotlib
@@ -27,6 +29,7 @@ from matplotlib.ticker import EngFormatter
 
 from ..harness.results.tidy import curves_frame, references_frame
 from .aggregate import JOINT_COLOR, PALETTE, Board, Entry
+from .figure_cache import cached_svg, figure_key
 
 if TYPE_CHECKING:
     from matplotlib.typing import RcKeyType
@@ -72,6 +75,24 @@ def to_svg(fig: Figure) -> str:
     buf = io.StringIO()
     fig.savefig(buf, format="svg", metadata={"Date": None})
     return buf.getvalue()
+
+
+CODE = Path(__file__).read_bytes()  # the drawing code: a change to it draws every figure again
+
+
+@functools.cache
+def _font() -> str:
+    """The font file STYLE lays text out with (its metrics place every label)."""
+    from matplotlib import font_manager
+
+    with matplotlib.rc_context(STYLE):
+        return font_manager.findfont(font_manager.FontProperties())
+
+
+def svg_of(draw: Callable[[], Figure], *parts: object) -> str:
+    """``draw()``'s figure as SVG (call it under ``STYLE``); ``parts``: everything the drawing reads. The
+    same parts give the SVG drawn before, from the bench cache (``figure_cache``)."""
+    return cached_svg(figure_key(CODE, _font(), parts), draw, to_svg)
 
 
 def legend(fig: Figure, ax: Axes, ncols: int) -> None:
@@ -296,7 +317,8 @@ def compute_plots(board: Board) -> dict[str, tuple[str, str]]:
         return {}
     lines = board_lines(board)
     with matplotlib.rc_context(STYLE):
-        return {stem: (title, to_svg(compute_figure(curves, refs, lines, key, title)))
+        return {stem: (title, svg_of(functools.partial(compute_figure, curves, refs, lines, key, title),
+                                     "compute", curves, refs, lines, key, title))
                 for stem, key, title in COMPUTE_PLOTS}
 
 
@@ -310,11 +332,11 @@ def board_plots(board: Board) -> dict[str, tuple[str, str]]:
     with matplotlib.rc_context(STYLE):
         for stem, key, title in PLOTS:
             if stem == "old-avg":
-                fig = average_figure(curves, refs, lines, title)
+                draw = functools.partial(average_figure, curves, refs, lines, title)
             else:
-                fig = stream_figure(curves, refs, lines, key, title, zoom=stem == "old",
-                                    width=11.0 if stem == "old" else 5.2)
-            out[stem] = (title, to_svg(fig))
+                draw = functools.partial(stream_figure, curves, refs, lines, key, title, zoom=stem == "old",
+                                         width=11.0 if stem == "old" else 5.2)
+            out[stem] = (title, svg_of(draw, "board", stem, curves, refs, lines, key, title))
     return out
 
 
@@ -342,23 +364,31 @@ def run_plot(entry: Entry) -> str | None:
     refs = references_frame([entry.joint.result] if entry.joint is not None else [])
     sessions = session_starts(one)
     zoom = first_updates(one)
+    title = plain(f"{r.method.spec}, seed {r.seed}")
     with matplotlib.rc_context(STYLE):
-        fig = Figure(figsize=(9.0, 3.4))
-        fig.subplots_adjust(left=0.07, right=0.93, top=0.86, bottom=0.27, wspace=0.2)
-        grid = fig.add_gridspec(1, 2, width_ratios=[2.6, 1])
-        ax = fig.add_subplot(grid[0])
-        draw_lines(ax, mean_band(long, "value", "global_update"), lines, "global_update")
-        draw_joint(ax, refs, "old", sessions, "joint, old classes")
-        stream_axes(ax, sessions, "accuracy (%)")
-        ax.set_title(plain(f"{r.method.spec}, seed {r.seed}"), loc="left", pad=14)
-        fig.legend(*ax.get_legend_handles_labels(), loc="lower center", ncols=5)
-        dip = fig.add_subplot(grid[1])
-        shades = matplotlib.colormaps["viridis"](np.linspace(0.7, 0.0, len(sessions)))
-        for (session, part), shade in zip(zoom.groupby("session"), shades):
-            dip.plot(part["update"], part["old"] * part["scale"], color=shade, linewidth=1.4, label=f"S{session}")
-        dip.set_title(f"old classes, first {ZOOM_FRACTION:.0%} of each session", fontsize=8, fontweight="normal")
-        dip.set_xlabel("updates within the session")
-        dip.xaxis.set_major_formatter(EngFormatter(sep=""))
-        # beside the panel, never over it: an inset legend hid the last session's curve
-        dip.legend(fontsize=7, ncols=1, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
-        return to_svg(fig)
+        return svg_of(functools.partial(_run_figure, long, lines, refs, sessions, zoom, title),
+                      "run", long, lines, refs, sessions, zoom, title)
+
+
+def _run_figure(long: pd.DataFrame, lines: Sequence[Line], refs: pd.DataFrame, sessions: pd.DataFrame,
+                zoom: pd.DataFrame, title: str) -> Figure:
+    """The figure ``run_plot`` draws, from the frames it reads."""
+    fig = Figure(figsize=(9.0, 3.4))
+    fig.subplots_adjust(left=0.07, right=0.93, top=0.86, bottom=0.27, wspace=0.2)
+    grid = fig.add_gridspec(1, 2, width_ratios=[2.6, 1])
+    ax = fig.add_subplot(grid[0])
+    draw_lines(ax, mean_band(long, "value", "global_update"), lines, "global_update")
+    draw_joint(ax, refs, "old", sessions, "joint, old classes")
+    stream_axes(ax, sessions, "accuracy (%)")
+    ax.set_title(title, loc="left", pad=14)
+    fig.legend(*ax.get_legend_handles_labels(), loc="lower center", ncols=5)
+    dip = fig.add_subplot(grid[1])
+    shades = matplotlib.colormaps["viridis"](np.linspace(0.7, 0.0, len(sessions)))
+    for (session, part), shade in zip(zoom.groupby("session"), shades):
+        dip.plot(part["update"], part["old"] * part["scale"], color=shade, linewidth=1.4, label=f"S{session}")
+    dip.set_title(f"old classes, first {ZOOM_FRACTION:.0%} of each session", fontsize=8, fontweight="normal")
+    dip.set_xlabel("updates within the session")
+    dip.xaxis.set_major_formatter(EngFormatter(sep=""))
+    # beside the panel, never over it: an inset legend hid the last session's curve
+    dip.legend(fontsize=7, ncols=1, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    return fig
