@@ -67,7 +67,9 @@ def child(request, fds):
 
 
 while os.getppid() == parent:
-    ready, _, _ = select.select([listener, *(c for c in waiting.values() if c is not None)], [], [], 0.05)
+    # a child's exit is looked for every 50 ms while one runs; idle, once a second (is the test process gone?)
+    ready, _, _ = select.select([listener, *(c for c in waiting.values() if c is not None)], [], [],
+                                0.05 if waiting else 1.0)
     for conn in ready:
         if conn is listener:
             caller, _ = listener.accept()
