@@ -10,7 +10,7 @@ mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site MLFLOW_DISABLE_TELEMETRY=true BENCH_CACHE_DIR=/tmp/bench-cache PYTHONUNBUFFERED=1
 mkdir -p /usr/share/datasets && cp -r .devdata/fashion-mnist /usr/share/datasets/
-mkdir -p /tmp/bin && printf '#!/usr/bin/env python3\nimport sys\nfrom bench_stability_gap.harness.cli import main\nsys.exit(main())\n' >/tmp/bin/bench
+mkdir -p /tmp/bin && printf '#!/usr/bin/env python3\nimport sys\nfrom bench_stability_gap.harness.cli import entry\nentry()\n' >/tmp/bin/bench
 chmod +x /tmp/bin/bench && export PATH=/tmp/bin:$PATH
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv,noheader
 python3 -c "import torch, timm, peft; print('torch', torch.__version__, 'cuda', torch.version.cuda, '| timm', timm.__version__, '| peft', peft.__version__, '| cpus', __import__('os').cpu_count())"
