@@ -696,6 +696,7 @@ def _register_subcommands() -> None:
 
 _register_subcommands()
 
+
 def entry() -> None:
     """The ``bench`` command (its console script, and ``python -m``): ``main`` as the whole life of this
     process, which ends once the command is done, refused or not, as a stopped one does (``_end_now``).

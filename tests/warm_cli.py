@@ -19,6 +19,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -167,6 +168,7 @@ class WarmCli:
         self._path = str(Path(self._folder) / "cli.sock")
         self._server: subprocess.Popen | None = None
         self._lock = threading.Lock()
+        atexit.register(self.close)  # a server outlives no test process, fixture or not
 
     def _ensure(self) -> None:
         with self._lock:
@@ -178,7 +180,6 @@ class WarmCli:
             line = _read_line(self._server, START_TIMEOUT_S)
             if line.strip() != "ready":
                 raise RuntimeError(f"the warm CLI server did not start (said {line!r})")
-            atexit.register(self.close)
 
     def popen(self, args: list[str], env: dict[str, str] | None = None, cwd: str | Path | None = None,
               merge_stderr: bool = False) -> WarmProcess:
@@ -217,8 +218,7 @@ class WarmCli:
         if self._server is not None and self._server.poll() is None:
             self._server.kill()
             self._server.wait()
-        Path(self._path).unlink(missing_ok=True)
-        Path(self._folder).rmdir() if Path(self._folder).exists() else None
+        shutil.rmtree(self._folder, ignore_errors=True)  # its socket, once the server is gone
 
 
 def _read_line(proc: subprocess.Popen, timeout: float) -> str:
