@@ -115,3 +115,19 @@ def test_a_sweep_file_with_an_empty_name_is_refused(tmp_path, name):
     out = invoke("sweep", str(path), "--dry-run")
     assert out.exit_code == 2 and "Traceback" not in out.output, out.output
     assert "name" in out.output and "Sweep :" not in out.output, out.output
+
+
+def test_only_a_bench_process_of_its_own_sets_its_imports_aside_from_the_collector(monkeypatch):
+    """A command that computes freezes what it has imported (frozen objects are never collected, nor walked
+    again by each full collection) when the process is its own; a Python caller's collector stays as it was."""
+    import gc
+
+    from bench_stability_gap.harness import cli
+
+    held = [[] for _ in range(10)]  # objects the collector tracks, made after any freeze before this test
+    frozen = gc.get_freeze_count()
+    cli._set_imports_aside()  # main() was called from Python here (click's runner, this test): not its own
+    assert gc.get_freeze_count() == frozen
+    monkeypatch.setattr(cli.main, "whole_process", True)  # as `bench ...` and `python -m` call it
+    cli._set_imports_aside()
+    assert gc.get_freeze_count() >= frozen + len(held)
