@@ -33,9 +33,10 @@ PRELOAD = (CLI, "torch", "torchvision", "timm")  # the CLI first: it sets its de
 START_TIMEOUT_S = 120
 
 SERVER = r"""
-import importlib, io, json, os, runpy, select, socket, sys
+import gc, importlib, io, json, os, runpy, select, socket, sys
 for name in sys.argv[2].split(","):
     importlib.import_module(name)
+gc.freeze()  # a child's collections never walk what every child inherits (and leave its pages shared)
 listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 listener.bind(sys.argv[1])
 listener.listen(64)
