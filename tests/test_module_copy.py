@@ -1,4 +1,4 @@
-"""The eval copy's fast deepcopy (harness/run/module_copy.py) makes the object graph ``copy.deepcopy`` makes:
+"""The eval copy's fast deepcopy (harness/model/module_copy.py) makes the object graph ``copy.deepcopy`` makes:
 same classes, same values, the same sharing, nothing of the original reachable from the copy."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from bench_stability_gap.harness.run.module_copy import deepcopy_with_modules
+from bench_stability_gap.harness.model.module_copy import deepcopy_with_modules
 
 
 def same_graph(a: Any, b: Any) -> None:

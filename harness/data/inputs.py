@@ -16,7 +16,6 @@ process (reproducible augmentation).
 
 from __future__ import annotations
 
-import copy
 import gc
 import hashlib
 import json
@@ -37,6 +36,7 @@ from tqdm.auto import tqdm
 from ..environment import IMAGE_CACHE_GB, LOADER_WORKERS
 from ..model.cpu import LIBC, TRUNK_PASS_CHUNK, in_cpu_chunks
 from ..model.device import to_device
+from ..model.module_copy import deepcopy_with_modules
 from ..progress_bar import progress_bar
 from ..spec.protocol import Backbone
 from .features import FeatureShards, open_verified
@@ -256,7 +256,7 @@ class InputStore:
                 elif mode == "trunk-ram":
                     self.table, self.shards = self.shards.load_all(), None
         elif mode == "trunk-stream" and trunk is not None:
-            self.trunk = copy.deepcopy(trunk).eval()  # its own copy: a run's FLOP hooks never see it
+            self.trunk = deepcopy_with_modules(trunk).eval()  # its own copy: a run's FLOP hooks never see it
             for p in self.trunk.parameters():
                 p.requires_grad_(False)
         elif mode == "images":

@@ -13,7 +13,6 @@ The loop is one object, ``ContinualRun``: its state is its attributes, one ``sta
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -29,6 +28,7 @@ from ..data.old_mix import Shares, SourceTiles, by_source_shares
 from ..data.stream import Cycler, Session
 from ..model import flops as FL
 from ..model.device import autocast, seed_everything
+from ..model.module_copy import deepcopy_with_modules
 from ..progress_bar import Bar, MeasuredBar, progress_bar
 from ..results.curves import BeforePoint, SessionCurve
 from ..results.schema import Budget
@@ -143,7 +143,7 @@ class ContinualRun(Stage):
         streams = random_streams(seed)  # the harness's batches and head growth; the method gets its own
         self.rng, self.generator = streams.harness, streams.harness_torch
         self.streams = (self.rng, self.generator, streams.method, streams.method_torch)
-        self.model = copy.deepcopy(bench.deployed)
+        self.model = deepcopy_with_modules(bench.deployed)
         self.memory = Memory(memory_spec(p, method), stream.train.labels,
                              lambda gid: method.sample_bytes(gid) or stream.train.sample_bytes(gid), self.rng)
         if p.memory.include_pretrain:

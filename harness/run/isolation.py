@@ -37,9 +37,9 @@ from torch import Tensor, nn
 from ..data.inputs import InputStore
 from ..data.stream import Catalog, Session, Stream
 from ..errors import BenchError
+from ..model.module_copy import deepcopy_with_modules
 from ..spec.protocol import Protocol
 from .memory import Memory
-from .module_copy import deepcopy_with_modules
 
 if TYPE_CHECKING:
     from ...methods.base import Method

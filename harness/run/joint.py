@@ -15,7 +15,6 @@ order, so where a part was trained does not change a single number.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +26,7 @@ from ...methods.configs import joint_config
 from ..model import flops as FL
 from ..model.backbone import SplitModel
 from ..model.device import autocast, seed_everything
+from ..model.module_copy import deepcopy_with_modules
 from ..results.curves import ReferenceSession
 from ..results.schema import Budget
 from ..spec.protocol import Protocol
@@ -66,7 +66,7 @@ def joint_parts(protocol: Protocol) -> int:
 
 def _joint_model(bench: Workbench, upto: int, generator: torch.Generator) -> SplitModel:
     """The deployed model with a head over every class of sessions 1..``upto``."""
-    model = copy.deepcopy(bench.deployed)
+    model = deepcopy_with_modules(bench.deployed)
     model.head.grow(bench.stream.sessions[upto - 2].seen_classes - model.head.num_classes, generator)
     return model
 

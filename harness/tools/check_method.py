@@ -12,7 +12,6 @@ built-ins pass.
 
 from __future__ import annotations
 
-import copy
 import functools
 import io
 import tempfile
@@ -26,6 +25,7 @@ import torch
 from ...methods.base import StandardMethod
 from ...methods.registry import build_method
 from ..errors import BenchError
+from ..model.module_copy import deepcopy_with_modules
 from ..run.budget_guards import memory_spec
 from ..run.checkpoint import Checkpointer
 from ..run.continual import run_cl
@@ -114,7 +114,7 @@ def state_round_trip(bench: Workbench, text: str, overrides: dict[str, object], 
     memory = Memory(memory_spec(bench.protocol, fresh), bench.stream.train.labels,
                     bench.stream.train.sample_bytes, streams.harness)
     memory.add(bench.stream.pretrain_ids[:CAP])
-    model = copy.deepcopy(bench.deployed)
+    model = deepcopy_with_modules(bench.deployed)
     served = ServedIds(bench.stream.pretrain_ids)
     ctx = bench.context(memory, streams.method, streams.method_torch, fresh.name, served)
     fresh.setup(model, ctx)

@@ -1,6 +1,7 @@
 """``copy.deepcopy`` of a method or model, with its modules copied without deepcopy's per-object cost.
 
-Every eval point evaluates a throwaway copy of the method. ``copy.deepcopy`` of a network spends its time
+Every eval point evaluates a throwaway copy of the method, and every run, joint model and contract check
+starts from a copy of the deployed model. ``copy.deepcopy`` of a network spends its time
 on the bookkeeping every ``nn.Module`` carries (a dozen hook dicts, mostly empty, each rebuilt through
 ``__reduce_ex__``): about 80 ms for EfficientNet-Lite0, where cloning its tensors takes a few. The copy
 made here is the one deepcopy makes (same classes, a fresh tensor for every parameter and buffer, ties
