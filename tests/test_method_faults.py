@@ -193,6 +193,22 @@ def test_non_finite_logits_stop_the_run_as_diverged(capped_workbench, tmp_path):
     assert caught.value.curves == []  # no point scored from an argmax over NaN
 
 
+@pytest.mark.parametrize("value, finite", [(math.nan, False), (math.inf, False), (-math.inf, False),
+                                           (3e38, True), (-3e38, True), (0.0, True)])
+def test_a_trained_weight_that_is_not_finite_is_found_and_a_frozen_one_is_not_read(value, finite):
+    from bench_stability_gap.harness.run.continual import _finite
+
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
+    model.register_parameter("empty", torch.nn.Parameter(torch.zeros(0)))  # no values: nothing to read
+    with torch.no_grad():
+        model[1].weight[1, 2] = value
+        model[0].bias[0] = math.nan
+    model[0].requires_grad_(False)  # frozen: not trained, so never the run's divergence
+    assert _finite(model) is finite
+    model[1].requires_grad_(False)
+    assert _finite(model) is True  # only the empty one is left trainable
+
+
 def test_a_builtin_method_s_fault_asks_for_a_report(capped_workbench, tmp_path, monkeypatch):
     monkeypatch.setattr(StandardMethod, "loss_terms", raises(ArithmeticError("a bug")), raising=True)
     err = _fault(capped_workbench, Vanilla(VanillaConfig()), tmp_path)
