@@ -23,6 +23,13 @@ workers=${BENCH_TEST_WORKERS:-$(nproc)}
 [ "$workers" -gt 4 ] && workers=4
 args=("$@")
 [ $# -gt 0 ] || args=(--durations=15)  # the whole suite: and which tests took the time
+# The same code takes twice as long in a shared machine's slow hours: a fixed piece of work timed before and
+# after (ci/speed_probe.py) turns the suite's seconds into a ratio that two runs can compare.
+probe() { .venv/bin/python ci/speed_probe.py | tee /dev/stderr | sed -E 's/^speed probe: ([0-9.]+) s.*/\1/'; }
+before=$(probe)
 start=$SECONDS
 .venv/bin/python -m pytest -q -n "$workers" --dist loadgroup "${args[@]}"
-echo "==> tests: $((SECONDS - start)) s wall clock on $workers worker(s), on this machine's load"
+took=$((SECONDS - start))
+after=$(probe)
+echo "==> tests: $took s wall clock on $workers worker(s), on this machine's load:" \
+     "$(awk -v t="$took" -v a="$before" -v b="$after" 'BEGIN { printf "%.0f", 2 * t / (a + b) }') times the speed probe"
