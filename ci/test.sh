@@ -25,7 +25,8 @@ args=("$@")
 [ $# -gt 0 ] || args=(--durations=15)  # the whole suite: and which tests took the time
 # The same code takes twice as long in a shared machine's slow hours: a fixed piece of work timed before and
 # after (ci/speed_probe.py) turns the suite's seconds into a ratio that two runs can compare.
-probe() { .venv/bin/python ci/speed_probe.py | tee /dev/stderr | sed -E 's/^speed probe: ([0-9.]+) s.*/\1/'; }
+# (The line goes to stderr by `>&2`: `tee /dev/stderr` would reopen, and so empty, a log file stderr is sent to.)
+probe() { local line; line=$(.venv/bin/python ci/speed_probe.py); echo "$line" >&2; sed -E 's/^speed probe: ([0-9.]+) s.*/\1/' <<< "$line"; }
 before=$(probe)
 start=$SECONDS
 .venv/bin/python -m pytest -q -n "$workers" --dist loadgroup "${args[@]}"
