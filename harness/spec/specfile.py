@@ -103,10 +103,26 @@ def decode_spec(data: bytes, what: str, origin: str) -> str:
     return text
 
 
+class _TooDeep(Exception):
+    """Nesting past any spec's needs, found while the file is read (before it is fully scanned)."""
+
+
 class _SpecLoader(yaml.SafeLoader):
     """SafeLoader that refuses duplicate keys and bounds the document before building it: aliases may
     not expand past MAX_NODES nodes (they are shared in the node graph, so a 'billion laughs' file is
     small there and only explodes when validated or printed) and nesting may not pass MAX_DEPTH."""
+
+    def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node | None:
+        # Stop far past the depth bound while reading (the bound itself is checked, with its line, on the
+        # composed graph): the pure-Python scanner's cost per token grows with the flow nesting, so a file of
+        # thousands of brackets would otherwise take seconds to reach Python's recursion limit.
+        self._depth = getattr(self, "_depth", 0) + 1
+        try:
+            if self._depth > 2 * MAX_DEPTH:
+                raise _TooDeep
+            return super().compose_node(parent, index)  # type: ignore[misc]
+        finally:
+            self._depth -= 1
 
     def construct_document(self, node: yaml.Node):
         _check_bounds(node)
@@ -188,7 +204,7 @@ def safe_yaml(text: str, what: str, origin: str) -> object:
         raise BenchError(f"{label} is not valid YAML{where}: {exc.problem or exc.context}.") from None
     except yaml.YAMLError as exc:
         raise BenchError(f"{label} is not usable YAML: {exc}.") from None
-    except RecursionError:
+    except (RecursionError, _TooDeep):
         raise BenchError(f"{label} is nested too deeply to read "
                          f"(more than {MAX_DEPTH} levels are never needed).") from None
 
