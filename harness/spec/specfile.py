@@ -112,7 +112,7 @@ class _SpecLoader(yaml.SafeLoader):
     not expand past MAX_NODES nodes (they are shared in the node graph, so a 'billion laughs' file is
     small there and only explodes when validated or printed) and nesting may not pass MAX_DEPTH."""
 
-    def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node | None:
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
         # Stop far past the depth bound while reading (the bound itself is checked, with its line, on the
         # composed graph): the pure-Python scanner's cost per token grows with the flow nesting, so a file of
         # thousands of brackets would otherwise take seconds to reach Python's recursion limit.
@@ -120,7 +120,7 @@ class _SpecLoader(yaml.SafeLoader):
         try:
             if self._depth > 2 * MAX_DEPTH:
                 raise _TooDeep
-            return super().compose_node(parent, index)  # type: ignore[misc]
+            return super().compose_node(parent, index)
         finally:
             self._depth -= 1
 
