@@ -1,6 +1,6 @@
 """`python -m bench_stability_gap.harness.cli ...` as a process of its own, forked from a server process that
-has already imported what every run imports (the harness, torch, torchvision, timm), instead of started
-cold: about 5 s of CPU a process on a 2-core machine, where a reduced run trains in a few.
+has already imported what the runs import (the harness, torch, torchvision, timm, and peft for SGM's LoRA),
+instead of started cold: about 5 s of CPU a process on a 2-core machine, where a reduced run trains in a few.
 
 The child is a real process: its own pid, memory, file locks, signals, exit status and output pipes, and it exits
 as the command line does (``cli.entry``: the atexit handlers, then the process ends); it runs the CLI module as
@@ -29,7 +29,7 @@ import threading
 from pathlib import Path
 
 CLI = "bench_stability_gap.harness.cli"
-PRELOAD = (CLI, "torch", "torchvision", "timm")  # the CLI first: it sets its defaults before torch loads
+PRELOAD = (CLI, "torch", "torchvision", "timm", "peft")  # the CLI first: it sets its defaults before torch loads
 START_TIMEOUT_S = 120
 
 SERVER = r"""
