@@ -75,6 +75,10 @@ class Net(nn.Module):
         self.own = OwnCopy(4, 2)
         self.bn = nn.BatchNorm1d(4)
         self.register_buffer("scratch", torch.arange(3.0), persistent=False)
+        self.register_buffer("tail", self.scratch[1:])  # a buffer viewing another's storage, at an offset
+        self.register_buffer("cols", torch.arange(6.0).view(2, 3).t())  # not contiguous: its strides kept
+        self.register_buffer("tagged", torch.zeros(2))
+        self.tagged.note = "kept"  # a tensor carrying attributes: deepcopy's own path
         self.shared_list: list = []
         self.a.notes = self.shared_list  # one list, two attributes
         self.view = self.bn.running_mean[:2]  # a view: shares its storage with a buffer
@@ -115,6 +119,10 @@ def test_the_fast_copy_is_the_graph_deepcopy_makes_sharing_what_memo_shares():
     assert fast.lent is lent and fast.model.b.weight is fast.model.a.weight and fast.model.a.notes is fast.model.shared_list
     assert fast.model.own.copied_by_itself and fast.modifiers[0].model is fast.model
     assert fast.model.view.untyped_storage().data_ptr() == fast.model.bn.running_mean.untyped_storage().data_ptr()
+    m = fast.model
+    assert m.tail.untyped_storage().data_ptr() == m.scratch.untyped_storage().data_ptr() != \
+        h.model.scratch.untyped_storage().data_ptr() and m.tail.storage_offset() == 1
+    assert m.cols.stride() == h.model.cols.stride() == slow.model.cols.stride() and m.tagged.note == "kept"
     fast.model(torch.ones(1, 4))
     assert fast.model.calls == [1, 1] and h.model.calls == [1]  # the hook is the copy's own
     with torch.no_grad():

@@ -15,7 +15,7 @@ import copy
 from collections import OrderedDict
 from typing import Any, TypeVar
 
-from torch import nn
+from torch import Tensor, nn
 
 T = TypeVar("T")
 
@@ -40,11 +40,32 @@ def _value(value: T, memo: dict[int, Any]) -> T:
     kind = type(value)
     if kind in _ATOMIC:
         return value
+    if kind is tuple and all(type(v) in _ATOMIC for v in value):  # type: ignore[attr-defined]
+        return value  # a conv's kernel_size or padding: deepcopy returns such a tuple itself, and memoises nothing
     if kind in _EMPTIABLE and not value and id(value) not in memo:  # the empty hook dicts: most of a module
-        memo[id(value)] = empty = kind()  # remembered, so a container two attributes share stays shared
-        copy._keep_alive(value, memo)  # type: ignore[attr-defined]
+        # remembered, so a container two attributes share stays shared (the module holding it keeps it alive
+        # while it is copied, so its id cannot be reused: no _keep_alive needed)
+        memo[id(value)] = empty = kind()
         return empty
     return copy.deepcopy(value, memo)
+
+
+def _buffer(tensor: Tensor | None, memo: dict[int, Any]) -> Tensor | None:
+    """``copy.deepcopy`` of a buffer, its common case (a plain, dense tensor that needs no gradient and carries
+    no attributes: a norm layer's running statistics) taken directly: the same new storage, shared with any
+    other copied tensor viewing the original's (deepcopy's storage memo), at the same offset, size and stride."""
+    if (type(tensor) is not Tensor or id(tensor) in memo or tensor.requires_grad or tensor.is_sparse
+            or tensor.is_quantized or tensor.is_conj() or tensor.is_neg() or tensor.device.type not in ("cpu", "cuda")
+            or tensor.grad is not None or vars(tensor)):
+        return copy.deepcopy(tensor, memo)
+    storages = memo.setdefault("torch", {})  # type: ignore[call-overload]  # deepcopy's key for storages
+    storage = tensor.untyped_storage()
+    new = storages.get(storage._cdata)
+    if new is None:
+        new = storages[storage._cdata] = storage.clone()
+    clone = tensor.new_empty([]).set_(new, tensor.storage_offset(), tensor.size(), tensor.stride())
+    memo[id(tensor)] = clone
+    return clone
 
 
 def _module(module: nn.Module, memo: dict[int, Any]) -> nn.Module:
@@ -59,7 +80,9 @@ def _module(module: nn.Module, memo: dict[int, Any]) -> nn.Module:
     for key, value in module.__getstate__().items():
         if key == "_modules":
             state[key] = type(value)((n, None if m is None else _module(m, memo)) for n, m in value.items())
-        elif key in ("_parameters", "_buffers"):
+        elif key == "_buffers":
+            state[key] = type(value)((n, _buffer(t, memo)) for n, t in value.items())
+        elif key == "_parameters":
             state[key] = type(value)((n, copy.deepcopy(t, memo)) for n, t in value.items())
         else:
             state[key] = _value(value, memo)
