@@ -90,13 +90,38 @@ def task_process(prefix: str) -> psutil.Process | None:
     return None
 
 
+def mlflow_records(results: Path, uri: str | None = None) -> dict[str, tuple[str | None, list[str], list[str]]]:
+    """Per stored run's row label: its MLflow record's reference role, bench tag names and artifact names
+    (the JSON's name, which holds the run id, as ``<run>.json``), from ``uri`` (by default the folder's own
+    store)."""
+    from mlflow.tracking import MlflowClient
+
+    from bench_stability_gap.harness.results.tracking import REFERENCE_TAG, default_tracking_uri
+
+    label = {r.run_id: r.label for _, r in iter_results(results)}
+    client = MlflowClient(tracking_uri=uri or default_tracking_uri(results))
+    (experiment,) = [e for e in client.search_experiments() if e.name.startswith("bench/")]
+    out = {}
+    for run in client.search_runs([experiment.experiment_id]):
+        tags = run.data.tags
+        files = sorted("<run>.json" if a.path.endswith(".json") else a.path
+                       for a in client.list_artifacts(run.info.run_id))
+        out[label[tags["bench.run_id"]]] = (tags.get(REFERENCE_TAG), sorted(k for k in tags if k.startswith("bench.")),
+                                            files)
+    assert len(out) == len(label)  # every stored run mirrored, none twice
+    return out
+
+
 @pytest.mark.slow
 @cluster_group
 def test_ray_sweep_survives_a_killed_worker_logs_each_result_once_and_matches_the_local_executor(
-        ray_cluster, mlflow_server, bench_cache, tmp_path, monkeypatch):
+        ray_cluster, mlflow_server, bench_cache, seeded_store, tmp_path, monkeypatch):
     """A team's sweep: a two-node cluster whose tasks log to a tracking server, one worker killed mid-run.
     Ray retries the task, which resumes from its checkpoint; each stored result is logged once, by the task
-    that made it; the leaderboard builds from the server; the results equal a local sweep's."""
+    that made it; the leaderboard builds from the server; the results equal a local sweep's. Whichever path
+    mirrors a run (a Ray task, a local sweep, `bench sync` of a folder), its record carries the same tags
+    (the reference role included) and the same artifacts (the plot included): the sweep stores both kinds
+    of reference, the joint and the A_best run (vanilla), beside the method's."""
     from mlflow.tracking import MlflowClient
 
     from bench_stability_gap.leaderboard.sources import load_mlflow
@@ -154,67 +179,30 @@ def test_ray_sweep_survives_a_killed_worker_logs_each_result_once_and_matches_th
     assert (tmp_path / "site" / "index.html").is_file()
 
     # the same grid, run locally with as many torch threads as each Ray task had (1), from empty caches
-    local_results = tmp_path / "local-results"
+    # (logging to the folder's own MLflow store, as a sweep does by default)
+    local_results = seeded_store(tmp_path / "local-results")
     monkeypatch.setenv("BENCH_CACHE_DIR", str(tmp_path / "cache-local"))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        local = CliRunner().invoke(main, ["sweep", str(grid), "--results-dir", str(local_results), "--no-mlflow",
-                                          "--no-progress"], catch_exceptions=False)
+        local = CliRunner().invoke(main, ["sweep", str(grid), "--results-dir", str(local_results), "--no-progress"],
+                                   catch_exceptions=False)
     finally:
         torch.set_num_threads(threads)
     assert local.exit_code == 0, local.output
     assert len(iter_results(ray_results)) == 3  # the joint reference, the A_best run and the method run
     assert differences(local_results, ray_results) == []
 
-
-def mlflow_records(results: Path) -> dict[str, tuple[str | None, list[str], list[str]]]:
-    """Per stored run's row label: its MLflow record's reference role, bench tag names and artifact names
-    (the JSON's name, which holds the run id, as ``<run>.json``)."""
-    from mlflow.tracking import MlflowClient
-
-    from bench_stability_gap.harness.results.tracking import REFERENCE_TAG, default_tracking_uri
-
-    label = {r.run_id: r.label for _, r in iter_results(results)}
-    client = MlflowClient(tracking_uri=default_tracking_uri(results))
-    (experiment,) = [e for e in client.search_experiments() if e.name.startswith("bench/")]
-    out = {}
-    for run in client.search_runs([experiment.experiment_id]):
-        tags = run.data.tags
-        files = sorted("<run>.json" if a.path.endswith(".json") else a.path for a in client.list_artifacts(run.info.run_id))
-        out[label[tags["bench.run_id"]]] = (tags.get(REFERENCE_TAG), sorted(k for k in tags if k.startswith("bench.")),
-                                            files)
-    assert len(out) == len(label)  # every stored run mirrored, none twice
-    return out
-
-
-@pytest.mark.slow
-@cluster_group
-def test_ray_and_local_sweeps_and_sync_give_the_same_mlflow_records(ray_cluster, tiny_protocol_file, bench_cache,
-                                                                    seeded_store, tmp_path):
-    """Whichever path mirrors a run (a Ray sweep's driver, a local sweep, `bench sync` of a folder), its
-    record carries the same tags (the reference role included) and the same artifacts (the plot included).
-    The smallest sweep that stores both kinds of reference: vanilla, the protocol's A_best set, one seed."""
-    grid = write_grid(tmp_path / "one.yaml", tiny_protocol_file, ["vanilla"], [0])
-    ray_results = seeded_store(tmp_path / "ray-results")
-    env = {**ray_cluster.env, "BENCH_CACHE_DIR": str(bench_cache)}
-    out = subprocess.run([str(BIN / "bench"), "sweep", str(grid), "--executor", "ray", "--address", ray_cluster.address,
-                          "--results-dir", str(ray_results), "--no-progress"],
-                         env=env, capture_output=True, text=True, timeout=SWEEP_TIMEOUT_S)
-    assert out.returncode == 0, out.stdout + out.stderr
-    local_results = seeded_store(tmp_path / "local-results")
-    local = CliRunner().invoke(main, ["sweep", str(grid), "--results-dir", str(local_results), "--no-progress"],
-                               catch_exceptions=False)
-    assert local.exit_code == 0, local.output
+    # the local sweep's results mirrored afterwards by `bench sync` into a store of their own
     synced = tmp_path / "synced-results"
     shutil.copytree(local_results / "runs", synced / "runs")
     seeded_store(synced)
     assert CliRunner().invoke(main, ["sync", "--results-dir", str(synced)], catch_exceptions=False).exit_code == 0
-
-    ray, here, sync = (mlflow_records(r) for r in (ray_results, local_results, synced))
-    assert set(ray) == {"joint", "vanilla"}
-    assert ray["joint"][0] == "joint" and ray["vanilla"][0] == "best_new"
-    assert {"curves.csv", "curves.svg", "<run>.json"} <= set(ray["vanilla"][2])
+    ray, here, sync = (mlflow_records(ray_results, mlflow_server), mlflow_records(local_results),
+                       mlflow_records(synced))
+    assert set(ray) == {"finetune", "joint", "vanilla"}
+    assert ray["joint"][0] == "joint" and ray["vanilla"][0] == "best_new" and ray["finetune"][0] is None
+    assert all({"curves.csv", "curves.svg", "<run>.json"} <= set(ray[m][2]) for m in ("vanilla", "finetune"))
     assert ray == here == sync
 
 
