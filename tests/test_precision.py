@@ -113,7 +113,7 @@ def test_bf16_offline_training_learns_as_fp32_does(tmp_path, bench_cache):
     spec = reduced_tiny()
     spec.update(name="tiny_cil_offline", sessions=2)
     for source in (spec["pretrain_data"], *spec["stream_data"]):
-        source.update(test_per_class=10)  # 150 test images: an accuracy step of 0.007, well inside the bound
+        source.update(test_per_class=10)  # 150 test images
     spec["pretrain"].update(updates=60)
     spec["joint"].update(updates=30)
     path = tmp_path / "offline.yaml"
@@ -126,5 +126,9 @@ def test_bf16_offline_training_learns_as_fp32_does(tmp_path, bench_cache):
         (joint,) = [load_result(p) for p in (tmp_path / precision).rglob("joint/*.json")]
         assert result_precision(joint) == precision
         accuracy[precision] = joint.reference[0].all
-    # 15 classes: chance is 0.07
-    assert accuracy["fp32"] > 0.5 and abs(accuracy["bf16"] - accuracy["fp32"]) < 0.08, accuracy
+    correct = {p: round(a * 150) for p, a in accuracy.items()}
+    # 15 classes: chance is 10 of 150, what the broken autocast region reached. Two models trained apart
+    # differ by chance too: seeds 0, 1 and 2 gave 12, 1 and 6 images between fp32 and bf16, so the bound is
+    # 20 images (three standard deviations of two accuracies near 0.8 on 150 images), counted in whole
+    # images so that no float rounding decides a tie at the bound.
+    assert correct["fp32"] > 75 and correct["bf16"] > 75 and abs(correct["bf16"] - correct["fp32"]) <= 20, correct
