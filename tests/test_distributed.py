@@ -38,9 +38,8 @@ BIN = Path(sys.executable).parent
 SWEEP_TIMEOUT_S = 480  # a reduced sweep on a loaded 2-core machine
 
 # Under pytest-xdist the tests of one group run on one worker, which starts the module's cluster once for
-# all of them. One cluster, not one per worker: a cluster's daemons (GCS, raylet, monitors, agents) and the
-# torch imports of its worker processes cost more CPU than running its tests side by side saves, on a suite
-# bound by its two cores.
+# all of them. Every Ray check shares one sweep: a cluster's daemons (GCS, raylet, monitors, agents) and the
+# torch imports of its worker processes cost more CPU than the checks, on a suite bound by its two cores.
 cluster_group = pytest.mark.xdist_group("ray-cluster")
 
 
