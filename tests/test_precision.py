@@ -126,9 +126,11 @@ def test_bf16_offline_training_learns_as_fp32_does(tmp_path, bench_cache):
         (joint,) = [load_result(p) for p in (tmp_path / precision).rglob("joint/*.json")]
         assert result_precision(joint) == precision
         accuracy[precision] = joint.reference[0].all
-    correct = {p: round(a * 150) for p, a in accuracy.items()}
-    # 15 classes: chance is 10 of 150, what the broken autocast region reached. Two models trained apart
-    # differ by chance too: seeds 0, 1 and 2 gave 12, 1 and 6 images between fp32 and bf16, so the bound is
-    # 20 images (three standard deviations of two accuracies near 0.8 on 150 images), counted in whole
-    # images so that no float rounding decides a tie at the bound.
-    assert correct["fp32"] > 75 and correct["bf16"] > 75 and abs(correct["bf16"] - correct["fp32"]) <= 20, correct
+    images = 15 * 10  # 15 classes, 10 test images each
+    correct = {p: round(a * images) for p, a in accuracy.items()}
+    # Chance is 10 of 150, what the broken autocast region reached. Two models trained apart differ by
+    # chance too: on a 2-core AMD EPYC CPU, seeds 0, 1 and 2 gave 12, 1 and 6 images between fp32 and bf16,
+    # so the bound is 20 images (three standard deviations of two accuracies near 0.8 on 150 images),
+    # counted in whole images so that no float rounding decides a tie at the bound.
+    assert correct["fp32"] > images // 2 and correct["bf16"] > images // 2, correct
+    assert abs(correct["bf16"] - correct["fp32"]) <= 20, correct
