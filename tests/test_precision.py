@@ -112,8 +112,9 @@ def test_bf16_offline_training_learns_as_fp32_does(tmp_path, bench_cache):
 
     spec = reduced_tiny()
     spec.update(name="tiny_cil_offline", sessions=2)
+    per_class = 10
     for source in (spec["pretrain_data"], *spec["stream_data"]):
-        source.update(test_per_class=10)  # 150 test images
+        source.update(test_per_class=per_class)
     spec["pretrain"].update(updates=60)
     spec["joint"].update(updates=30)
     path = tmp_path / "offline.yaml"
@@ -126,7 +127,7 @@ def test_bf16_offline_training_learns_as_fp32_does(tmp_path, bench_cache):
         (joint,) = [load_result(p) for p in (tmp_path / precision).rglob("joint/*.json")]
         assert result_precision(joint) == precision
         accuracy[precision] = joint.reference[0].all
-    images = 15 * 10  # 15 classes, 10 test images each
+    images = 15 * per_class  # 15 classes: 150 test images
     correct = {p: round(a * images) for p, a in accuracy.items()}
     # Chance is 10 of 150, what the broken autocast region reached. Two models trained apart differ by
     # chance too: on a 2-core AMD EPYC CPU, seeds 0, 1 and 2 gave 12, 1 and 6 images between fp32 and bf16,
