@@ -198,11 +198,11 @@ def resource_note() -> str:
     """Peak memory of this process and the disk the caches hold: what a paper-size run must know."""
     import resource
 
-    from .paths import cache_dir
+    from .paths import bytes_under, cache_dir
 
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
     root = cache_dir()
-    disk = sum(f.stat().st_size for f in root.rglob("*") if f.is_file())
+    disk = bytes_under(root)
     return f"  peak RSS {rss:.2f} GiB; caches on disk {disk / 2**30:.2f} GiB under {root}"
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -48,6 +49,21 @@ SITE_MARKER = ".bench-leaderboard"  # the file a leaderboard site carries: it li
 # files only a results folder holds (its MLflow store, its studies); generic folder names such as
 # checkpoints/ are no evidence, as many projects have one
 RESULT_PARTS = ("mlflow.db", "tuning/optuna.db")
+
+
+def bytes_under(root: Path) -> int:
+    """Bytes in the files under ``root``, counted while other processes may write there: a run sharing the
+    cache renames its temporary files and folders into place, so an entry listed a moment ago may be gone;
+    what vanished (or cannot be read) is not counted, and the count never fails for it."""
+    total = 0
+    for folder, _, files in os.walk(root):  # a folder that vanished before it was read is skipped
+        for name in files:
+            try:
+                st = os.stat(os.path.join(folder, name))  # a link counts what it points to, as a file does
+            except OSError:  # gone since the folder was listed, a link to nothing, or unreadable
+                continue
+            total += st.st_size if stat.S_ISREG(st.st_mode) else 0
+    return total
 
 
 def resolve_folder(path: Path, what: str) -> Path:
