@@ -1,14 +1,17 @@
 """Verified caches: a deployed model or trunk-feature shard that fails its hash is named, moved aside and
-rebuilt (never loaded), and concurrent builders of one cache entry build it once."""
+rebuilt (never loaded), concurrent builders of one cache entry build it once, and the cache's size is
+counted while other runs write it."""
 
 from __future__ import annotations
 
+import shutil
 import threading
 from pathlib import Path
 
 import torch
 
 from bench_stability_gap.harness.data import features as FS
+from bench_stability_gap.harness.paths import bytes_under
 from bench_stability_gap.harness.run.continual import run_cl
 from bench_stability_gap.harness.spec.protocol import load_protocol
 from bench_stability_gap.methods.registry import build_method
@@ -94,12 +97,8 @@ def test_a_deployed_model_made_in_another_precision_is_not_loaded(tiny_protocol_
 def test_the_caches_size_is_counted_while_another_run_renames_its_temporaries(tmp_path):
     """The size the end of a run reports is counted while other runs sharing the cache write it: a run
     writes a feature folder as a ``.tmp`` folder and renames it into place, so an entry listed a moment ago
-    may be gone when it is read. It is left out, never an error (a `bench run` once ended with a traceback
-    for a `.tmp` folder renamed away mid-count; the old count failed about 4 times in 5 under this writer)."""
-    import shutil
-
-    from bench_stability_gap.harness.paths import bytes_under
-
+    may be gone when it is read. It is left out, never an error: the run's result is stored by then, and a
+    traceback at its last line would read as a failed run."""
     still = tmp_path / "still"
     (still / "trunk").mkdir(parents=True)
     (still / "trunk" / "shard-0.pt").write_bytes(b"x" * 7)
